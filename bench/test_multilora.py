@@ -1,0 +1,9 @@
+"""Multi-LoRA batches: every request names an adapter, chosen by the workload
+(distinct, uniform or identical adapters across the batch)."""
+
+import pytest
+
+
+@pytest.mark.scenario("multilora")
+def test_multilora(lorabench, engine, workload, batch_size):
+    lorabench.run(engine, batch_size, workload)

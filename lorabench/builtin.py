@@ -1,0 +1,127 @@
+"""The built-in default: a tiny Llama and dummy adapters, made on first use, no downloads.
+
+Everything is written to a cache folder outside the repository (``$LORABENCH_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/lorabench``, else ``~/.cache/lorabench``). Each item is built in a
+temporary folder and renamed into place, so concurrent first runs never see half a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from lorabench.adapters import Adapter, generate_dummy_adapters, read_adapters_file
+
+if TYPE_CHECKING:
+    from lorabench.config import DummyAdapterSpec
+
+PREFIX = "builtin:"
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
+TOKENIZER_VERSION = "bytelevel-v1"
+
+# Weights come from load_format="dummy"; only the shape is described here.
+MODELS = {
+    "tiny-llama": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "vocab_size": len(SPECIAL_TOKENS) + 256,
+    }
+}
+
+
+def cache_dir() -> Path:
+    if "LORABENCH_CACHE_DIR" in os.environ:
+        return Path(os.environ["LORABENCH_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(xdg) / "lorabench"
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _materialize(target: Path, build: Callable[[Path], None]) -> Path:
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    build(tmp)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process finished first; its copy is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def write_tokenizer(out: Path) -> None:
+    """A byte-level tokenizer with no merges: one token per UTF-8 byte, built without training,
+    so it is the same on every machine."""
+    from tokenizers import Tokenizer, decoders, models
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    for char in sorted(ByteLevel.alphabet()):
+        vocab[char] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tokenizer.pre_tokenizer = ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(out / "tokenizer.json"))
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "unk_token": "<unk>",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "model_max_length": 2048,
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+
+
+def ensure_model(name: str) -> Path:
+    """The folder of built-in model ``name`` (config.json and tokenizer), made if missing."""
+    config = MODELS[name]
+
+    def build(tmp: Path) -> None:
+        write_tokenizer(tmp)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+    return _materialize(cache_dir() / "models" / f"{name}-{_digest(config, TOKENIZER_VERSION)}", build)
+
+
+def ensure_dummy_adapters(model: Path, spec: DummyAdapterSpec, prompts: Sequence[str]) -> list[Adapter]:
+    """Dummy adapters for ``model`` as ``spec`` describes, generated once into the cache."""
+    base_config = (model / "config.json").read_text()
+    key = _digest(base_config, spec.model_dump(), list(prompts))
+
+    def build(tmp: Path) -> None:
+        generate_dummy_adapters(
+            model / "config.json",
+            tmp,
+            count=spec.count,
+            ranks=spec.ranks,
+            target_modules=spec.target_modules,
+            prompts=prompts,
+            seed=spec.seed,
+        )
+
+    folder = _materialize(cache_dir() / "adapters" / f"{model.name}-{key}", build)
+    return read_adapters_file(folder / "adapters.json")

@@ -1,0 +1,89 @@
+"""``lorabench`` command line: tools that work without pytest."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from lorabench import builtin
+from lorabench.adapters import generate_dummy_adapters
+
+
+def _csv(kind: type) -> object:
+    def parse(text: str) -> list:
+        try:
+            return [kind(part) for part in text.split(",") if part]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") from None
+
+    return parse
+
+
+def _base_config(base: str) -> Path:
+    if base.startswith(builtin.PREFIX):
+        return builtin.ensure_model(base[len(builtin.PREFIX) :]) / "config.json"
+    path = Path(base).expanduser()
+    return path / "config.json" if path.is_dir() else path
+
+
+def _generate(args: argparse.Namespace) -> int:
+    try:
+        config = _base_config(args.base)
+    except KeyError:
+        raise SystemExit(f"lorabench: --base {args.base!r}: built-in models are {', '.join(builtin.MODELS)}") from None
+    if not config.is_file():
+        raise SystemExit(f"lorabench: --base {args.base}: no config.json there; pass a model folder or its config.json")
+    prompts: list[str] = []
+    if args.prompts:
+        prompts = json.loads(Path(args.prompts).read_text(encoding="utf-8"))
+    try:
+        adapters = generate_dummy_adapters(
+            config,
+            Path(args.out),
+            count=args.count,
+            ranks=args.ranks,
+            target_modules=args.target_modules,
+            prompts=prompts,
+            seed=args.seed,
+            dtype=args.dtype,
+        )
+    except (KeyError, ValueError) as exc:
+        raise SystemExit(f"lorabench: cannot generate adapters for {config}: {exc}") from None
+    print(f"wrote {len(adapters)} adapters and {Path(args.out) / 'adapters.json'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lorabench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    adapters = commands.add_parser("adapters", help="LoRA adapter tools").add_subparsers(dest="action", required=True)
+    gen = adapters.add_parser(
+        "generate",
+        help="write dummy PEFT adapters (random weights) for a Llama-like base, and their adapters.json",
+    )
+    gen.add_argument("--base", required=True, help="base model folder or its config.json, or builtin:tiny-llama")
+    gen.add_argument("--out", required=True, help="folder for the adapters and adapters.json")
+    gen.add_argument("--count", type=int, default=8, help="number of adapters (default 8)")
+    gen.add_argument("--ranks", type=_csv(int), default=[8, 16], help="ranks to cycle through, e.g. 8,16,32,64")
+    gen.add_argument(
+        "--target-modules", type=_csv(str), default=["q_proj", "k_proj", "v_proj", "o_proj"], help="e.g. q_proj,v_proj"
+    )
+    gen.add_argument("--prompts", help="prompts.json whose prompts are given to the adapters in turn")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    gen.set_defaults(func=_generate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "count", 1) < 1:
+        raise SystemExit("lorabench: --count must be at least 1")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Latency metrics from the engine's own per-request timestamps.
+
+vLLM stamps each request in the engine core on one monotonic clock (``queued_ts``,
+``scheduled_ts``, ``first_token_ts``, ``last_token_ts``); the batch's end-to-end time
+is the wall clock around one ``generate`` call. The README defines every metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from lorabench.workload import Batch
+
+PER_REQUEST_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "request_e2e_ms", "queue_ms")
+PERCENTILES = (50, 90, 99)
+
+
+class MeasurementError(RuntimeError):
+    """The engine's output cannot be measured as configured."""
+
+
+@dataclass(frozen=True)
+class RequestSample:
+    round: int
+    request: int
+    adapter: str
+    prompt_tokens: int
+    output_tokens: int
+    queue_ms: float
+    ttft_ms: float
+    prefill_ms: float
+    decode_ms: float
+    request_e2e_ms: float
+
+
+@dataclass(frozen=True)
+class RoundSample:
+    round: int
+    e2e_ms: float
+    requests: tuple[RequestSample, ...]
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.requests)
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / (self.e2e_ms / 1000.0)
+
+
+def measure_round(round_index: int, e2e_s: float, outputs: Sequence[Any], batch: Batch, output_len: int) -> RoundSample:
+    """Turn one ``generate`` call's outputs into samples, checking they are what was asked."""
+    if len(outputs) != len(batch.requests):
+        raise MeasurementError(f"sent {len(batch.requests)} requests, the engine returned {len(outputs)}")
+    samples = []
+    for i, (out, req) in enumerate(zip(outputs, batch.requests)):
+        m = out.metrics
+        if m is None or not m.first_token_ts:
+            raise MeasurementError(
+                "the engine returned no per-request timestamps: it must run with disable_log_stats=False"
+            )
+        generated = len(out.outputs[0].token_ids)
+        if generated != output_len:
+            raise MeasurementError(f"request {i} generated {generated} tokens instead of {output_len}")
+        samples.append(
+            RequestSample(
+                round=round_index,
+                request=i,
+                adapter=req.adapter.name if req.adapter is not None else "",
+                prompt_tokens=len(out.prompt_token_ids or ()),
+                output_tokens=generated,
+                queue_ms=(m.scheduled_ts - m.queued_ts) * 1000.0,
+                ttft_ms=(m.first_token_ts - m.queued_ts) * 1000.0,
+                prefill_ms=(m.first_token_ts - m.scheduled_ts) * 1000.0,
+                decode_ms=(m.last_token_ts - m.first_token_ts) * 1000.0 / (generated - 1),
+                request_e2e_ms=(m.last_token_ts - m.queued_ts) * 1000.0,
+            )
+        )
+    return RoundSample(round_index, e2e_s * 1000.0, tuple(samples))
+
+
+def _stats(name: str, values: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray(values, dtype=float)
+    out = {name: float(arr.mean())}
+    for p, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES)):
+        out[f"{name}_p{p}"] = float(v)
+    return out
+
+
+def summarize(rounds: Sequence[RoundSample]) -> dict[str, float]:
+    """Mean and percentiles of each per-request metric over every request of every round,
+    and of the batch's end-to-end time over rounds."""
+    if not rounds:
+        raise MeasurementError("no measured round")
+    requests = [r for rnd in rounds for r in rnd.requests]
+    metrics: dict[str, float] = {}
+    for name in PER_REQUEST_METRICS:
+        metrics.update(_stats(name, [getattr(r, name) for r in requests]))
+    metrics.update(_stats("e2e_ms", [r.e2e_ms for r in rounds]))
+    metrics["output_tokens_per_s"] = float(np.mean([r.output_tokens_per_s for r in rounds]))
+    return metrics
+
+
+def sample_rows(rounds: Sequence[RoundSample]) -> list[dict[str, Any]]:
+    """One flat row per request per round, with its batch's end-to-end time."""
+    return [{**asdict(req), "batch_e2e_ms": rnd.e2e_ms} for rnd in rounds for req in rnd.requests]
+
+
+METRIC_COLUMNS = tuple(
+    col
+    for name in (*PER_REQUEST_METRICS, "e2e_ms")
+    for col in (name, *(f"{name}_p{p}" for p in PERCENTILES))
+) + ("output_tokens_per_s",)

@@ -1,0 +1,208 @@
+"""The pytest plugin: options, marks, parametrization, the engine fixture and the summary.
+
+Two fixtures, after pytest-httpserver: ``engine`` is the expensive, session-scoped
+resource (one ``vllm.LLM`` per engine configuration, built once and shut down before
+the next), and ``lorabench`` is the cheap per-test handle that runs one case.
+
+The plugin is installed for every pytest run in the environment, so it stays inert
+(no config read, no vLLM import) unless a collected test asks for ``engine``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from lorabench.case import SCENARIOS, BenchCase
+from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file, resolve_config
+from lorabench.device import DEVICE_TYPES, Platform, detect_platform
+from lorabench.engine import Engine
+from lorabench.results import ResultWriter, format_summary, provenance
+
+ENGINE_FIXTURE = "engine"
+
+
+@dataclass
+class BenchState:
+    """Everything the plugin keeps for one pytest session (in ``config.stash``)."""
+
+    config_path: Path
+    output: str | None
+    file: ConfigFile | None = None
+    config: BenchConfig | None = None
+    problems: list[str] = field(default_factory=list)
+    platform: Platform | None = None
+    skip_reason: str | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    writer: ResultWriter | None = None
+    builds: list[tuple[str, float]] = field(default_factory=list)
+
+    def read_file(self) -> ConfigFile | None:
+        if self.file is None and not self.problems:
+            try:
+                self.file = read_config_file(self.config_path)
+            except ConfigError as exc:
+                self.problems.extend(exc.problems)
+        return self.file
+
+
+STATE = pytest.StashKey[BenchState]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("lorabench", "multi-LoRA benchmarks on vLLM")
+    group.addoption(
+        "--bench-config",
+        metavar="PATH",
+        help="benchmark configuration (JSON); default: the bench_config ini value, config/common.json",
+    )
+    parser.addini("bench_config", "benchmark configuration file, relative to the rootdir", default="config/common.json")
+    group.addoption(
+        "--bench-output",
+        metavar="PATH",
+        help="append results to this CSV instead of a new file per run under the config's results_dir",
+    )
+    parser.addini("bench_output", "fixed results CSV, relative to the rootdir (default: a new file per run)", default="")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for device in DEVICE_TYPES:
+        config.addinivalue_line("markers", f"{device}: needs vLLM's {device} platform; skipped elsewhere")
+    config.addinivalue_line(
+        "markers", f"scenario(name): a lorabench benchmark; name is one of {', '.join(SCENARIOS)}"
+    )
+    cli_config = config.getoption("bench_config")
+    config_path = Path(cli_config) if cli_config else config.rootpath / config.getini("bench_config")
+    cli_output = config.getoption("bench_output")
+    ini_output = config.getini("bench_output")
+    output = cli_output or (str(config.rootpath / ini_output) if ini_output else None)
+    config.stash[STATE] = BenchState(config_path=config_path.resolve(), output=output)
+
+
+def _scenario(definition: pytest.Function, problems: list[str]) -> str | None:
+    marker = definition.get_closest_marker("scenario")
+    name = marker.args[0] if marker and marker.args else None
+    if name not in SCENARIOS:
+        problems.append(
+            f"{definition.nodeid}: uses the '{ENGINE_FIXTURE}' fixture, so it needs "
+            f"@pytest.mark.scenario(NAME) with NAME one of {', '.join(SCENARIOS)} (got {name!r})"
+        )
+        return None
+    return name
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if ENGINE_FIXTURE not in metafunc.fixturenames:
+        return
+    state = metafunc.config.stash[STATE]
+    scenario = _scenario(metafunc.definition, state.problems)
+    file = state.read_file()
+    if file is None or scenario is None:
+        # Collection ends in a usage error (see pytest_collection_modifyitems).
+        metafunc.parametrize(ENGINE_FIXTURE, [], indirect=True, scope="session")
+        return
+    marks = [getattr(pytest.mark, file.device)] if file.device else []
+    specs = file.engine_specs(with_lora_off=scenario == "no_lora")
+    metafunc.parametrize(
+        ENGINE_FIXTURE, [pytest.param(s, id=s.id, marks=marks) for s in specs], indirect=True, scope="session"
+    )
+    if "workload" in metafunc.fixturenames:
+        metafunc.parametrize("workload", file.matrix.workloads)
+    if "batch_size" in metafunc.fixturenames:
+        metafunc.parametrize("batch_size", file.matrix.batch_sizes, ids=[f"bs{b}" for b in file.matrix.batch_sizes])
+
+
+def _device_skip(item: pytest.Item, platform: Platform) -> str | None:
+    for device in DEVICE_TYPES:
+        if item.get_closest_marker(device) and platform.device_type != device:
+            note = f"; {platform.note}" if platform.note else ""
+            return f"needs vLLM's {device} platform; this host runs {platform.device_type}{note}"
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected items
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    state = config.stash[STATE]
+    bench_items = [i for i in items if ENGINE_FIXTURE in getattr(i, "fixturenames", ())]
+    if state.problems:
+        raise pytest.UsageError("lorabench: the benchmark configuration cannot run:\n  " + "\n  ".join(state.problems))
+    marked = [i for i in items if any(i.get_closest_marker(d) for d in DEVICE_TYPES)]
+    if not bench_items and not marked:
+        return
+    state.platform = detect_platform()
+    for item in marked:
+        reason = _device_skip(item, state.platform)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+    runnable = [i for i in bench_items if not _device_skip(i, state.platform)]
+    if not runnable:
+        if bench_items:
+            state.skip_reason = _device_skip(bench_items[0], state.platform)
+        return
+    needs_lora = any(i.get_closest_marker("scenario").args[0] == "multilora" for i in runnable)
+    try:
+        state.config = resolve_config(state.config_path, state.file, needs_lora=needs_lora, output=state.output)
+    except ConfigError as exc:
+        raise pytest.UsageError(
+            "lorabench: the benchmark configuration cannot run:\n  " + "\n  ".join(exc.problems)
+        ) from None
+
+
+def _state_for_run(config: pytest.Config) -> BenchState:
+    state = config.stash[STATE]
+    if state.config is None:
+        raise RuntimeError("lorabench: no resolved configuration; was the test collected with its engine parameter?")
+    if state.writer is None:
+        model = state.file.model if state.config.is_builtin_model else state.config.model.name
+        state.provenance = provenance(config.rootpath, state.platform, model)
+        state.writer = ResultWriter(
+            state.config.results_dir, state.config.output, state.provenance["git_commit"], state.provenance["git_dirty"]
+        )
+    return state
+
+
+@pytest.fixture(scope="session")
+def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """A running vLLM engine for one engine configuration, shared by all its cases."""
+    state = _state_for_run(request.config)
+    spec = getattr(request, "param", None)
+    if spec is None:
+        raise RuntimeError(f"lorabench: '{ENGINE_FIXTURE}' is parametrized by the plugin; mark the test with @pytest.mark.scenario")
+    with Engine(state.config, spec, state.platform.device_type) as eng:
+        state.builds.append((spec.id, eng.build_s))
+        yield eng
+
+
+@pytest.fixture
+def lorabench(request: pytest.FixtureRequest, benchmark: Any) -> BenchCase:
+    """Runs one case on the engine it is given and records it; see ``BenchCase.run``."""
+    state = _state_for_run(request.config)
+    marker = request.node.get_closest_marker("scenario")
+    return BenchCase(
+        config=state.config,
+        benchmark=benchmark,
+        writer=state.writer,
+        provenance=state.provenance,
+        scenario=marker.args[0],
+        test_id=request.node.nodeid,
+    )
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or (state.writer is None and state.skip_reason is None):
+        return
+    tr = terminalreporter
+    tr.write_sep("=", "lorabench")
+    if state.skip_reason:
+        tr.write_line(f"benchmark cases skipped: {state.skip_reason}")
+    if state.builds:
+        builds = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.builds)
+        tr.write_line(f"engine builds: {len(state.builds)} ({builds})")
+    if state.writer is not None and state.writer.rows:
+        tr.write_line(format_summary(state.writer.rows))
+        tr.write_line(f"results: {state.writer.path}")
+        tr.write_line(f"samples: {state.writer.samples_path}")

@@ -1,0 +1,197 @@
+"""Result files: one CSV row per case, and the raw samples beside it.
+
+A row is appended, flushed and fsynced as soon as its case finishes, under an
+exclusive lock, so an interrupted or killed run keeps every finished case and two
+runs sharing a file never interleave a row. Unless the configuration names a fixed
+file, each run gets a new file named by UTC time and commit, created exclusively.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import os
+import socket
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from lorabench.device import Platform, stack_versions
+from lorabench.measure import METRIC_COLUMNS, RequestSample
+
+PROVENANCE_COLUMNS = (
+    "timestamp",
+    "git_commit",
+    "git_dirty",
+    "hostname",
+    "device_type",
+    "device_name",
+    "vllm_version",
+    "vllm_ascend_version",
+    "torch_version",
+    "torch_npu_version",
+    "model",
+)
+PARAMETER_COLUMNS = (
+    "scenario",
+    "workload",
+    "batch_size",
+    "input_len",
+    "output_len",
+    "num_adapters",
+    "enable_lora",
+    "max_loras",
+    "max_lora_rank",
+    "max_cpu_loras",
+    "rounds",
+)
+EXTRA_COLUMNS = (
+    "warmup_rounds",
+    "engine_id",
+    "adapter_load_ms",
+    "engine_build_s",
+    "peak_memory_mb",
+    "memory_source",
+    "test_id",
+)
+COLUMNS = PROVENANCE_COLUMNS + PARAMETER_COLUMNS + METRIC_COLUMNS + EXTRA_COLUMNS
+# Enough to match a sample to its case row without the row itself.
+SAMPLE_KEY_COLUMNS = ("timestamp", "git_commit", "model", "device_type", *PARAMETER_COLUMNS[:-1], "engine_id")
+SAMPLE_COLUMNS = SAMPLE_KEY_COLUMNS + tuple(RequestSample.__dataclass_fields__) + ("batch_e2e_ms",)
+
+
+class ResultsFileError(RuntimeError):
+    pass
+
+
+def git_state(root: Path) -> tuple[str, bool]:
+    """The harness checkout's commit and whether it has uncommitted changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "", False
+    return commit, bool(status.strip())
+
+
+def provenance(root: Path, platform: Platform, model: str) -> dict[str, Any]:
+    commit, dirty = git_state(root)
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "hostname": socket.gethostname(),
+        "device_type": platform.device_type,
+        "device_name": platform.device_name,
+        **stack_versions(),
+        "model": model,
+    }
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def samples_path_for(csv_path: Path) -> Path:
+    return csv_path.with_name(csv_path.stem + ".samples.csv")
+
+
+def _csv_line(values: Iterable[Any]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue()
+
+
+def _append(path: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]], exclusive: bool) -> None:
+    """Append rows as one locked, synced write; the header goes first in an empty file."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_EXCL if exclusive else 0)
+    fd = os.open(path, flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        text = "".join(_csv_line(row.get(c, "") for c in columns) for row in rows)
+        if os.fstat(fd).st_size == 0:
+            text = _csv_line(columns) + text
+        else:
+            with open(path, encoding="utf-8", newline="") as f:
+                header = next(csv.reader(f), [])
+            if tuple(header) != tuple(columns):
+                raise ResultsFileError(
+                    f"{path} has other columns than this lorabench writes: "
+                    "choose another output file (or leave 'output' unset for a new file per run)"
+                )
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ResultWriter:
+    """Writes one run's rows; the file is created when the first case finishes."""
+
+    def __init__(self, results_dir: Path, fixed_path: Path | None, commit: str, dirty: bool) -> None:
+        self.results_dir = results_dir
+        self.fixed_path = fixed_path
+        self._stem = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{commit[:8] or 'nogit'}{'-dirty' if dirty else ''}"
+        self.path: Path | None = fixed_path
+        self.rows: list[dict[str, Any]] = []
+
+    @property
+    def samples_path(self) -> Path | None:
+        return samples_path_for(self.path) if self.path else None
+
+    def _claim_new_file(self, row: dict[str, Any]) -> None:
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        for n in range(1000):
+            candidate = self.results_dir / (self._stem + (f"-{n}" if n else "") + ".csv")
+            try:
+                _append(candidate, COLUMNS, [row], exclusive=True)
+            except FileExistsError:
+                continue
+            self.path = candidate
+            return
+        raise ResultsFileError(f"could not create a new results file in {self.results_dir}")
+
+    def append(self, row: dict[str, Any], samples: Sequence[dict[str, Any]]) -> None:
+        """Make one finished case durable: its samples first, then the row that summarizes them."""
+        if self.path is None:
+            self._claim_new_file(row)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _append(self.path, COLUMNS, [row], exclusive=False)
+        key = {c: row.get(c, "") for c in SAMPLE_KEY_COLUMNS}
+        _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **s} for s in samples], exclusive=False)
+        self.rows.append(row)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+SUMMARY_COLUMNS = (
+    ("engine_id", "engine"),
+    ("scenario", "scenario"),
+    ("workload", "workload"),
+    ("batch_size", "bs"),
+    ("ttft_ms_p50", "ttft p50 ms"),
+    ("prefill_ms_p50", "prefill p50 ms"),
+    ("decode_ms_p50", "decode p50 ms"),
+    ("e2e_ms", "e2e ms"),
+    ("output_tokens_per_s", "out tok/s"),
+    ("adapter_load_ms", "load ms"),
+    ("peak_memory_mb", "peak MiB"),
+)
+
+
+def format_summary(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain fixed-width table of the session's cases, one line each."""
+    header = [title for _, title in SUMMARY_COLUMNS]
+    body = [[_fmt(row.get(key, "")) for key, _ in SUMMARY_COLUMNS] for row in rows]
+    widths = [max(len(cell) for cell in column) for column in zip(header, *body)]
+    lines = ["  ".join(cell.rjust(w) if i > 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in [header, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
