@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 
 PREFIX = "builtin:"
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
-TOKENIZER_VERSION = "bytelevel-v1"
+# Llama's vocabulary size: vLLM's latency benchmark draws prompt ids below 10,000, and
+# the logits cost per token should look like a real model's.
+VOCAB_SIZE = 32000
+TOKENIZER_VERSION = "bytelevel-fill-v1"
 
 # Weights come from load_format="dummy"; only the shape is described here.
 MODELS = {
@@ -41,7 +44,7 @@ MODELS = {
         "torch_dtype": "bfloat16",
         "bos_token_id": 1,
         "eos_token_id": 2,
-        "vocab_size": len(SPECIAL_TOKENS) + 256,
+        "vocab_size": VOCAB_SIZE,
     }
 }
 
@@ -73,13 +76,16 @@ def _materialize(target: Path, build: Callable[[Path], None]) -> Path:
 
 def write_tokenizer(out: Path) -> None:
     """A byte-level tokenizer with no merges: one token per UTF-8 byte, built without training,
-    so it is the same on every machine."""
+    so it is the same on every machine. Filler tokens pad it to ``VOCAB_SIZE``: text never
+    encodes to them, but any id the model samples decodes."""
     from tokenizers import Tokenizer, decoders, models
     from tokenizers.pre_tokenizers import ByteLevel
 
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
     for char in sorted(ByteLevel.alphabet()):
         vocab[char] = len(vocab)
+    for i in range(VOCAB_SIZE - len(vocab)):
+        vocab[f"<fill{i}>"] = len(vocab)
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     tokenizer.pre_tokenizer = ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

@@ -85,6 +85,8 @@ class Engine:
         Moving an adapter from the CPU cache into one of the ``max_loras`` slots still
         happens while serving; that is part of multi-LoRA cost and stays in the timings.
         """
+        if not adapters:
+            return 0.0
         engine = self.llm.llm_engine
         resident = engine.list_loras()
         start = time.perf_counter()
