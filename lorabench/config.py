@@ -24,7 +24,7 @@ WORKLOADS = ("distinct", "uniform", "identical")
 Workload = Literal["distinct", "uniform", "identical"]
 DeviceType = Literal["cpu", "cuda", "npu"]
 # vLLM rejects any other value of max_lora_rank when the engine starts.
-ALLOWED_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
 LORA_KEYS = ("max_loras", "max_lora_rank", "max_cpu_loras")
 # Set by lorabench itself: the measurements depend on them.
 RESERVED_ENGINE_KEYS = {
@@ -58,7 +58,7 @@ class EngineArgs(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     max_loras: IntOrList = 4
-    max_lora_rank: IntOrList = 16
+    max_lora_rank: Union[LoraRank, list[LoraRank]] = 16
     max_cpu_loras: IntOrList | None = None
 
 
@@ -185,11 +185,14 @@ def _loc(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in ("str", "GeneratedAdapters", "list[int]", "int", "constrained-int", "function-after"):
-            continue  # pydantic's names for union members, not fields
+        elif not part.isidentifier() or part in _UNION_TAGS or part[0].isupper():
+            continue  # pydantic's name for a union member, not a field
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{part}" if out else part
     return out
+
+
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict"}
 
 
 def _fields_at(loc: tuple[Any, ...]) -> list[str]:
@@ -232,8 +235,11 @@ def read_config_file(path: Path) -> ConfigFile:
     try:
         parsed = ConfigFile.model_validate(_strip_comments(raw))
     except ValidationError as exc:
-        # A value that matches no member of a union is reported once per member; keep one.
-        problems = list(dict.fromkeys(_describe(e, path) for e in exc.errors()))
+        # A value that matches no member of a union is reported once per member; keep the first.
+        first = {_loc(tuple(e["loc"])): e for e in reversed(exc.errors())}
+        # ...and a list with one bad item is reported at the item, not at the list.
+        deepest = [f for f in first if not any(g.startswith((f + "[", f + ".")) for g in first)]
+        problems = [_describe(first[f], path) for f in reversed(deepest)]
         raise ConfigError(problems) from None
     problems = _check_engine_args(parsed, path)
     if problems:
@@ -246,13 +252,6 @@ def _check_engine_args(parsed: ConfigFile, path: Path) -> list[str]:
     for key, why in RESERVED_ENGINE_KEYS.items():
         if key in (parsed.engine.model_extra or {}):
             problems.append(f"{path}: field 'engine.{key}' cannot be set here: {why}")
-    for key in LORA_KEYS[:2]:
-        for value in _as_list(getattr(parsed.engine, key)):
-            if key == "max_lora_rank" and value not in ALLOWED_LORA_RANKS:
-                problems.append(
-                    f"{path}: field 'engine.max_lora_rank' has bad value {value}: "
-                    f"vLLM accepts only {', '.join(map(str, ALLOWED_LORA_RANKS))}"
-                )
     for spec in parsed.engine_specs(with_lora_off=False):
         if spec.max_cpu_loras < spec.max_loras:
             problems.append(

@@ -1,0 +1,43 @@
+"""Shared helpers for lorabench's own tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_json(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+@pytest.fixture
+def tiny_config(tmp_path: Path):
+    """Write a small, valid config (built-in model, generated adapters) and return a writer
+    that applies overrides: ``tiny_config(matrix={"rounds": 2})``."""
+
+    def make(**overrides: object) -> Path:
+        data: dict = {
+            "model": "builtin:tiny-llama",
+            "adapters": {"generate": {"count": 4, "ranks": [8, 16], "target_modules": ["q_proj", "v_proj"]}},
+            "prompts": "prompts.json",
+            "results_dir": "results",
+            "engine": {"max_loras": [1, 2], "max_lora_rank": 16, "max_cpu_loras": 4, "max_model_len": 128, "max_num_seqs": 8},
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+            "matrix": {"batch_sizes": [2], "workloads": ["distinct", "identical"], "output_len": 4,
+                       "warmup_rounds": 0, "rounds": 1, "seed": 0},
+        }
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(data.get(key), dict):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        write_json(tmp_path / "prompts.json", ["Say hello.", "Count to three.", "Name a colour."])
+        return write_json(tmp_path / "common.json", data)
+
+    return make

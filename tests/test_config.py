@@ -1,0 +1,153 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from lorabench.config import ConfigError, EngineSpec, read_config_file, resolve_config
+from tests.conftest import write_json
+
+
+def load(path: Path, needs_lora: bool = True, output: str | None = None):
+    return resolve_config(path, read_config_file(path), needs_lora=needs_lora, output=output)
+
+
+def problems_of(path: Path, needs_lora: bool = True) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(path, needs_lora)
+    return str(info.value)
+
+
+def test_engine_specs_are_the_cross_product_with_readable_ids(tiny_config):
+    parsed = read_config_file(tiny_config(engine={"max_loras": [1, 2], "max_lora_rank": [8, 16], "max_cpu_loras": 4}))
+    specs = parsed.engine_specs(with_lora_off=True)
+    assert [s.id for s in specs] == [
+        "lora-off", "loras1-rank8-cpu4", "loras1-rank16-cpu4", "loras2-rank8-cpu4", "loras2-rank16-cpu4",
+    ]
+    assert specs[0] == EngineSpec(enable_lora=False)
+
+
+def test_max_cpu_loras_defaults_to_max_loras(tiny_config):
+    parsed = read_config_file(tiny_config(engine={"max_loras": 3, "max_lora_rank": 16, "max_cpu_loras": None}))
+    assert [s.id for s in parsed.engine_specs(with_lora_off=False)] == ["loras3-rank16-cpu3"]
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir("/")
+    model = tmp_path / "models" / "m"
+    write_json(model / "config.json", {"max_position_embeddings": 64})
+    adapter = tmp_path / "loras" / "a"
+    write_json(adapter / "adapter_config.json", {"r": 8})
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    write_json(tmp_path / "loras" / "adapters.json", [{"name": "a", "path": "a", "prompt": "hi"}])
+    write_json(tmp_path / "cfg" / "prompts.json", ["p"])
+    path = write_json(tmp_path / "cfg" / "common.json", {
+        "model": "../models/m", "adapters": "../loras/adapters.json", "prompts": "prompts.json",
+        "results_dir": "../out", "output": "fixed.csv",
+        "engine": {"max_loras": 1, "max_lora_rank": 8},
+        "matrix": {"batch_sizes": [1], "workloads": ["identical"], "output_len": 2, "input_len": 8},
+    })
+    config = load(path)
+    assert config.model == model
+    assert config.adapters[0].path == adapter and config.adapters[0].prompt == "hi"
+    assert config.results_dir == tmp_path / "out"
+    assert config.output == tmp_path / "cfg" / "fixed.csv"
+    assert not config.is_builtin_model
+    assert "load_format" not in config.llm_kwargs(EngineSpec(False))
+    # --bench-output is relative to where pytest runs, not to the config
+    assert load(path, output="x.csv").output == Path("/x.csv")
+
+
+def test_builtin_model_and_generated_adapters(tiny_config):
+    config = load(tiny_config())
+    assert config.is_builtin_model and (config.model / "config.json").is_file()
+    assert [a.name for a in config.adapters] == [
+        "dummy-lora-rank-8-0", "dummy-lora-rank-16-0", "dummy-lora-rank-8-1", "dummy-lora-rank-16-1",
+    ]
+    assert all((a.path / "adapter_model.safetensors").is_file() for a in config.adapters)
+    kwargs = config.llm_kwargs(EngineSpec(True, 2, 16, 4))
+    assert kwargs["load_format"] == "dummy"
+    assert kwargs["disable_log_stats"] is False and kwargs["enable_prefix_caching"] is False
+    assert (kwargs["max_loras"], kwargs["max_lora_rank"], kwargs["max_cpu_loras"]) == (2, 16, 4)
+    assert config.llm_kwargs(EngineSpec(False))["enable_lora"] is False
+    assert "max_loras" not in config.llm_kwargs(EngineSpec(False))
+
+
+def test_comment_keys_are_ignored(tiny_config):
+    path = tiny_config(**{"//": "a note"}, matrix={"//rounds": "why three", "rounds": 3})
+    assert read_config_file(path).matrix.rounds == 3
+
+
+def test_json_syntax_error_names_line_and_column(tmp_path):
+    path = tmp_path / "common.json"
+    path.write_text('{\n  "model": "x",\n  "prompts": "p.json"\n  "adapters": "a.json"\n}')
+    message = problems_of(path)
+    assert f"{path}:4:3: invalid JSON" in message
+
+
+def test_unknown_key_suggests_the_closest(tiny_config):
+    message = problems_of(tiny_config(matrix={"batch_size": [2]}))
+    assert "unknown key 'matrix.batch_size'" in message and "did you mean 'batch_sizes'?" in message
+    message = problems_of(tiny_config(adapter="x.json"))
+    assert "unknown key 'adapter'" in message and "did you mean 'adapters'?" in message
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"engine": {"max_lora_rank": 24}}, "field 'engine.max_lora_rank' has bad value 24: Input should be 1, 8, 16, 32, 64, 128, 256, 320 or 512"),
+        ({"engine": {"max_loras": 4, "max_cpu_loras": 2}}, "'engine.max_cpu_loras' has bad value 2: it is below max_loras=4"),
+        ({"engine": {"max_loras": 0}}, "field 'engine.max_loras' has bad value 0"),
+        ({"engine": {"max_num_seq": 4}}, "unknown key 'engine.max_num_seq' (not a vllm.LLM argument): did you mean 'max_num_seqs'?"),
+        ({"engine": {"enable_lora": False}}, "'engine.enable_lora' cannot be set here"),
+        ({"matrix": {"batch_sizes": [2, 0]}}, "field 'matrix.batch_sizes[1]' has bad value 0"),
+        ({"matrix": {"rounds": 0}}, "field 'matrix.rounds' has bad value 0"),
+        ({"matrix": {"output_len": 1}}, "field 'matrix.output_len' has bad value 1"),
+        ({"matrix": {"workloads": ["distinct", "random"]}}, "field 'matrix.workloads[1]' has bad value 'random'"),
+        ({"matrix": {"batch_sizes": [8]}}, "the 'distinct' workload needs 8 adapters at batch size 8, but only 4 are configured"),
+        ({"matrix": {"input_len": 126}}, "input_len + output_len = 130 exceeds engine.max_model_len = 128"),
+        ({"model": "builtin:huge-llama"}, "field 'model' has bad value 'builtin:huge-llama'"),
+        ({"model": "no/such/model"}, "field 'model': directory"),
+        ({"prompts": "missing.json"}, "prompts file not found"),
+        ({"adapters": "missing.json"}, "adapters file"),
+        ({"adapters": {"generate": {"count": 2, "ranks": [32]}}}, "has rank 32, above engine.max_lora_rank=16"),
+        ({"device": "tpu"}, "field 'device' has bad value 'tpu'"),
+    ],
+)
+def test_bad_values_are_named_with_file_field_and_value(tiny_config, override, expected):
+    path = tiny_config(**override)
+    message = problems_of(path)
+    assert expected in message
+    assert str(path.resolve()) in message or str(path) in message
+
+
+def test_missing_required_field(tmp_path):
+    path = write_json(tmp_path / "c.json", {"model": "builtin:tiny-llama", "prompts": "p.json"})
+    message = problems_of(path)
+    assert "missing required field 'adapters'" in message and "missing required field 'matrix'" in message
+
+
+def test_every_problem_is_reported_at_once(tiny_config):
+    message = problems_of(tiny_config(engine={"max_lora_rank": 24}, matrix={"rounds": 0, "batch_size": 3}))
+    assert "max_lora_rank" in message and "matrix.rounds" in message and "matrix.batch_size" in message
+
+
+def test_empty_adapters_only_matter_for_multilora(tmp_path, tiny_config):
+    write_json(tmp_path / "none.json", [])
+    path = tiny_config(adapters="none.json")
+    assert "no adapters, but multi-LoRA cases were selected" in problems_of(path, needs_lora=True)
+    assert load(path, needs_lora=False).adapters == ()
+
+
+def test_adapter_without_weights_or_config(tmp_path, tiny_config):
+    (tmp_path / "a").mkdir()
+    write_json(tmp_path / "b" / "adapter_config.json", {"r": 8})
+    write_json(tmp_path / "adapters.json", [{"name": "a", "path": "a"}, {"name": "b", "path": "b"}])
+    message = problems_of(tiny_config(adapters="adapters.json", matrix={"workloads": ["identical"]}))
+    assert "adapter 'a':" in message and "has no adapter_config.json" in message
+    assert "adapter 'b':" in message and "has no weights" in message
+
+
+def test_top_level_must_be_an_object(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps([1, 2]))
+    assert "the top level must be a JSON object" in problems_of(path)

@@ -1,0 +1,154 @@
+"""The plugin as a user meets it, through pytester. Only the last test starts engines."""
+
+import os
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT
+
+BENCH_MODULES = ("test_no_lora.py", "test_multilora.py")
+
+
+@pytest.fixture
+def bench_dir(pytester):
+    """The repository's own bench modules, copied into pytester's folder."""
+    for name in BENCH_MODULES:
+        pytester.makepyfile(**{name[:-3]: (ROOT / "bench" / name).read_text()})
+    return pytester
+
+
+def test_options_and_ini_twins_are_registered(pytester):
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["multi-LoRA benchmarks on vLLM:", "*--bench-config=PATH*", "*--bench-output=PATH*", "*bench_config*", "*bench_output*"])
+
+
+def test_plugin_is_inert_without_bench_tests(pytester):
+    pytester.makepyfile("def test_plain(): assert True")
+    result = pytester.runpytest("--bench-config", "does/not/exist.json")
+    result.assert_outcomes(passed=1)
+
+
+def test_bad_config_is_a_usage_error_before_any_engine(bench_dir, tiny_config):
+    path = tiny_config(engine={"max_lora_rank": 24, "max_loras": 4, "max_cpu_loras": 2}, matrix={"batch_size": [2]})
+    result = bench_dir.runpytest("--bench-config", str(path))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([
+        "ERROR: lorabench: the benchmark configuration cannot run:",
+        f"*{path}: field 'engine.max_lora_rank' has bad value 24*",
+        "*unknown key 'matrix.batch_size': did you mean 'batch_sizes'?*",
+    ])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert "engine builds" not in result.stdout.str()
+
+
+def test_ini_twin_selects_the_config(bench_dir, tmp_path):
+    (tmp_path / "broken.json").write_text("{")
+    bench_dir.makeini(f"[pytest]\nbench_config = {tmp_path / 'broken.json'}\n")
+    result = bench_dir.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{tmp_path / 'broken.json'}:1:2: invalid JSON*"])
+
+
+def test_bench_test_without_scenario_mark_is_a_usage_error(pytester, tiny_config):
+    pytester.makepyfile("def test_x(lorabench, engine, batch_size): pass")
+    result = pytester.runpytest("--bench-config", str(tiny_config()))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_x*needs @pytest.mark.scenario(NAME)*"])
+
+
+def test_case_ids_and_keyword_selection(bench_dir, tiny_config):
+    path = tiny_config()
+    multilora = bench_dir.runpytest("--bench-config", str(path), "-k", "multilora", "--collect-only", "-q")
+    ids = [line.rsplit("/", 1)[-1] for line in multilora.stdout.lines if "::" in line]
+    assert ids == [
+        f"test_multilora.py::test_multilora[{engine}-{workload}-bs2]"
+        for engine in ("loras1-rank16-cpu4", "loras2-rank16-cpu4")
+        for workload in ("distinct", "identical")
+    ]
+    baseline = bench_dir.runpytest("--bench-config", str(path), "-k", "no_lora", "--collect-only", "-q")
+    ids = [line.rsplit("/", 1)[-1] for line in baseline.stdout.lines if "::" in line]
+    assert sorted(ids) == [
+        f"test_no_lora.py::test_no_lora[{engine}-bs2]"
+        for engine in ("lora-off", "loras1-rank16-cpu4", "loras2-rank16-cpu4")
+    ]
+
+
+def test_baseline_runs_need_no_adapters(bench_dir, tiny_config, tmp_path):
+    (tmp_path / "none.json").write_text("[]")
+    path = tiny_config(adapters="none.json")
+    assert bench_dir.runpytest("--bench-config", str(path), "-k", "no_lora", "--collect-only").ret == 0
+    result = bench_dir.runpytest("--bench-config", str(path), "-k", "multilora", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no adapters, but multi-LoRA cases were selected*"])
+
+
+def test_cases_for_an_absent_device_skip_with_the_reason(bench_dir, tiny_config):
+    # An NPU config whose paths exist only on the NPU node: nothing is resolved here.
+    path = tiny_config(device="npu", model="/models/Llama-2-7b-hf", adapters="/models/adapters.json")
+    result = bench_dir.runpytest("--bench-config", str(path), "-rs")
+    result.assert_outcomes(skipped=7)
+    result.stdout.fnmatch_lines([
+        "benchmark cases skipped: needs vLLM's npu platform; this host runs cpu",
+        "SKIPPED [[]4[]] test_multilora.py:*: needs vLLM's npu platform; this host runs cpu",
+    ])
+    assert "engine builds" not in result.stdout.str()
+
+
+def test_device_marks_skip_plain_tests_too(pytester):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.npu
+        def test_npu_only(): pass
+
+        @pytest.mark.cpu
+        def test_cpu_only(): pass
+        """
+    )
+    reports = pytester.inline_run().getreports("pytest_runtest_logreport")
+    skipped = [r for r in reports if r.skipped]
+    assert [r.nodeid.split("::")[-1] for r in skipped] == ["test_npu_only"]
+    assert skipped[0].longrepr[2] == "Skipped: needs vLLM's npu platform; this host runs cpu"
+    assert [r.nodeid.split("::")[-1] for r in reports if r.when == "call" and r.passed] == ["test_cpu_only"]
+
+
+def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
+    """Both scenarios with text prompts on real engines: one build per configuration,
+    one durable row per case, every latency positive."""
+    path = tiny_config(matrix={"rounds": 2, "warmup_rounds": 1})
+    env_before = dict(os.environ)
+    result = bench_dir.runpytest_subprocess("--bench-config", str(path), "-p", "no:cacheprovider", timeout=600)
+    assert os.environ == env_before
+    result.assert_outcomes(passed=7)
+    out = result.stdout.str()
+    assert "engine builds: 3 (" in out
+    for engine in ("lora-off", "loras1-rank16-cpu4", "loras2-rank16-cpu4"):
+        assert out.count(f"{engine} ") >= 2  # in the build line and the summary table
+
+    (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
+    rows = pd.read_csv(csv)
+    assert len(rows) == 7
+    assert sorted(rows["scenario"].value_counts().items()) == [("multilora", 4), ("no_lora", 3)]
+    assert set(rows.loc[rows.scenario == "multilora", "workload"]) == {"distinct", "identical"}
+    assert (rows["rounds"] == 2).all() and (rows["warmup_rounds"] == 1).all()
+    for column in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms", "output_tokens_per_s", "peak_memory_mb"):
+        assert (rows[column] > 0).all(), column
+    assert (rows["ttft_ms_p99"] >= rows["ttft_ms_p50"]).all()
+    assert rows["device_type"].eq("cpu").all() and rows["model"].eq("builtin:tiny-llama").all()
+    assert rows["vllm_version"].notna().all()
+    multilora = rows[rows.scenario == "multilora"]
+    assert (multilora["num_adapters"] == multilora["workload"].map({"distinct": 2, "identical": 1})).all()
+    loaded = multilora[multilora["adapter_load_ms"] > 0]
+    assert len(loaded) >= 2, "each engine loads adapters before its first multi-LoRA case"
+    builds = rows.groupby("engine_id")["engine_build_s"].nunique()
+    assert (builds == 1).all(), "every case of a configuration shares one engine"
+    assert rows.loc[rows.engine_id == "lora-off", "enable_lora"].tolist() == [False]
+
+    samples = pd.read_csv(csv.with_name(csv.stem + ".samples.csv"))
+    assert len(samples) == 2 * (3 * 2 + 4 * 2)  # rounds x requests of every case
+    distinct = samples[(samples.workload == "distinct")]
+    assert set(distinct["adapter"]) == {"dummy-lora-rank-8-0", "dummy-lora-rank-16-0"}
+    assert (samples["output_tokens"] == 4).all()
+    assert samples["prompt_tokens"].between(2, 64).all(), "text prompts, tokenized by the built-in tokenizer"

@@ -1,0 +1,65 @@
+from pathlib import Path
+
+import pytest
+
+from lorabench.adapters import Adapter
+from lorabench.workload import assign_adapters, build_batch, ceil_sqrt, pool_size, synthetic_prompts
+
+ADAPTERS = [Adapter(f"a{i}", Path(f"/a{i}"), prompt=f"prompt {i}") for i in range(16)]
+
+
+@pytest.mark.parametrize(("n", "expected"), [(1, 1), (2, 2), (4, 2), (5, 3), (8, 3), (9, 3), (10, 4), (16, 4)])
+def test_ceil_sqrt(n, expected):
+    assert ceil_sqrt(n) == expected
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 5, 8, 16])
+def test_uniform_draws_from_ceil_sqrt_adapters(batch_size):
+    chosen = assign_adapters("uniform", batch_size, ADAPTERS, seed=0)
+    assert len(chosen) == batch_size
+    assert set(chosen) <= set(ADAPTERS[: ceil_sqrt(batch_size)])
+
+
+def test_uniform_is_deterministic_by_seed_and_uses_the_pool():
+    first = assign_adapters("uniform", 16, ADAPTERS, seed=7)
+    assert first == assign_adapters("uniform", 16, ADAPTERS, seed=7)
+    draws = {tuple(a.name for a in assign_adapters("uniform", 16, ADAPTERS, seed=s)) for s in range(10)}
+    assert len(draws) > 1, "the seed must change the draw"
+    assert len({a for s in range(10) for a in assign_adapters("uniform", 16, ADAPTERS, seed=s)}) == 4
+
+
+def test_distinct_and_identical():
+    assert assign_adapters("distinct", 5, ADAPTERS, seed=0) == ADAPTERS[:5]
+    assert assign_adapters("identical", 5, ADAPTERS, seed=0) == [ADAPTERS[0]] * 5
+    assert pool_size("identical", 5) == 1
+
+
+def test_too_few_adapters_and_unknown_workload():
+    with pytest.raises(ValueError, match="needs 8 adapters, got 3"):
+        assign_adapters("distinct", 8, ADAPTERS[:3], seed=0)
+    with pytest.raises(ValueError, match="unknown workload 'random'"):
+        pool_size("random", 4)
+
+
+def test_synthetic_prompts_have_exact_length_and_are_seeded():
+    prompts = synthetic_prompts(4, 33, vocab_size=500, seed=1)
+    assert [len(p) for p in prompts] == [33] * 4
+    assert all(0 <= t < 500 for p in prompts for t in p)
+    assert prompts == synthetic_prompts(4, 33, vocab_size=500, seed=1)
+    assert prompts != synthetic_prompts(4, 33, vocab_size=500, seed=2)
+
+
+def test_build_batch_text_prompts_follow_adapters_and_baseline_has_none():
+    lora = build_batch("distinct", 3, adapters=ADAPTERS, prompts=["p"], input_len=None, vocab_size=100, seed=0)
+    assert [r.prompt for r in lora.requests] == ["prompt 0", "prompt 1", "prompt 2"]
+    assert lora.adapters == ADAPTERS[:3]
+    base = build_batch(None, 3, adapters=ADAPTERS, prompts=["x", "y"], input_len=None, vocab_size=100, seed=0)
+    assert [r.prompt for r in base.requests] == ["x", "y", "x"]
+    assert base.adapters == [] and base.pool == ()
+
+
+def test_build_batch_uniform_pool_and_same_synthetic_prompts_for_baseline():
+    batch = build_batch("uniform", 9, adapters=ADAPTERS, prompts=["p"], input_len=8, vocab_size=1000, seed=3)
+    assert len(batch.pool) == 3
+    base = build_batch(None, 9, adapters=ADAPTERS, prompts=["p"], input_len=8, vocab_size=1000, seed=3)
+    assert [r.prompt for r in batch.requests] == [r.prompt for r in base.requests]
