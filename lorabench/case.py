@@ -10,8 +10,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from lorabench.config import BenchConfig
-from lorabench.engine import Engine
+from lorabench.engine import Engine, is_engine_dead
 from lorabench.measure import measure_round, sample_rows, summarize
 from lorabench.results import ResultWriter, utc_now
 from lorabench.workload import build_batch
@@ -36,6 +38,8 @@ class BenchCase:
             raise ValueError(f"scenario {self.scenario!r} {'needs' if workload is None else 'takes no'} workload")
         if self.scenario == "multilora" and not engine.spec.enable_lora:
             raise ValueError(f"multi-LoRA cases need a LoRA-enabled engine, got {engine.id}")
+        if engine.died:
+            pytest.fail(f"engine {engine.id} died in an earlier case, {engine.died}", pytrace=False)
         m = self.config.matrix
         batch = build_batch(
             workload,
@@ -46,8 +50,6 @@ class BenchCase:
             vocab_size=engine.vocab_size,
             seed=m.seed,
         )
-        load_s = engine.load_adapters(batch.adapters)
-
         raw: list[tuple[float, list[Any]]] = []
 
         def one_round() -> None:
@@ -55,7 +57,16 @@ class BenchCase:
             outputs = engine.generate(batch, m.output_len)
             raw.append((time.perf_counter() - start, outputs))
 
-        self.benchmark.pedantic(one_round, rounds=m.rounds, warmup_rounds=m.warmup_rounds, iterations=1)
+        try:
+            engine.check_alive()
+            load_s = engine.load_adapters(batch.adapters)
+            self.benchmark.pedantic(one_round, rounds=m.rounds, warmup_rounds=m.warmup_rounds, iterations=1)
+        except Exception as exc:
+            if not is_engine_dead(exc):
+                raise
+            engine.died = f"{self.test_id}: {type(exc).__name__}: {exc}"
+        if engine.died:
+            pytest.fail(f"engine {engine.id} died: {engine.died}", pytrace=False)
         # pedantic runs the warm-up rounds first; with --benchmark-disable it runs once, unwarmed.
         measured = [
             measure_round(i, elapsed, outputs, batch, m.output_len)

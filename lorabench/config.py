@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
 
 from lorabench import builtin
 from lorabench.adapters import Adapter, read_adapters_file, read_rank
@@ -61,6 +61,11 @@ class EngineArgs(BaseModel):
     max_lora_rank: Union[LoraRank, list[LoraRank]] = 16
     max_cpu_loras: IntOrList | None = None
 
+    @field_validator("max_loras", "max_lora_rank", "max_cpu_loras")
+    @classmethod
+    def _no_repeats(cls, value: Any) -> Any:
+        return _unique(value)
+
 
 class Matrix(_Strict):
     batch_sizes: list[PositiveInt] = Field(min_length=1)
@@ -71,6 +76,18 @@ class Matrix(_Strict):
     warmup_rounds: NonNegativeInt = 1
     rounds: PositiveInt = 3
     seed: int = 0
+
+    @field_validator("batch_sizes", "workloads")
+    @classmethod
+    def _no_repeats(cls, value: Any) -> Any:
+        return _unique(value)
+
+
+def _unique(value: Any) -> Any:
+    if isinstance(value, list) and len(set(value)) < len(value):
+        repeated = sorted({v for v in value if value.count(v) > 1}, key=str)
+        raise ValueError(f"{', '.join(map(str, repeated))} listed more than once: each value makes its own cases")
+    return value
 
 
 class DummyAdapterSpec(_Strict):

@@ -13,6 +13,8 @@ import time
 from types import TracebackType
 from typing import Any, Sequence
 
+import psutil
+
 from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.memory import PeakMemory
@@ -28,6 +30,9 @@ class Engine:
         self.llm: Any = None
         self._lora_ids = {a.name: i + 1 for i, a in enumerate(config.adapters)}
         self._saved_env: dict[str, str | None] = {}
+        # Set when the engine died while serving: the case it died in, and why.
+        self.died: str | None = None
+        self._processes: list[psutil.Process] = []
 
     @property
     def id(self) -> str:
@@ -38,6 +43,7 @@ class Engine:
         self._saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         self.memory.start()
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
             from vllm import LLM
 
@@ -47,6 +53,7 @@ class Engine:
         except BaseException:
             self._restore_env()
             raise
+        self._processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         self.memory.update()
         return self
 
@@ -56,11 +63,16 @@ class Engine:
         self.close()
 
     def close(self) -> None:
-        if self.llm is not None:
-            self.llm.llm_engine.engine_core.shutdown()
+        try:
+            if self.llm is not None:
+                self.llm.llm_engine.engine_core.shutdown()
+        except Exception:
+            if not self.died:  # shutting down a dead engine core may fail; nothing is left to free
+                raise
+        finally:
             self.llm = None
             gc.collect()
-        self._restore_env()
+            self._restore_env()
 
     def _restore_env(self) -> None:
         for key, value in self._saved_env.items():
@@ -69,6 +81,20 @@ class Engine:
             else:
                 os.environ[key] = value
         self._saved_env = {}
+
+    def check_alive(self) -> None:
+        """Raise ``EngineDied`` if a process the engine started is gone.
+
+        vLLM notices a dead engine core from a monitor thread; a request sent before it
+        does can wait forever, so each case checks first.
+        """
+        for proc in self._processes:
+            try:
+                gone = proc.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            if gone:
+                raise EngineDied(f"engine process {proc.pid} is gone (killed, crashed or out of memory)")
 
     @property
     def vocab_size(self) -> int:
@@ -108,3 +134,18 @@ class Engine:
         loras = [self.lora_request(r.adapter) if r.adapter is not None else None for r in batch.requests]
         kwargs = {"lora_request": loras} if self.spec.enable_lora else {}
         return self.llm.generate(prompts, params, use_tqdm=False, **kwargs)
+
+
+class EngineDied(RuntimeError):
+    """A process of the engine is gone."""
+
+
+def is_engine_dead(exc: BaseException) -> bool:
+    """Whether ``exc`` means the engine core is gone (killed, crashed, out of memory)."""
+    if isinstance(exc, EngineDied):
+        return True
+    try:
+        from vllm.v1.engine.exceptions import EngineDeadError
+    except ImportError:
+        return False
+    return isinstance(exc, EngineDeadError) or isinstance(exc.__cause__, EngineDeadError)

@@ -10,6 +10,8 @@ The plugin is installed for every pytest run in the environment, so it stays ine
 
 from __future__ import annotations
 
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,6 +22,7 @@ from lorabench.case import SCENARIOS, BenchCase
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform, detect_platform
 from lorabench.engine import Engine
+from lorabench.memory import MIB, tree_rss_bytes
 from lorabench.results import ResultWriter, format_summary, provenance
 
 ENGINE_FIXTURE = "engine"
@@ -39,6 +42,8 @@ class BenchState:
     provenance: dict[str, Any] = field(default_factory=dict)
     writer: ResultWriter | None = None
     builds: list[tuple[str, float]] = field(default_factory=list)
+    rss_after_teardown: list[tuple[str, float]] = field(default_factory=list)
+    previous_sigterm: Any = None
 
     def read_file(self) -> ConfigFile | None:
         if self.file is None and not self.problems:
@@ -142,6 +147,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if bench_items:
             state.skip_reason = _device_skip(bench_items[0], state.platform)
         return
+    _stop_on_sigterm(state)
     needs_lora = any(i.get_closest_marker("scenario").args[0] == "multilora" for i in runnable)
     try:
         state.config = resolve_config(state.config_path, state.file, needs_lora=needs_lora, output=state.output)
@@ -149,6 +155,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             "lorabench: the benchmark configuration cannot run:\n  " + "\n  ".join(exc.problems)
         ) from None
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"received signal {signum}")
+
+
+def _stop_on_sigterm(state: BenchState) -> None:
+    """Make SIGTERM stop the session like Ctrl-C: engines shut down, finished rows stay."""
+    if threading.current_thread() is threading.main_thread():
+        state.previous_sigterm = signal.signal(signal.SIGTERM, _interrupt)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is not None and state.previous_sigterm is not None:
+        signal.signal(signal.SIGTERM, state.previous_sigterm)
 
 
 def _state_for_run(config: pytest.Config) -> BenchState:
@@ -171,9 +193,20 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     spec = getattr(request, "param", None)
     if spec is None:
         raise RuntimeError(f"lorabench: '{ENGINE_FIXTURE}' is parametrized by the plugin; mark the test with @pytest.mark.scenario")
-    with Engine(state.config, spec, state.platform.device_type) as eng:
-        state.builds.append((spec.id, eng.build_s))
+    eng = Engine(state.config, spec, state.platform.device_type)
+    failure = None
+    try:
+        eng.__enter__()
+    except Exception as exc:  # noqa: BLE001 - fail this configuration's cases, keep the session
+        failure = f"engine configuration {spec.id} failed to build: {type(exc).__name__}: {exc}"
+    if failure:
+        pytest.fail(failure, pytrace=False)
+    state.builds.append((spec.id, eng.build_s))
+    try:
         yield eng
+    finally:
+        eng.close()
+        state.rss_after_teardown.append((spec.id, tree_rss_bytes() / MIB))
 
 
 @pytest.fixture
@@ -193,16 +226,20 @@ def lorabench(request: pytest.FixtureRequest, benchmark: Any) -> BenchCase:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
-    if state is None or (state.writer is None and state.skip_reason is None):
+    if state is None:
         return
-    tr = terminalreporter
-    tr.write_sep("=", "lorabench")
+    lines = []
     if state.skip_reason:
-        tr.write_line(f"benchmark cases skipped: {state.skip_reason}")
+        lines.append(f"benchmark cases skipped: {state.skip_reason}")
     if state.builds:
         builds = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.builds)
-        tr.write_line(f"engine builds: {len(state.builds)} ({builds})")
+        lines.append(f"engine builds: {len(state.builds)} ({builds})")
+    if state.rss_after_teardown:
+        rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
+        lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")
     if state.writer is not None and state.writer.rows:
-        tr.write_line(format_summary(state.writer.rows))
-        tr.write_line(f"results: {state.writer.path}")
-        tr.write_line(f"samples: {state.writer.samples_path}")
+        lines += [format_summary(state.writer.rows), f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
+    if lines:
+        terminalreporter.write_sep("=", "lorabench")
+        for line in lines:
+            terminalreporter.write_line(line)
