@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import time
 from types import TracebackType
 from typing import Any, Sequence
@@ -33,6 +35,7 @@ class Engine:
         # Set when the engine died while serving: the case it died in, and why.
         self.died: str | None = None
         self._processes: list[psutil.Process] = []
+        self._reaper: subprocess.Popen | None = None
 
     @property
     def id(self) -> str:
@@ -54,6 +57,7 @@ class Engine:
             self._restore_env()
             raise
         self._processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        self._reaper = _start_reaper(self._processes)
         self.memory.update()
         return self
 
@@ -73,6 +77,10 @@ class Engine:
             self.llm = None
             gc.collect()
             self._restore_env()
+            if self._reaper is not None:
+                self._reaper.stdin.close()  # the reaper kills whatever shutdown left behind
+                self._reaper.wait(timeout=30)
+                self._reaper = None
 
     def _restore_env(self) -> None:
         for key, value in self._saved_env.items():
@@ -134,6 +142,35 @@ class Engine:
         loras = [self.lora_request(r.adapter) if r.adapter is not None else None for r in batch.requests]
         kwargs = {"lora_request": loras} if self.spec.enable_lora else {}
         return self.llm.generate(prompts, params, use_tqdm=False, **kwargs)
+
+
+# Blocks until its stdin closes (the engine was closed, or this process died, even by
+# kill -9), then kills the engine's processes that are still running.
+_REAPER = """
+import sys, psutil
+procs = []
+for pid in sys.argv[1:]:
+    try:
+        procs.append(psutil.Process(int(pid)))
+    except psutil.Error:
+        pass
+sys.stdin.read()
+for proc in procs:
+    try:
+        proc.kill()
+    except psutil.Error:
+        pass
+"""
+
+
+def _start_reaper(processes: Sequence[psutil.Process]) -> subprocess.Popen | None:
+    if not processes:
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-c", _REAPER, *(str(p.pid) for p in processes)],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # a Ctrl-C meant for pytest must not reach it first
+    )
 
 
 class EngineDied(RuntimeError):

@@ -144,27 +144,27 @@ class ResultWriter:
     def samples_path(self) -> Path | None:
         return samples_path_for(self.path) if self.path else None
 
-    def _claim_new_file(self, row: dict[str, Any]) -> None:
+    def _claim_new_file(self) -> Path:
+        """Create this run's file, header only, under a name no other run holds."""
         self.results_dir.mkdir(parents=True, exist_ok=True)
         for n in range(1000):
             candidate = self.results_dir / (self._stem + (f"-{n}" if n else "") + ".csv")
             try:
-                _append(candidate, COLUMNS, [row], exclusive=True)
+                _append(candidate, COLUMNS, [], exclusive=True)
             except FileExistsError:
                 continue
-            self.path = candidate
-            return
+            return candidate
         raise ResultsFileError(f"could not create a new results file in {self.results_dir}")
 
     def append(self, row: dict[str, Any], samples: Sequence[dict[str, Any]]) -> None:
-        """Make one finished case durable: its samples first, then the row that summarizes them."""
+        """Make one finished case durable: its samples first, then the row that summarizes
+        them, so every row on disk has its samples behind it."""
         if self.path is None:
-            self._claim_new_file(row)
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            _append(self.path, COLUMNS, [row], exclusive=False)
+            self.path = self._claim_new_file()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         key = {c: row.get(c, "") for c in SAMPLE_KEY_COLUMNS}
         _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **s} for s in samples], exclusive=False)
+        _append(self.path, COLUMNS, [row], exclusive=False)
         self.rows.append(row)
 
 

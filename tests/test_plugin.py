@@ -124,6 +124,9 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     result.assert_outcomes(passed=7)
     out = result.stdout.str()
     assert "engine builds: 3 (" in out
+    (rss_line,) = [line for line in result.stdout.lines if line.startswith("process tree RSS after each engine shut down")]
+    rss = [float(v) for v in rss_line.split(":")[1].split(",")]
+    assert len(rss) == 3 and max(rss) - min(rss) < 256, f"memory grows across engine builds: {rss}"
     for engine in ("lora-off", "loras1-rank16-cpu4", "loras2-rank16-cpu4"):
         assert out.count(f"{engine} ") >= 2  # in the build line and the summary table
 
