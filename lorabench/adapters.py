@@ -41,6 +41,8 @@ def read_adapters_file(path: Path) -> list[Adapter]:
         unknown = entry.keys() - {"name", "path", "prompt"}
         if unknown:
             raise ValueError(f"{path}: entry [{i}] has unknown keys {sorted(unknown)}: allowed are name, path, prompt")
+        if not all(isinstance(entry.get(k, ""), str) for k in ("name", "path", "prompt")):
+            raise ValueError(f"{path}: entry [{i}]: name, path and prompt must be strings, got {entry!r}")
         if entry["name"] in seen:
             raise ValueError(f"{path}: entry [{i}] repeats the adapter name {entry['name']!r}: names must be unique")
         seen.add(entry["name"])

@@ -7,9 +7,11 @@ each naming the file, the field, the bad value and what to do about it.
 
 from __future__ import annotations
 
+import csv
 import difflib
 import itertools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -18,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from lorabench import builtin
 from lorabench.adapters import Adapter, read_adapters_file, read_rank
+from lorabench.results import COLUMNS
 from lorabench.workload import pool_size
 
 WORKLOADS = ("distinct", "uniform", "identical")
@@ -345,12 +348,14 @@ def resolve_config(path: Path, parsed: ConfigFile, *, needs_lora: bool, output: 
             problems.append(f"{path}: field 'adapters': {exc}")
     problems += _check_adapters(path, parsed, adapters, needs_lora)
     problems += _check_lengths(path, parsed, model)
-    if problems:
-        raise ConfigError(problems)
     if output is not None:  # from the command line: relative to the working directory
         out_path: Path | None = Path(output).resolve()
     else:
         out_path = _resolve(base, parsed.output) if parsed.output else None
+    results_dir = _resolve(base, parsed.results_dir)
+    problems += _check_outputs(path, results_dir, out_path, output is not None)
+    if problems:
+        raise ConfigError(problems)
     return BenchConfig(
         path=path,
         file=parsed,
@@ -359,9 +364,34 @@ def resolve_config(path: Path, parsed: ConfigFile, *, needs_lora: bool, output: 
         is_builtin_model=is_builtin,
         adapters=tuple(adapters),
         prompts=tuple(prompts),
-        results_dir=_resolve(base, parsed.results_dir),
+        results_dir=results_dir,
         output=out_path,
     )
+
+
+def _writable_dir(folder: Path) -> bool:
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    return existing is not None and existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+
+
+def _check_outputs(path: Path, results_dir: Path, output: Path | None, from_cli: bool) -> list[str]:
+    """Result files are written after an engine has run: check now that they can be."""
+    field = "--bench-output" if from_cli else "field 'output'"
+    if output is None:
+        if not _writable_dir(results_dir):
+            return [f"{path}: field 'results_dir': cannot create result files in {results_dir}: choose a writable folder"]
+        return []
+    if output.is_dir() or not _writable_dir(output.parent):
+        return [f"{path}: {field}: cannot write the CSV file {output}: name a file in a writable folder"]
+    if output.is_file() and output.stat().st_size:
+        with output.open(encoding="utf-8", newline="") as f:
+            header = next(csv.reader(f), [])
+        if tuple(header) != COLUMNS:
+            return [
+                f"{path}: {field}: {output} exists and is not a lorabench results file of this version "
+                "(other columns): name a new file, or leave 'output' unset for a new file per run"
+            ]
+    return []
 
 
 def _read_prompts(path: Path) -> list[str]:

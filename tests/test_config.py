@@ -151,3 +151,21 @@ def test_top_level_must_be_an_object(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps([1, 2]))
     assert "the top level must be a JSON object" in problems_of(path)
+
+
+def test_output_files_are_checked_before_any_engine(tiny_config, tmp_path):
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("a,b\n1,2\n")
+    message = problems_of(tiny_config(output="foreign.csv"))
+    assert "field 'output'" in message and "is not a lorabench results file" in message
+    (tmp_path / "blocker").write_text("")
+    message = problems_of(tiny_config(results_dir="blocker/results"))
+    assert "field 'results_dir': cannot create result files" in message
+    path = tiny_config()
+    with pytest.raises(ConfigError, match="--bench-output: cannot write the CSV file"):
+        load(path, output=str(tmp_path))
+
+
+def test_adapter_entries_must_be_strings(tmp_path, tiny_config):
+    write_json(tmp_path / "adapters.json", [{"name": "a", "path": "a", "prompt": 3}])
+    assert "name, path and prompt must be strings" in problems_of(tiny_config(adapters="adapters.json"))
