@@ -56,6 +56,29 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from lorabench import compare as cmp
+
+    try:
+        if args.results_dir:
+            base_path = cmp.find_latest(Path(args.results_dir), args.base)
+            new_path = cmp.find_latest(Path(args.results_dir), args.new)
+        else:
+            base_path, new_path = Path(args.base), Path(args.new)
+        threshold, per_metric = cmp.parse_thresholds(args.threshold)
+        result = cmp.compare(
+            cmp.load_run(base_path), cmp.load_run(new_path), threshold=threshold, per_metric=per_metric, alpha=args.alpha
+        )
+    except cmp.CompareError as exc:
+        print(f"lorabench compare: {exc}", file=sys.stderr)
+        return 2
+    print(cmp.RENDERERS[args.format](result))
+    if args.plot:
+        cmp.plot(result, Path(args.plot))
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 1 if result.regressions else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lorabench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +98,24 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     gen.set_defaults(func=_generate)
+
+    comp = commands.add_parser(
+        "compare",
+        help="compare two runs; exit 0: no regression, 1: a regression, 2: bad input",
+        description="Compare two benchmark runs case by case. A change is a regression or an improvement only "
+        "when it passes the threshold and a Mann-Whitney U test on the raw samples finds it significant.",
+    )
+    comp.add_argument("base", help="base result CSV (or, with --results-dir, a commit prefix)")
+    comp.add_argument("new", help="new result CSV (or, with --results-dir, a commit prefix)")
+    comp.add_argument("--results-dir", help="pick the latest run of each commit prefix in this folder")
+    comp.add_argument(
+        "--threshold", action="append", default=[], metavar="[METRIC=]PCT",
+        help="smallest change that counts, default 10%%; repeat per metric, e.g. --threshold decode_ms=5%%",
+    )
+    comp.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (default 0.05)")
+    comp.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
+    comp.add_argument("--plot", metavar="FILE.png", help="also draw the new/base ratio of every case")
+    comp.set_defaults(func=_compare)
     return parser
 
 

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from lorabench import compare
 from lorabench.case import SCENARIOS, BenchCase
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform, detect_platform
@@ -44,6 +45,7 @@ class BenchState:
     builds: list[tuple[str, float]] = field(default_factory=list)
     rss_after_teardown: list[tuple[str, float]] = field(default_factory=list)
     previous_sigterm: Any = None
+    comparison: list[str] = field(default_factory=list)
 
     def read_file(self) -> ConfigFile | None:
         if self.file is None and not self.problems:
@@ -71,6 +73,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="append results to this CSV instead of a new file per run under the config's results_dir",
     )
     parser.addini("bench_output", "fixed results CSV, relative to the rootdir (default: a new file per run)", default="")
+    group.addoption(
+        "--bench-compare",
+        metavar="BASE",
+        help="at the end, compare this run's results with BASE (a result CSV), as `lorabench compare` does",
+    )
+    parser.addini("bench_compare", "result CSV to compare each run with, relative to the rootdir", default="")
+    group.addoption(
+        "--bench-compare-fail",
+        action="store_true",
+        default=None,
+        help="fail the session when --bench-compare finds a regression",
+    )
+    parser.addini("bench_compare_fail", "fail the session when the comparison finds a regression", type="bool", default=False)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -173,6 +188,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, state.previous_sigterm)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the terminal reporter prints its summary
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    state = config.stash[STATE]
+    ini_base = config.getini("bench_compare")
+    base = config.getoption("bench_compare") or (str(config.rootpath / ini_base) if ini_base else None)
+    if not base or state.writer is None or state.writer.path is None:
+        return
+    fail = config.getoption("bench_compare_fail")
+    fail = config.getini("bench_compare_fail") if fail is None else fail
+    try:
+        result = compare.compare(compare.load_run(Path(base)), compare.load_run(state.writer.path))
+    except compare.CompareError as exc:
+        state.comparison = [f"cannot compare with {base}: {exc}"]
+        if fail:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
+    state.comparison = compare.render_text(result).splitlines()
+    if fail and result.regressions:
+        state.comparison.append(f"{len(result.regressions)} regressions: the session fails (--bench-compare-fail)")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def _state_for_run(config: pytest.Config) -> BenchState:
     state = config.stash[STATE]
     if state.config is None:
@@ -239,7 +277,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")
     if state.writer is not None and state.writer.rows:
         lines += [format_summary(state.writer.rows), f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
-    if lines:
-        terminalreporter.write_sep("=", "lorabench")
-        for line in lines:
-            terminalreporter.write_line(line)
+    for title, section in (("lorabench", lines), ("lorabench compare", state.comparison)):
+        if section:
+            terminalreporter.write_sep("=", title)
+            for line in section:
+                terminalreporter.write_line(line)
