@@ -155,3 +155,42 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     assert set(distinct["adapter"]) == {"dummy-lora-rank-8-0", "dummy-lora-rank-16-0"}
     assert (samples["output_tokens"] == 4).all()
     assert samples["prompt_tokens"].between(2, 64).all(), "text prompts, tokenized by the built-in tokenizer"
+
+
+def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config, tmp_path):
+    """A real run compared with a made-up base far faster than this machine: the
+    session prints the comparison and, with --bench-compare-fail, fails."""
+    path = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 4})
+    data = ROOT / "tests" / "data" / "default-run.csv"
+    rows = pd.read_csv(data)
+    row = rows[(rows.workload == "identical") & (rows.batch_size == 4) & (rows.max_loras == 2)].copy()
+    samples = pd.read_csv(data.with_name(data.stem + ".samples.csv"))
+    samples = samples[(samples.workload == "identical") & (samples.batch_size == 4) & (samples.max_loras == 2)]
+    samples = samples[samples["round"] < 4].copy()
+    key = {"batch_size": 2, "input_len": 16, "output_len": 4, "max_loras": 1, "max_cpu_loras": 4}
+    for frame in (row, samples):
+        for column, value in key.items():
+            frame[column] = value
+    fast = [c for c in row.columns if c.split("_p")[0] in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms")]
+    row[fast] /= 20
+    row["output_tokens_per_s"] *= 20
+    for column in ("ttft_ms", "prefill_ms", "decode_ms", "request_e2e_ms", "batch_e2e_ms"):
+        samples[column] /= 20
+    base = tmp_path / "base.csv"
+    row.to_csv(base, index=False)
+    samples.to_csv(tmp_path / "base.samples.csv", index=False)
+
+    result = bench_dir.runpytest_subprocess(
+        "--bench-config", str(path), "-k", "multilora", "-p", "no:cacheprovider",
+        "--bench-compare", str(base), "--bench-compare-fail", timeout=400,
+    )
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "*= lorabench compare =*",
+        f"base: {base}  commit *",
+        "workload: identical",
+        "*multilora loras1-rank16-cpu4 bs2 in16 out4  e2e_ms*REGRESSED*",
+        "1 cases compared: 5 regressed, 0 improved*",
+        "* regressions: the session fails (--bench-compare-fail)",
+    ])
