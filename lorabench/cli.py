@@ -56,18 +56,22 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _paths(text: str) -> list[Path]:
+    return [Path(part) for part in text.split(",") if part]
+
+
 def _compare(args: argparse.Namespace) -> int:
     from lorabench import compare as cmp
 
     try:
         if args.results_dir:
-            base_path = cmp.find_latest(Path(args.results_dir), args.base)
-            new_path = cmp.find_latest(Path(args.results_dir), args.new)
+            base_paths = cmp.find_runs(Path(args.results_dir), args.base, all_runs=args.all_runs)
+            new_paths = cmp.find_runs(Path(args.results_dir), args.new, all_runs=args.all_runs)
         else:
-            base_path, new_path = Path(args.base), Path(args.new)
+            base_paths, new_paths = _paths(args.base), _paths(args.new)
         threshold, per_metric = cmp.parse_thresholds(args.threshold)
         result = cmp.compare(
-            cmp.load_run(base_path), cmp.load_run(new_path), threshold=threshold, per_metric=per_metric, alpha=args.alpha
+            cmp.load_run(base_paths), cmp.load_run(new_paths), threshold=threshold, per_metric=per_metric, alpha=args.alpha
         )
     except cmp.CompareError as exc:
         print(f"lorabench compare: {exc}", file=sys.stderr)
@@ -77,6 +81,59 @@ def _compare(args: argparse.Namespace) -> int:
         cmp.plot(result, Path(args.plot))
         print(f"plot: {args.plot}", file=sys.stderr)
     return 1 if result.regressions else 0
+
+
+def _range(text: str) -> tuple[int, int]:
+    try:
+        low, high = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LOW,HIGH such as 8,64, got {text!r}") from None
+    return low, high
+
+
+def _adapter_names(args: argparse.Namespace) -> list[str]:
+    if args.adapters:
+        from lorabench.adapters import read_adapters_file
+
+        try:
+            return [a.name for a in read_adapters_file(Path(args.adapters))]
+        except ValueError as exc:
+            raise SystemExit(f"lorabench: --adapters: {exc}") from None
+    return [f"adapter-{i}" for i in range(args.num_adapters)]
+
+
+def _trace_generate(args: argparse.Namespace) -> int:
+    from lorabench import trace
+
+    params = trace.TraceParams(
+        num_adapters=args.num_adapters,
+        rate=args.rate,
+        alpha=args.alpha,
+        cv=args.cv,
+        input_range=args.input_range,
+        output_range=args.output_range,
+        lengths=args.lengths,
+        duration=args.duration,
+        seed=args.seed,
+    )
+    try:
+        requests = trace.generate(params, _adapter_names(args))
+    except ValueError as exc:
+        raise SystemExit(f"lorabench: cannot generate the trace: {exc}") from None
+    trace.write(Path(args.out), params, _adapter_names(args), requests)
+    print(f"wrote {len(requests)} requests to {args.out}")
+    return 0
+
+
+def _trace_stats(args: argparse.Namespace) -> int:
+    from lorabench import trace
+
+    try:
+        params, adapters, requests = trace.read(Path(args.file))
+    except ValueError as exc:
+        raise SystemExit(f"lorabench: {exc}") from None
+    print(trace.format_stats(params, adapters, requests))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,9 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare two benchmark runs case by case. A change is a regression or an improvement only "
         "when it passes the threshold and a Mann-Whitney U test on the raw samples finds it significant.",
     )
-    comp.add_argument("base", help="base result CSV (or, with --results-dir, a commit prefix)")
-    comp.add_argument("new", help="new result CSV (or, with --results-dir, a commit prefix)")
+    comp.add_argument("base", help="base result CSV, or several runs to pool as A.csv,B.csv (with --results-dir: a commit prefix)")
+    comp.add_argument("new", help="new result CSV, or several runs to pool (with --results-dir: a commit prefix)")
     comp.add_argument("--results-dir", help="pick the latest run of each commit prefix in this folder")
+    comp.add_argument("--all-runs", action="store_true", help="with --results-dir: pool every run of each commit")
     comp.add_argument(
         "--threshold", action="append", default=[], metavar="[METRIC=]PCT",
         help="smallest change that counts, default 10%%; repeat per metric, e.g. --threshold decode_ms=5%%",
@@ -116,12 +174,32 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     comp.add_argument("--plot", metavar="FILE.png", help="also draw the new/base ratio of every case")
     comp.set_defaults(func=_compare)
+
+    traces = commands.add_parser("trace", help="synthetic online workloads (S-LoRA style)").add_subparsers(
+        dest="action", required=True
+    )
+    tgen = traces.add_parser("generate", help="write a trace: Gamma arrivals, power-law adapter popularity")
+    tgen.add_argument("--out", required=True, help="trace file to write (JSON lines)")
+    tgen.add_argument("-n", "--num-adapters", type=int, required=True, help="number of adapters")
+    tgen.add_argument("-R", "--rate", type=float, required=True, help="total request rate, requests/s")
+    tgen.add_argument("--alpha", type=float, default=1.0, help="popularity exponent: 1 uniform, smaller more skewed")
+    tgen.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of inter-arrival times (1: Poisson)")
+    tgen.add_argument("--input-range", type=_range, default=(8, 64), metavar="LOW,HIGH")
+    tgen.add_argument("--output-range", type=_range, default=(8, 64), metavar="LOW,HIGH")
+    tgen.add_argument("--lengths", choices=["uniform", "longtail"], default="uniform")
+    tgen.add_argument("--duration", type=float, default=300.0, help="seconds (default 300)")
+    tgen.add_argument("--seed", type=int, default=0)
+    tgen.add_argument("--adapters", help="adapters.json whose first N adapters the trace uses (default: adapter-0 ...)")
+    tgen.set_defaults(func=_trace_generate)
+    tstats = traces.add_parser("stats", help="what a trace achieved: rate, CV, adapter shares, length histograms")
+    tstats.add_argument("file")
+    tstats.set_defaults(func=_trace_stats)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "count", 1) < 1:
+    if args.command == "adapters" and args.count < 1:
         raise SystemExit("lorabench: --count must be at least 1")
     return args.func(args)
 

@@ -67,19 +67,27 @@ def _norm(value: Any) -> str:
 
 @dataclass
 class Run:
-    path: Path
-    rows: pd.DataFrame  # one row per case, indexed by the normalized case key
-    samples: pd.DataFrame | None
+    """One side of a comparison: one result file, or several runs of the same code pooled."""
+
+    paths: list[Path]
+    rows: pd.DataFrame  # one row per case, indexed by the normalized case key; metrics averaged over runs
+    all_rows: pd.DataFrame  # every run's rows, for provenance
+    samples: pd.DataFrame | None  # the samples behind ``rows``, with the run they came from
+
+    @property
+    def label(self) -> str:
+        return ", ".join(map(str, self.paths))
 
     def provenance(self, column: str) -> str:
-        values = sorted({_norm(v) for v in self.rows[column]}) if column in self.rows else []
+        values = sorted({_norm(v) for v in self.all_rows[column]}) if column in self.all_rows else []
         return ", ".join(values)
 
     @property
     def commit(self) -> str:
-        commit = self.provenance("git_commit")[:12] or "unknown"
-        dirty = self.rows["git_dirty"].astype(str).str.lower().eq("true").any()
-        return commit + (" (dirty)" if dirty else "")
+        commit = ", ".join(c[:12] for c in self.provenance("git_commit").split(", ")) or "unknown"
+        dirty = self.all_rows["git_dirty"].astype(str).str.lower().eq("true").any()
+        runs = f" ({len(self.paths)} runs)" if len(self.paths) > 1 else ""
+        return commit + (" (dirty)" if dirty else "") + runs
 
 
 def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
@@ -92,9 +100,8 @@ def _case(key: str) -> dict[str, str]:
     return dict(zip(CASE_KEY, key.split(KEY_SEP)))
 
 
-def load_run(path: Path) -> Run:
-    """Read a result CSV and its samples; a fixed file holding several runs keeps each case's latest row."""
-    path = Path(path)
+def _load_one(path: Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """A result file's latest row per case (a fixed file can hold several runs) and those rows' samples."""
     if not path.is_file():
         raise CompareError(f"{path}: no such file")
     try:
@@ -106,15 +113,33 @@ def load_run(path: Path) -> Run:
         raise CompareError(f"{path}: not a lorabench result file: missing columns {', '.join(missing)}")
     if rows.empty:
         raise CompareError(f"{path}: has no result rows")
-    rows = _keyed(rows).sort_values("timestamp").drop_duplicates("_key", keep="last").set_index("_key")
+    rows = _keyed(rows).sort_values("timestamp").drop_duplicates("_key", keep="last")
     samples_path = samples_path_for(path)
-    samples = _keyed(pd.read_csv(samples_path)) if samples_path.is_file() else None
-    return Run(path, rows, samples)
+    if not samples_path.is_file():
+        return rows, None
+    samples = _keyed(pd.read_csv(samples_path)).merge(rows[["_key", "timestamp"]], on=["_key", "timestamp"])
+    return rows, samples
 
 
-def find_latest(results_dir: Path, commit_prefix: str) -> Path:
-    """The newest run in ``results_dir`` whose commit starts with ``commit_prefix``."""
-    best: tuple[str, Path] | None = None
+def load_run(paths: Path | Sequence[Path]) -> Run:
+    """Read one result file, or several runs of the same code to pool as one side.
+
+    Pooled, each case's value is the mean over the runs, and the significance test sees
+    every run's rounds, so differences between engine builds count as noise.
+    """
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    parts = [_load_one(p) for p in paths]
+    all_rows = pd.concat([rows.assign(_run=i) for i, (rows, _) in enumerate(parts)], ignore_index=True)
+    aggregated = all_rows.groupby("_key").agg({c: "mean" if c in METRICS else "last" for c in all_rows.columns if c != "_key"})
+    samples = None
+    if all(s is not None for _, s in parts):
+        samples = pd.concat([s.assign(_run=i) for i, (_, s) in enumerate(parts)], ignore_index=True)
+    return Run(paths, aggregated, all_rows, samples)
+
+
+def find_runs(results_dir: Path, commit_prefix: str, *, all_runs: bool = False) -> list[Path]:
+    """The newest run (or every run) in ``results_dir`` whose commit starts with ``commit_prefix``."""
+    found: list[tuple[str, Path]] = []
     for csv in sorted(Path(results_dir).glob("*.csv")):
         if csv.name.endswith(".samples.csv"):
             continue
@@ -122,18 +147,16 @@ def find_latest(results_dir: Path, commit_prefix: str) -> Path:
             head = pd.read_csv(csv, usecols=["git_commit", "timestamp"], dtype=str)
         except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
             continue
-        if head.empty or not head["git_commit"].fillna("").str.startswith(commit_prefix).any():
-            continue
-        stamp = head["timestamp"].max()
-        if best is None or stamp > best[0]:
-            best = (stamp, csv)
-    if best is None:
+        if not head.empty and head["git_commit"].fillna("").str.startswith(commit_prefix).any():
+            found.append((head["timestamp"].max(), csv))
+    if not found:
         raise CompareError(f"{results_dir}: no result file of a commit starting with {commit_prefix!r}")
-    return best[1]
+    found.sort()
+    return [p for _, p in found] if all_runs else [found[-1][1]]
 
 
 def samples_of(run: Run, key: str, metric: str) -> np.ndarray | None:
-    """One value per measured round of the case.
+    """One value per measured round of the case, over all pooled runs.
 
     Rounds are the independent repetitions: the requests of one batch share their
     prefill and decode steps, so per-request values within a round are not independent
@@ -141,11 +164,10 @@ def samples_of(run: Run, key: str, metric: str) -> np.ndarray | None:
     """
     if run.samples is None:
         return None
-    stamp = run.rows.at[key, "timestamp"]
-    case = run.samples[(run.samples["_key"] == key) & (run.samples["timestamp"] == stamp)]
+    case = run.samples[run.samples["_key"] == key]
     if case.empty:
         return None
-    rounds = case.groupby("round")
+    rounds = case.groupby(["_run", "round"])
     if metric == "e2e_ms":
         return rounds["batch_e2e_ms"].first().to_numpy(dtype=float)
     if metric == "output_tokens_per_s":
@@ -204,7 +226,7 @@ def compare(
     common = [k for k in new.rows.index if k in base.rows.index]
     if not common:
         raise CompareError(
-            f"{base.path} and {new.path} have no case in common: compare runs of the same model, device and matrix"
+            f"{base.label} and {new.label} have no case in common: compare runs of the same model, device and matrix"
         )
     findings = []
     for key in common:
@@ -278,8 +300,8 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def _preamble(c: Comparison) -> list[str]:
     lines = [
-        f"base: {c.base.path}  commit {c.base.commit}",
-        f"new:  {c.new.path}  commit {c.new.commit}",
+        f"base: {c.base.label}  commit {c.base.commit}",
+        f"new:  {c.new.label}  commit {c.new.commit}",
     ]
     lines += [f"WARNING: {w}" for w in c.warnings]
     return lines
@@ -330,8 +352,8 @@ def render_csv(c: Comparison) -> str:
 def render_json(c: Comparison) -> str:
     return json.dumps(
         {
-            "base": {"path": str(c.base.path), "commit": c.base.commit},
-            "new": {"path": str(c.new.path), "commit": c.new.commit},
+            "base": {"paths": [str(p) for p in c.base.paths], "commit": c.base.commit},
+            "new": {"paths": [str(p) for p in c.new.paths], "commit": c.new.commit},
             "warnings": c.warnings,
             "findings": _records(c),
             "only_base": c.only_base,

@@ -148,7 +148,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state = config.stash[STATE]
     bench_items = [i for i in items if ENGINE_FIXTURE in getattr(i, "fixturenames", ())]
     if state.problems:
-        raise pytest.UsageError("lorabench: the benchmark configuration cannot run:\n  " + "\n  ".join(state.problems))
+        raise _usage_error(state.problems)
     marked = [i for i in items if any(i.get_closest_marker(d) for d in DEVICE_TYPES)]
     if not bench_items and not marked:
         return
@@ -167,9 +167,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     try:
         state.config = resolve_config(state.config_path, state.file, needs_lora=needs_lora, output=state.output)
     except ConfigError as exc:
-        raise pytest.UsageError(
-            "lorabench: the benchmark configuration cannot run:\n  " + "\n  ".join(exc.problems)
-        ) from None
+        raise _usage_error(exc.problems) from None
+
+
+def _usage_error(problems: list[str]) -> pytest.UsageError:
+    return pytest.UsageError("lorabench: the benchmark configuration cannot run:\n  " + "\n  ".join(problems))
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -199,7 +201,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     fail = config.getoption("bench_compare_fail")
     fail = config.getini("bench_compare_fail") if fail is None else fail
     try:
-        result = compare.compare(compare.load_run(Path(base)), compare.load_run(state.writer.path))
+        base_paths = [Path(p) for p in base.split(",") if p]
+        result = compare.compare(compare.load_run(base_paths), compare.load_run(state.writer.path))
     except compare.CompareError as exc:
         state.comparison = [f"cannot compare with {base}: {exc}"]
         if fail:

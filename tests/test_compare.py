@@ -10,7 +10,7 @@ import pytest
 
 from lorabench import cli
 from lorabench.compare import (
-    IMPROVED, NOT_SIGNIFICANT, REGRESSED, TOO_FEW, WITHIN, compare, find_latest, load_run, parse_thresholds,
+    IMPROVED, NOT_SIGNIFICANT, REGRESSED, TOO_FEW, WITHIN, compare, find_runs, load_run, parse_thresholds,
 )
 from tests.conftest import ROOT
 
@@ -199,7 +199,8 @@ def test_results_dir_picks_the_latest_run_of_each_commit(tmp_path, capsys):
     first, second = copy_run(tmp_path, "a"), copy_run(tmp_path, "b")
     edit_run(second, lambda rows, samples: rows.__setitem__("timestamp", "2099-01-01T00:00:00Z"))
     commit = pd.read_csv(first)["git_commit"].iloc[0]
-    assert find_latest(tmp_path, commit[:7]) == second
+    assert find_runs(tmp_path, commit[:7]) == [second]
+    assert find_runs(tmp_path, commit[:7], all_runs=True) == [first, second]
     assert run_cli(commit[:7], commit[:10], "--results-dir", tmp_path) == 0
     assert run_cli("deadbeef", commit[:7], "--results-dir", tmp_path) == 2
     assert "no result file of a commit starting with 'deadbeef'" in capsys.readouterr().err
@@ -217,3 +218,38 @@ def test_formats_and_plot(tmp_path, capsys):
     assert (table.verdict == REGRESSED).sum() == 1
     run_cli(base, new, "--format", "markdown")
     assert "| case | metric | base | new | ratio | change | p | verdict |" in capsys.readouterr().out
+
+
+def scale_everything(factor):
+    """A whole engine build running ``factor`` times slower: every latency up, throughput down."""
+    def change(rows, samples):
+        for metric in (*REQUEST_METRICS, "e2e_ms"):
+            columns = [c for c in rows.columns if c == metric or c.startswith(metric + "_p")]
+            rows[columns] *= factor
+        rows["output_tokens_per_s"] /= factor
+        for column in (*REQUEST_METRICS, "batch_e2e_ms"):
+            samples[column] *= factor
+    return change
+
+
+def test_pooled_runs_count_build_to_build_offsets_as_noise(tmp_path):
+    runs = {}
+    for name, factor in (("base1", 1.0), ("base2", 1.12), ("new1", 1.04), ("new2", 1.15)):
+        runs[name] = copy_run(tmp_path, name)
+        edit_run(runs[name], scale_everything(factor))
+    single = verdicts(runs["base1"], runs["new2"])
+    assert REGRESSED in single.values(), "one build against another: the offset looks like a regression"
+    pooled = verdicts([runs["base1"], runs["base2"]], [runs["new1"], runs["new2"]])
+    assert REGRESSED not in pooled.values() and IMPROVED not in pooled.values()
+    assert run_cli(f"{runs['base1']},{runs['base2']}", f"{runs['new1']},{runs['new2']}") == 0
+
+
+def test_pooled_runs_still_catch_a_real_slowdown(tmp_path, capsys):
+    runs = {}
+    for name, factor in (("base1", 1.0), ("base2", 1.12), ("new1", 1.35), ("new2", 1.45)):
+        runs[name] = copy_run(tmp_path, name)
+        edit_run(runs[name], scale_everything(factor))
+    pooled = verdicts([runs["base1"], runs["base2"]], [runs["new1"], runs["new2"]])
+    assert {v for k, v in pooled.items() if k[3] == "e2e_ms"} == {REGRESSED}
+    assert run_cli(f"{runs['base1']},{runs['base2']}", f"{runs['new1']},{runs['new2']}") == 1
+    assert "(2 runs)" in capsys.readouterr().out
