@@ -12,13 +12,15 @@ from typing import Any
 
 import pytest
 
-from lorabench.config import BenchConfig
+from lorabench import trace
+from lorabench.config import BenchConfig, OnlineCase
 from lorabench.engine import Engine, is_engine_dead
 from lorabench.measure import measure_round, sample_rows, summarize
+from lorabench.replay import ReplayedRequest, replay, summarize_online
 from lorabench.results import ResultWriter, utc_now
 from lorabench.workload import build_batch
 
-SCENARIOS = ("no_lora", "multilora")
+SCENARIOS = ("no_lora", "multilora", "online")
 
 
 @dataclass
@@ -100,4 +102,73 @@ class BenchCase:
         }
         self.writer.append(row, sample_rows(measured))
         self.benchmark.extra_info.update({k: row[k] for k in (*metrics, "adapter_load_ms", "peak_memory_mb")})
+        return row
+
+    def run_online(self, engine: Engine, case: OnlineCase) -> dict[str, Any]:
+        """Replay one synthetic trace on an async engine; write its row and per-request samples."""
+        online = self.config.file.online
+        adapters = {a.name: a for a in self.config.adapters[: case.params.num_adapters]}
+        requests = trace.generate(case.params, list(adapters))
+        engine.check_alive()
+        load_s = engine.load_adapters(list(adapters.values()))
+        records: list[ReplayedRequest] = []
+
+        def one_replay() -> None:
+            records[:] = engine.run(
+                replay(
+                    engine.llm,
+                    requests,
+                    lambda name: engine.lora_request(adapters[name]),
+                    vocab_size=engine.vocab_size,
+                    seed=case.params.seed,
+                    drain_timeout_s=online.drain_timeout_s,
+                )
+            )
+
+        self.benchmark.pedantic(one_replay, rounds=1, warmup_rounds=0, iterations=1)
+        metrics, per_adapter = summarize_online(
+            records, slo_ttft_ms=online.slo_ttft_ms, slo_tpot_ms=online.slo_tpot_ms, warmup_s=online.warmup_s
+        )
+        p, spec = case.params, engine.spec
+        row = {
+            "timestamp": utc_now(),
+            **self.provenance,
+            "scenario": "online",
+            "workload": "trace",
+            "num_adapters": p.num_adapters,
+            "enable_lora": True,
+            "max_loras": spec.max_loras,
+            "max_lora_rank": spec.max_lora_rank,
+            "max_cpu_loras": spec.max_cpu_loras,
+            "rounds": 1,
+            "trace_suite": case.suite,
+            "trace_num_adapters": p.num_adapters,
+            "trace_rate": p.rate,
+            "trace_alpha": p.alpha,
+            "trace_cv": p.cv,
+            "trace_duration_s": p.duration,
+            "trace_lengths": p.lengths,
+            "trace_input_range": f"{p.input_range[0]}-{p.input_range[1]}",
+            "trace_output_range": f"{p.output_range[0]}-{p.output_range[1]}",
+            "trace_seed": p.seed,
+            **metrics,
+            "warmup_rounds": 0,
+            "engine_id": engine.id,
+            "adapter_load_ms": load_s * 1000.0,
+            "engine_build_s": engine.build_s,
+            "peak_memory_mb": engine.memory.update(),
+            "memory_source": engine.memory.source,
+            "test_id": self.test_id,
+        }
+        samples = [
+            {
+                "round": 0, "request": r.index, "adapter": r.adapter, "prompt_tokens": r.input_len,
+                "output_tokens": len(r.token_times), "queue_ms": r.queue_ms, "ttft_ms": r.ttft_ms,
+                "decode_ms": r.tpot_ms, "request_e2e_ms": r.e2e_ms, "arrival_s": r.scheduled_s,
+                "send_lag_ms": r.send_lag_ms, "finished": r.finished,
+            }
+            for r in records
+        ]
+        self.writer.append(row, samples)
+        self.benchmark.extra_info.update({**metrics, "per_adapter": per_adapter})
         return row

@@ -35,6 +35,8 @@ CASE_KEY = (
     "max_lora_rank",
     "max_cpu_loras",
 )
+# Part of the key of online (trace replay) cases; blank in batch rows and older files.
+TRACE_KEY = ("trace_suite", "trace_num_adapters", "trace_rate", "trace_alpha", "trace_cv")
 # metric -> True when higher is better
 METRICS = {
     "ttft_ms": False,
@@ -92,12 +94,16 @@ class Run:
 
 def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy()
-    frame["_key"] = [KEY_SEP.join(_norm(v) for v in values) for values in frame[list(CASE_KEY)].itertuples(index=False)]
+    for column in TRACE_KEY:
+        if column not in frame:
+            frame[column] = ""
+    columns = list(CASE_KEY + TRACE_KEY)
+    frame["_key"] = [KEY_SEP.join(_norm(v) for v in values) for values in frame[columns].itertuples(index=False)]
     return frame
 
 
 def _case(key: str) -> dict[str, str]:
-    return dict(zip(CASE_KEY, key.split(KEY_SEP)))
+    return dict(zip(CASE_KEY + TRACE_KEY, key.split(KEY_SEP)))
 
 
 def _load_one(path: Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -267,6 +273,11 @@ def compare(
 
 def case_label(case: dict[str, str]) -> str:
     lora = f"loras{case['max_loras']}-rank{case['max_lora_rank']}-cpu{case['max_cpu_loras']}" if case["enable_lora"] == "True" else "lora-off"
+    if case.get("trace_suite"):
+        return (
+            f"{case['scenario']} {lora} {case['trace_suite']} n{case['trace_num_adapters']} "
+            f"a{case['trace_alpha']} cv{case['trace_cv']} r{case['trace_rate']}"
+        )
     return f"{case['scenario']} {lora} bs{case['batch_size']} in{case['input_len']} out{case['output_len']}"
 
 

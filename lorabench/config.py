@@ -16,11 +16,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+)
 
 from lorabench import builtin
 from lorabench.adapters import Adapter, read_adapters_file, read_rank
 from lorabench.results import COLUMNS
+from lorabench.trace import TraceParams
 from lorabench.workload import pool_size
 
 WORKLOADS = ("distinct", "uniform", "identical")
@@ -104,6 +115,49 @@ class GeneratedAdapters(_Strict):
     generate: DummyAdapterSpec
 
 
+class OnlineSuite(_Strict):
+    """One sweep of synthetic traces, as in S-LoRA's experiment suites: every combination
+    of the listed adapter counts, popularity exponents, burstiness and rates is a case."""
+
+    name: str = Field(default="suite", pattern=r"^[A-Za-z0-9_.]+$")
+    num_adapters: list[PositiveInt] = Field(min_length=1)
+    alpha: list[PositiveFloat] = Field(default=[1.0], min_length=1)
+    cv: list[PositiveFloat] = Field(default=[1.0], min_length=1)
+    rate: list[PositiveFloat] = Field(min_length=1)
+    duration: PositiveFloat = 300.0
+    input_range: tuple[PositiveInt, PositiveInt] = (8, 64)
+    output_range: tuple[PositiveInt, PositiveInt] = (8, 64)
+    lengths: Literal["uniform", "longtail"] = "uniform"
+    seed: int = 0
+
+    @field_validator("input_range", "output_range")
+    @classmethod
+    def _ordered(cls, value: tuple[int, int]) -> tuple[int, int]:
+        if value[0] > value[1]:
+            raise ValueError(f"low {value[0]} is above high {value[1]}: write [low, high]")
+        return value
+
+
+class Online(_Strict):
+    suites: list[OnlineSuite] = Field(min_length=1)
+    # S-LoRA's target: first token within 6 s.
+    slo_ttft_ms: PositiveFloat = 6000.0
+    slo_tpot_ms: PositiveFloat = 200.0
+    warmup_s: NonNegativeFloat = 0.0
+    drain_timeout_s: PositiveFloat = 60.0
+
+
+@dataclass(frozen=True)
+class OnlineCase:
+    suite: str
+    params: TraceParams
+
+    @property
+    def id(self) -> str:
+        p = self.params
+        return f"{self.suite}-n{p.num_adapters}-a{p.alpha:g}-cv{p.cv:g}-r{p.rate:g}"
+
+
 class ConfigFile(_Strict):
     """The JSON document as written; paths are still relative to its folder."""
 
@@ -117,6 +171,18 @@ class ConfigFile(_Strict):
     engine: EngineArgs = EngineArgs()
     env: dict[str, Union[str, int, float]] = {}
     matrix: Matrix
+    online: Online | None = None
+
+    def online_cases(self) -> list[OnlineCase]:
+        cases = []
+        for suite in self.online.suites if self.online else ():
+            for n, alpha, cv, rate in itertools.product(suite.num_adapters, suite.alpha, suite.cv, suite.rate):
+                params = TraceParams(
+                    num_adapters=n, rate=rate, alpha=alpha, cv=cv, input_range=suite.input_range,
+                    output_range=suite.output_range, lengths=suite.lengths, duration=suite.duration, seed=suite.seed,
+                )
+                cases.append(OnlineCase(suite.name, params))
+        return cases
 
     def engine_specs(self, with_lora_off: bool) -> list[EngineSpec]:
         """The engine configurations to build: the cross product of the LoRA knobs."""
@@ -139,12 +205,15 @@ class EngineSpec:
     max_loras: int | None = None
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None
+    # Served through vLLM's async engine, for online replays: a build of its own.
+    online: bool = False
 
     @property
     def id(self) -> str:
         if not self.enable_lora:
             return "lora-off"
-        return f"loras{self.max_loras}-rank{self.max_lora_rank}-cpu{self.max_cpu_loras}"
+        name = f"loras{self.max_loras}-rank{self.max_lora_rank}-cpu{self.max_cpu_loras}"
+        return name + ("-online" if self.online else "")
 
     def lora_kwargs(self) -> dict[str, Any]:
         if not self.enable_lora:
@@ -348,6 +417,7 @@ def resolve_config(path: Path, parsed: ConfigFile, *, needs_lora: bool, output: 
             problems.append(f"{path}: field 'adapters': {exc}")
     problems += _check_adapters(path, parsed, adapters, needs_lora)
     problems += _check_lengths(path, parsed, model)
+    problems += _check_online(path, parsed, adapters, model)
     if output is not None:  # from the command line: relative to the working directory
         out_path: Path | None = Path(output).resolve()
     else:
@@ -433,22 +503,49 @@ def _check_adapters(path: Path, parsed: ConfigFile, adapters: list[Adapter], nee
     return problems
 
 
+def _length_limit(parsed: ConfigFile, model: Path) -> tuple[int | None, str]:
+    limit = (parsed.engine.model_extra or {}).get("max_model_len")
+    if limit is not None:
+        return limit, "engine.max_model_len"
+    try:
+        limit = json.loads((model / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, json.JSONDecodeError):
+        return None, ""
+    return limit, f"{model / 'config.json'} max_position_embeddings"
+
+
 def _check_lengths(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
     input_len = parsed.matrix.input_len
-    if input_len is None:
+    limit, source = _length_limit(parsed, model)
+    if input_len is None or limit is None:
         return []
-    limit = (parsed.engine.model_extra or {}).get("max_model_len")
-    source = "engine.max_model_len"
-    if limit is None:
-        try:
-            limit = json.loads((model / "config.json").read_text()).get("max_position_embeddings")
-            source = f"{model / 'config.json'} max_position_embeddings"
-        except (OSError, json.JSONDecodeError):
-            return []
     total = input_len + parsed.matrix.output_len
-    if limit is not None and total > limit:
+    if total > limit:
         return [
             f"{path}: field 'matrix.input_len': input_len + output_len = {total} exceeds {source} = {limit}: "
             f"shorten the requests or raise the limit"
         ]
     return []
+
+
+def _check_online(path: Path, parsed: ConfigFile, adapters: list[Adapter], model: Path) -> list[str]:
+    problems = []
+    limit, source = _length_limit(parsed, model)
+    for i, suite in enumerate(parsed.online.suites if parsed.online else ()):
+        field = f"online.suites[{i}]"
+        if max(suite.num_adapters) > len(adapters):
+            problems.append(
+                f"{path}: field '{field}.num_adapters' has bad value {max(suite.num_adapters)}: only "
+                f"{len(adapters)} adapters are configured: add adapters or lower it"
+            )
+        total = suite.input_range[1] + suite.output_range[1]
+        if limit is not None and total > limit:
+            problems.append(
+                f"{path}: field '{field}.input_range': the longest request, {total} tokens, exceeds {source} = {limit}"
+            )
+        if parsed.online.warmup_s >= suite.duration:
+            problems.append(
+                f"{path}: field 'online.warmup_s' has bad value {parsed.online.warmup_s}: it leaves nothing of "
+                f"suite '{suite.name}' ({suite.duration:g} s) to measure"
+            )
+    return problems

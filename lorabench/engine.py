@@ -7,6 +7,7 @@ what lets one pytest session build several configurations one after another.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import subprocess
@@ -36,6 +37,7 @@ class Engine:
         self.died: str | None = None
         self._processes: list[psutil.Process] = []
         self._reaper: subprocess.Popen | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def id(self) -> str:
@@ -48,18 +50,49 @@ class Engine:
         self.memory.start()
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
-            from vllm import LLM
-
             start = time.perf_counter()
-            self.llm = LLM(**self.config.llm_kwargs(self.spec))
+            self.llm = self._build()
             self.build_s = time.perf_counter() - start
         except BaseException:
             self._restore_env()
+            if self.loop is not None:
+                self.loop.close()
+                self.loop = None
             raise
         self._processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         self._reaper = _start_reaper(self._processes)
         self.memory.update()
         return self
+
+    def _build(self) -> Any:
+        kwargs = self.config.llm_kwargs(self.spec)
+        if not self.spec.online:
+            from vllm import LLM
+
+            return LLM(**kwargs)
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        async def build() -> Any:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
+        # The async engine lives on one event loop for its whole life; cases run on it.
+        self.loop = asyncio.new_event_loop()
+        return self.loop.run_until_complete(build())
+
+    async def _shutdown_async(self) -> None:
+        # vLLM closes the async engine's sockets through callbacks on this loop: they
+        # must run before the loop closes, or tearing down the ZMQ context blocks forever.
+        self.llm.shutdown()
+        await asyncio.sleep(0.1)
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def run(self, coroutine: Any) -> Any:
+        """Run a coroutine on the async engine's event loop (online configurations only)."""
+        return self.loop.run_until_complete(coroutine)
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -68,13 +101,18 @@ class Engine:
 
     def close(self) -> None:
         try:
-            if self.llm is not None:
+            if self.llm is not None and self.spec.online:
+                self.run(self._shutdown_async())
+            elif self.llm is not None:
                 self.llm.llm_engine.engine_core.shutdown()
         except Exception:
             if not self.died:  # shutting down a dead engine core may fail; nothing is left to free
                 raise
         finally:
             self.llm = None
+            if self.loop is not None:
+                self.loop.close()
+                self.loop = None
             gc.collect()
             self._restore_env()
             if self._reaper is not None:
@@ -106,7 +144,8 @@ class Engine:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.llm.llm_engine.model_config.get_vocab_size())
+        model_config = self.llm.model_config if self.spec.online else self.llm.llm_engine.model_config
+        return int(model_config.get_vocab_size())
 
     def lora_request(self, adapter: Adapter) -> Any:
         from vllm.lora.request import LoRARequest
@@ -121,12 +160,16 @@ class Engine:
         """
         if not adapters:
             return 0.0
-        engine = self.llm.llm_engine
-        resident = engine.list_loras()
+        if self.spec.online:
+            resident = self.run(self.llm.list_loras())
+            add = lambda request: self.run(self.llm.add_lora(request))  # noqa: E731
+        else:
+            resident = self.llm.llm_engine.list_loras()
+            add = self.llm.llm_engine.add_lora
         start = time.perf_counter()
         for adapter in adapters:
             if self._lora_ids[adapter.name] not in resident:
-                engine.add_lora(self.lora_request(adapter))
+                add(self.lora_request(adapter))
         return time.perf_counter() - start
 
     def generate(self, batch: Batch, output_len: int) -> list[Any]:

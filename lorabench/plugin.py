@@ -10,6 +10,7 @@ The plugin is installed for every pytest run in the environment, so it stays ine
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -126,6 +127,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     marks = [getattr(pytest.mark, file.device)] if file.device else []
     specs = file.engine_specs(with_lora_off=scenario == "no_lora")
+    if scenario == "online":
+        specs = [dataclasses.replace(s, online=True) for s in specs]
+        cases = file.online_cases()
+        if not cases:
+            marks = [*marks, pytest.mark.skip(reason=f"{state.config_path} has no 'online' suites")]
+        metafunc.parametrize("online_case", cases or [None], ids=[c.id for c in cases] or ["no-suites"])
     metafunc.parametrize(
         ENGINE_FIXTURE, [pytest.param(s, id=s.id, marks=marks) for s in specs], indirect=True, scope="session"
     )
@@ -163,7 +170,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             state.skip_reason = _device_skip(bench_items[0], state.platform)
         return
     _stop_on_sigterm(state)
-    needs_lora = any(i.get_closest_marker("scenario").args[0] == "multilora" for i in runnable)
+    needs_lora = any(i.get_closest_marker("scenario").args[0] != "no_lora" for i in runnable)
     try:
         state.config = resolve_config(state.config_path, state.file, needs_lora=needs_lora, output=state.output)
     except ConfigError as exc:

@@ -47,6 +47,33 @@ PARAMETER_COLUMNS = (
     "max_cpu_loras",
     "rounds",
 )
+# Online (trace replay) cases only.
+TRACE_COLUMNS = (
+    "trace_suite",
+    "trace_num_adapters",
+    "trace_rate",
+    "trace_alpha",
+    "trace_cv",
+    "trace_duration_s",
+    "trace_lengths",
+    "trace_input_range",
+    "trace_output_range",
+    "trace_seed",
+)
+ONLINE_METRIC_COLUMNS = (
+    "num_requests",
+    "unfinished",
+    "request_throughput",
+    "slo_ttft_ms",
+    "slo_tpot_ms",
+    "slo_attainment",
+    "goodput_rps",
+    "fairness",
+    "itl_ms_p50",
+    "itl_ms_p99",
+    "send_lag_ms_p50",
+    "send_lag_ms_p99",
+)
 EXTRA_COLUMNS = (
     "warmup_rounds",
     "engine_id",
@@ -56,10 +83,14 @@ EXTRA_COLUMNS = (
     "memory_source",
     "test_id",
 )
-COLUMNS = PROVENANCE_COLUMNS + PARAMETER_COLUMNS + METRIC_COLUMNS + EXTRA_COLUMNS
+COLUMNS = PROVENANCE_COLUMNS + PARAMETER_COLUMNS + TRACE_COLUMNS + METRIC_COLUMNS + ONLINE_METRIC_COLUMNS + EXTRA_COLUMNS
 # Enough to match a sample to its case row without the row itself.
-SAMPLE_KEY_COLUMNS = ("timestamp", "git_commit", "model", "device_type", *PARAMETER_COLUMNS[:-1], "engine_id")
-SAMPLE_COLUMNS = SAMPLE_KEY_COLUMNS + tuple(RequestSample.__dataclass_fields__) + ("batch_e2e_ms",)
+SAMPLE_KEY_COLUMNS = ("timestamp", "git_commit", "model", "device_type", *PARAMETER_COLUMNS[:-1], *TRACE_COLUMNS[:5], "engine_id")
+SAMPLE_COLUMNS = (
+    SAMPLE_KEY_COLUMNS
+    + tuple(RequestSample.__dataclass_fields__)
+    + ("batch_e2e_ms", "arrival_s", "send_lag_ms", "finished")  # the last three: online cases
+)
 
 
 class ResultsFileError(RuntimeError):

@@ -169,3 +169,30 @@ def test_output_files_are_checked_before_any_engine(tiny_config, tmp_path):
 def test_adapter_entries_must_be_strings(tmp_path, tiny_config):
     write_json(tmp_path / "adapters.json", [{"name": "a", "path": "a", "prompt": 3}])
     assert "name, path and prompt must be strings" in problems_of(tiny_config(adapters="adapters.json"))
+
+
+ONLINE = {"warmup_s": 1, "suites": [{"name": "s", "num_adapters": [2, 4], "alpha": [0.3, 1], "rate": [2], "duration": 5,
+                                     "input_range": [8, 32], "output_range": [4, 8]}]}
+
+
+def test_online_suites_are_a_cross_product_with_readable_ids(tiny_config):
+    cases = read_config_file(tiny_config(online=ONLINE)).online_cases()
+    assert [c.id for c in cases] == ["s-n2-a0.3-cv1-r2", "s-n2-a1-cv1-r2", "s-n4-a0.3-cv1-r2", "s-n4-a1-cv1-r2"]
+    assert cases[0].params.input_range == (8, 32) and cases[0].params.duration == 5
+
+
+@pytest.mark.parametrize(
+    ("suite", "expected"),
+    [
+        ({"num_adapters": [5]}, "field 'online.suites[0].num_adapters' has bad value 5: only 4 adapters are configured"),
+        ({"input_range": [64, 8]}, "low 64 is above high 8"),
+        ({"input_range": [8, 121]}, "the longest request, 129 tokens, exceeds engine.max_model_len = 128"),
+        ({"rate": [0]}, "field 'online.suites[0].rate[0]' has bad value 0"),
+        ({"duration": 1}, "'online.warmup_s' has bad value 1.0: it leaves nothing of suite 's'"),
+        ({"lengths": "pareto"}, "field 'online.suites[0].lengths' has bad value 'pareto'"),
+        ({"name": "has space"}, "field 'online.suites[0].name' has bad value 'has space'"),
+    ],
+)
+def test_bad_online_suites(tiny_config, suite, expected):
+    online = {**ONLINE, "suites": [{**ONLINE["suites"][0], **suite}]}
+    assert expected in problems_of(tiny_config(online=online))

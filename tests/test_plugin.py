@@ -194,3 +194,33 @@ def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config,
         "1 cases compared: 5 regressed, 0 improved*",
         "* regressions: the session fails (--bench-compare-fail)",
     ])
+
+
+def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
+    """A short trace replayed on a real async engine: every request accounted for."""
+    from lorabench import trace
+    from lorabench.config import read_config_file
+
+    pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
+    path = tiny_config(
+        engine={"max_loras": 2, "max_num_seqs": 32},
+        online={"warmup_s": 1, "suites": [{"name": "smoke", "num_adapters": [4], "alpha": [0.3], "rate": [4],
+                                            "duration": 5, "input_range": [8, 32], "output_range": [4, 12]}]},
+    )
+    result = pytester.runpytest_subprocess("--bench-config", str(path), "-k", "online", "-p", "no:cacheprovider", timeout=300)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["engine builds: 1 (loras2-rank16-cpu4-online *)"])
+
+    (case,) = read_config_file(path).online_cases()
+    expected = trace.generate(case.params, [f"dummy-lora-rank-{r}-{i}" for i, r in ((0, 8), (0, 16), (1, 8), (1, 16))])
+    (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
+    (row,) = pd.read_csv(csv).to_dict("records")
+    assert row["scenario"] == "online" and row["trace_suite"] == "smoke" and row["trace_rate"] == 4
+    assert row["unfinished"] == 0
+    assert row["num_requests"] == sum(r.arrival_s >= 1 for r in expected)
+    assert 0 < row["ttft_ms_p50"] <= row["ttft_ms_p99"] and row["decode_ms"] > 0 and row["request_throughput"] > 0
+    assert 0 <= row["slo_attainment"] <= 1 and row["send_lag_ms_p99"] >= 0
+    samples = pd.read_csv(csv.with_name(csv.stem + ".samples.csv"))
+    assert len(samples) == len(expected) and samples["finished"].all()
+    assert samples["output_tokens"].tolist() == [r.output_len for r in expected]
+    assert samples["adapter"].tolist() == [r.adapter for r in expected]

@@ -1,0 +1,183 @@
+"""Replay a trace against vLLM's async engine, each request sent at its arrival time.
+
+Requests are sent on schedule whether or not earlier ones have finished (an open
+loop, as real traffic arrives); each carries a synthetic prompt of exactly its input
+length and generates exactly its output length (``ignore_eos``). Times are taken on
+this process's monotonic clock as tokens arrive, so they include everything a client
+of the engine would see. How late each request was sent against its schedule is
+measured too: a replay is only as good as its send lag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from lorabench.trace import TraceRequest
+from lorabench.workload import SYNTHETIC_TOKEN_LIMIT
+
+
+@dataclass
+class ReplayedRequest:
+    index: int
+    adapter: str
+    input_len: int
+    output_len: int
+    scheduled_s: float  # arrival time in the trace
+    sent_s: float = float("nan")  # when it was sent, since the replay started
+    token_times: list[float] = field(default_factory=list)
+    finished: bool = False
+    queue_ms: float = float("nan")  # from the engine's own timestamps, where it reports them
+
+    @property
+    def send_lag_ms(self) -> float:
+        return (self.sent_s - self.scheduled_s) * 1000.0
+
+    @property
+    def ttft_ms(self) -> float:
+        return (self.token_times[0] - self.sent_s) * 1000.0 if self.token_times else float("nan")
+
+    @property
+    def tpot_ms(self) -> float:
+        """Time per output token after the first."""
+        if len(self.token_times) < 2:
+            return float("nan")
+        return (self.token_times[-1] - self.token_times[0]) * 1000.0 / (len(self.token_times) - 1)
+
+    @property
+    def itl_ms(self) -> list[float]:
+        """Gaps between consecutive tokens (tokens that arrive together have a gap of 0)."""
+        return (np.diff(self.token_times) * 1000.0).tolist()
+
+    @property
+    def e2e_ms(self) -> float:
+        return (self.token_times[-1] - self.sent_s) * 1000.0 if self.finished else float("nan")
+
+
+def synthetic_prompt(index: int, length: int, vocab_size: int, seed: int) -> list[int]:
+    rng = np.random.default_rng([seed, index, length])
+    return rng.integers(0, min(vocab_size, SYNTHETIC_TOKEN_LIMIT), size=length).tolist()
+
+
+async def replay(
+    engine: Any,
+    requests: Sequence[TraceRequest],
+    lora_request: Callable[[str], Any],
+    *,
+    vocab_size: int,
+    seed: int = 0,
+    drain_timeout_s: float = 60.0,
+) -> list[ReplayedRequest]:
+    """Send ``requests`` to ``engine`` (a ``vllm.v1.engine.async_llm.AsyncLLM``) on schedule.
+
+    After the last arrival, requests still running get ``drain_timeout_s`` to finish;
+    the rest are aborted and reported unfinished.
+    """
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+
+    records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
+    prompts = [TokensPrompt(prompt_token_ids=synthetic_prompt(i, r.input_len, vocab_size, seed)) for i, r in enumerate(requests)]
+    start = time.perf_counter()
+
+    async def serve(record: ReplayedRequest, prompt: TokensPrompt) -> None:
+        record.sent_s = time.perf_counter() - start
+        params = SamplingParams(
+            max_tokens=record.output_len,
+            ignore_eos=True,
+            temperature=1.0,
+            top_p=1.0,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        stream = engine.generate(
+            prompt, params, request_id=f"trace-{record.index}", lora_request=lora_request(record.adapter)
+        )
+        async for out in stream:
+            now = time.perf_counter() - start
+            record.token_times.extend([now] * len(out.outputs[0].token_ids))
+            if out.finished:
+                record.finished = True
+                metrics = getattr(out, "metrics", None)
+                if metrics is not None and getattr(metrics, "scheduled_ts", 0):
+                    record.queue_ms = (metrics.scheduled_ts - metrics.queued_ts) * 1000.0
+
+    tasks = []
+    for record, prompt in zip(records, prompts):
+        delay = start + record.scheduled_s - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(serve(record, prompt)))
+    if tasks:
+        _, pending = await asyncio.wait(tasks, timeout=drain_timeout_s)
+        for task in pending:
+            task.cancel()  # vLLM aborts a request whose stream is cancelled
+        await asyncio.gather(*pending, return_exceptions=True)
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()
+    return records
+
+
+def _percentiles(name: str, values: Sequence[float]) -> dict[str, float]:
+    arr = np.asarray([v for v in values if not np.isnan(v)], dtype=float)
+    if arr.size == 0:
+        return {name: float("nan"), **{f"{name}_p{p}": float("nan") for p in (50, 90, 99)}}
+    return {name: float(arr.mean()), **{f"{name}_p{p}": float(np.percentile(arr, p)) for p in (50, 90, 99)}}
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index: 1 when all values are equal, 1/n when one takes everything."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0 or not np.any(arr):
+        return float("nan")
+    return float(arr.sum() ** 2 / (arr.size * np.square(arr).sum()))
+
+
+def summarize_online(
+    records: Sequence[ReplayedRequest], *, slo_ttft_ms: float, slo_tpot_ms: float, warmup_s: float
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Aggregates over the requests that arrived after ``warmup_s``, and a per-adapter breakdown.
+
+    A request meets the SLO when it finished, its TTFT is within ``slo_ttft_ms`` and its
+    TPOT within ``slo_tpot_ms``; unfinished requests count against attainment.
+    """
+    measured = [r for r in records if r.scheduled_s >= warmup_s]
+    done = [r for r in measured if r.finished]
+    ok = {r.index for r in done if r.ttft_ms <= slo_ttft_ms and (np.isnan(r.tpot_ms) or r.tpot_ms <= slo_tpot_ms)}
+    span = (max(r.token_times[-1] for r in done) - min(r.sent_s for r in measured)) if done else float("nan")
+    metrics: dict[str, float] = {
+        "num_requests": len(measured),
+        "unfinished": sum(not r.finished for r in records),
+        "request_throughput": len(done) / span if done else 0.0,
+        "output_tokens_per_s": sum(len(r.token_times) for r in done) / span if done else 0.0,
+        "slo_ttft_ms": slo_ttft_ms,
+        "slo_tpot_ms": slo_tpot_ms,
+        "slo_attainment": len(ok) / len(measured) if measured else float("nan"),
+        "goodput_rps": len(ok) / span if done else 0.0,
+    }
+    metrics.update(_percentiles("ttft_ms", [r.ttft_ms for r in done]))
+    metrics.update(_percentiles("decode_ms", [r.tpot_ms for r in done]))
+    metrics.update(_percentiles("request_e2e_ms", [r.e2e_ms for r in done]))
+    metrics.update(_percentiles("queue_ms", [r.queue_ms for r in done]))
+    itl = [gap for r in done for gap in r.itl_ms]
+    metrics["itl_ms_p50"] = float(np.percentile(itl, 50)) if itl else float("nan")
+    metrics["itl_ms_p99"] = float(np.percentile(itl, 99)) if itl else float("nan")
+    lags = [r.send_lag_ms for r in records]
+    metrics["send_lag_ms_p50"] = float(np.percentile(lags, 50)) if lags else float("nan")
+    metrics["send_lag_ms_p99"] = float(np.percentile(lags, 99)) if lags else float("nan")
+    per_adapter = []
+    for adapter in sorted({r.adapter for r in measured}):
+        mine = [r for r in measured if r.adapter == adapter]
+        met = sum(r.index in ok for r in mine)
+        ttfts = [r.ttft_ms for r in mine if r.finished]
+        per_adapter.append(
+            {"adapter": adapter, "requests": len(mine), "slo_attainment": met / len(mine),
+             "ttft_ms": float(np.mean(ttfts)) if ttfts else float("nan")}
+        )
+    metrics["fairness"] = jain_index([a["slo_attainment"] for a in per_adapter])
+    return metrics, per_adapter

@@ -1,0 +1,55 @@
+"""Online aggregates from replayed requests (pure logic; the real replay runs in test_plugin.py)."""
+
+import math
+
+import pytest
+
+from lorabench.replay import ReplayedRequest, jain_index, summarize_online, synthetic_prompt
+
+
+def request(index, adapter, scheduled, sent, tokens, finished=True):
+    return ReplayedRequest(index, adapter, 8, len(tokens), scheduled, sent, list(tokens), finished)
+
+
+def test_per_request_times():
+    r = request(0, "a", 1.0, 1.002, [1.1, 1.15, 1.15, 1.3])
+    assert r.send_lag_ms == pytest.approx(2.0)
+    assert r.ttft_ms == pytest.approx(98.0)
+    assert r.tpot_ms == pytest.approx(200.0 / 3)
+    assert r.itl_ms == pytest.approx([50.0, 0.0, 150.0])
+    assert r.e2e_ms == pytest.approx(298.0)
+    assert math.isnan(request(1, "a", 0, 0, [], finished=False).ttft_ms)
+
+
+def test_slo_attainment_goodput_fairness_and_warmup():
+    records = [
+        request(0, "a", 0.5, 0.5, [0.6, 0.7]),          # warm-up: left out of the statistics
+        request(1, "a", 2.0, 2.0, [2.1, 2.2]),          # meets both targets
+        request(2, "a", 3.0, 3.0, [3.5, 3.6]),          # TTFT 500 ms: misses
+        request(3, "b", 4.0, 4.0, [4.1, 4.9]),          # TPOT 800 ms: misses
+        request(4, "b", 5.0, 5.0, [5.1], finished=False),  # never finished: misses, counted
+    ]
+    metrics, per_adapter = summarize_online(records, slo_ttft_ms=200, slo_tpot_ms=300, warmup_s=1.0)
+    assert metrics["num_requests"] == 4 and metrics["unfinished"] == 1
+    assert metrics["slo_attainment"] == pytest.approx(0.25)
+    span = 4.9 - 2.0
+    assert metrics["goodput_rps"] == pytest.approx(1 / span)
+    assert metrics["request_throughput"] == pytest.approx(3 / span)
+    assert metrics["ttft_ms_p50"] == pytest.approx(100.0)
+    assert per_adapter == [
+        {"adapter": "a", "requests": 2, "slo_attainment": 0.5, "ttft_ms": pytest.approx(300.0)},
+        {"adapter": "b", "requests": 2, "slo_attainment": 0.0, "ttft_ms": pytest.approx(100.0)},
+    ]
+    assert metrics["fairness"] == pytest.approx(0.5)
+
+
+def test_jain_index():
+    assert jain_index([0.9, 0.9, 0.9]) == pytest.approx(1.0)
+    assert jain_index([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+    assert math.isnan(jain_index([0.0, 0.0]))
+
+
+def test_synthetic_prompts_have_exact_lengths():
+    assert len(synthetic_prompt(3, 57, vocab_size=32000, seed=0)) == 57
+    assert synthetic_prompt(3, 57, 32000, 0) == synthetic_prompt(3, 57, 32000, 0)
+    assert synthetic_prompt(3, 57, 32000, 0) != synthetic_prompt(4, 57, 32000, 0)
