@@ -34,6 +34,25 @@ class BenchCase:
     scenario: str
     test_id: str
 
+    def _row(self, engine: Engine, load_s: float, **fields: Any) -> dict[str, Any]:
+        """A result row: provenance, the engine configuration, and the case's own fields."""
+        spec = engine.spec
+        return {
+            "timestamp": utc_now(),
+            **self.provenance,
+            "enable_lora": spec.enable_lora,
+            "max_loras": spec.max_loras or "",
+            "max_lora_rank": spec.max_lora_rank or "",
+            "max_cpu_loras": spec.max_cpu_loras or "",
+            **fields,
+            "engine_id": engine.id,
+            "adapter_load_ms": load_s * 1000.0,
+            "engine_build_s": engine.build_s,
+            "peak_memory_mb": engine.memory.update(),
+            "memory_source": engine.memory.source,
+            "test_id": self.test_id,
+        }
+
     def run(self, engine: Engine, batch_size: int, workload: str | None = None) -> dict[str, Any]:
         """Run the case, write its row and samples to disk, and return the row."""
         if (self.scenario == "multilora") != (workload is not None):
@@ -76,30 +95,19 @@ class BenchCase:
         ]
         metrics = summarize(measured)
         prompt_tokens = [r.prompt_tokens for rnd in measured for r in rnd.requests]
-        spec = engine.spec
-        row = {
-            "timestamp": utc_now(),
-            **self.provenance,
-            "scenario": self.scenario,
-            "workload": workload or "none",
-            "batch_size": batch_size,
-            "input_len": m.input_len if m.input_len is not None else round(sum(prompt_tokens) / len(prompt_tokens)),
-            "output_len": m.output_len,
-            "num_adapters": len(batch.pool),
-            "enable_lora": spec.enable_lora,
-            "max_loras": spec.max_loras or "",
-            "max_lora_rank": spec.max_lora_rank or "",
-            "max_cpu_loras": spec.max_cpu_loras or "",
-            "rounds": len(measured),
+        row = self._row(
+            engine,
+            load_s,
+            scenario=self.scenario,
+            workload=workload or "none",
+            batch_size=batch_size,
+            input_len=m.input_len if m.input_len is not None else round(sum(prompt_tokens) / len(prompt_tokens)),
+            output_len=m.output_len,
+            num_adapters=len(batch.pool),
+            rounds=len(measured),
+            warmup_rounds=m.warmup_rounds if len(raw) > len(measured) else 0,
             **metrics,
-            "warmup_rounds": m.warmup_rounds if len(raw) > len(measured) else 0,
-            "engine_id": engine.id,
-            "adapter_load_ms": load_s * 1000.0,
-            "engine_build_s": engine.build_s,
-            "peak_memory_mb": engine.memory.update(),
-            "memory_source": engine.memory.source,
-            "test_id": self.test_id,
-        }
+        )
         self.writer.append(row, sample_rows(measured))
         self.benchmark.extra_info.update({k: row[k] for k in (*metrics, "adapter_load_ms", "peak_memory_mb")})
         return row
@@ -129,37 +137,27 @@ class BenchCase:
         metrics, per_adapter = summarize_online(
             records, slo_ttft_ms=online.slo_ttft_ms, slo_tpot_ms=online.slo_tpot_ms, warmup_s=online.warmup_s
         )
-        p, spec = case.params, engine.spec
-        row = {
-            "timestamp": utc_now(),
-            **self.provenance,
-            "scenario": "online",
-            "workload": "trace",
-            "num_adapters": p.num_adapters,
-            "enable_lora": True,
-            "max_loras": spec.max_loras,
-            "max_lora_rank": spec.max_lora_rank,
-            "max_cpu_loras": spec.max_cpu_loras,
-            "rounds": 1,
-            "trace_suite": case.suite,
-            "trace_num_adapters": p.num_adapters,
-            "trace_rate": p.rate,
-            "trace_alpha": p.alpha,
-            "trace_cv": p.cv,
-            "trace_duration_s": p.duration,
-            "trace_lengths": p.lengths,
-            "trace_input_range": f"{p.input_range[0]}-{p.input_range[1]}",
-            "trace_output_range": f"{p.output_range[0]}-{p.output_range[1]}",
-            "trace_seed": p.seed,
+        p = case.params
+        row = self._row(
+            engine,
+            load_s,
+            scenario="online",
+            workload="trace",
+            num_adapters=p.num_adapters,
+            rounds=1,
+            warmup_rounds=0,
+            trace_suite=case.suite,
+            trace_num_adapters=p.num_adapters,
+            trace_rate=p.rate,
+            trace_alpha=p.alpha,
+            trace_cv=p.cv,
+            trace_duration_s=p.duration,
+            trace_lengths=p.lengths,
+            trace_input_range=f"{p.input_range[0]}-{p.input_range[1]}",
+            trace_output_range=f"{p.output_range[0]}-{p.output_range[1]}",
+            trace_seed=p.seed,
             **metrics,
-            "warmup_rounds": 0,
-            "engine_id": engine.id,
-            "adapter_load_ms": load_s * 1000.0,
-            "engine_build_s": engine.build_s,
-            "peak_memory_mb": engine.memory.update(),
-            "memory_source": engine.memory.source,
-            "test_id": self.test_id,
-        }
+        )
         samples = [
             {
                 "round": 0, "request": r.index, "adapter": r.adapter, "prompt_tokens": r.input_len,

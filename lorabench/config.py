@@ -310,15 +310,19 @@ def _describe(error: dict[str, Any], file: Path) -> str:
     return f"{file}: field '{field}' has bad value {error.get('input')!r}: {error['msg']}"
 
 
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError([f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}"]) from None
+
+
 def read_config_file(path: Path) -> ConfigFile:
     """Parse and schema-check one config file; no other file is touched."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError([f"{path}: config file not found: pass an existing file with --bench-config"])
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError([f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}"]) from None
+    raw = _read_json(path)
     if not isinstance(raw, dict):
         raise ConfigError([f"{path}: the top level must be a JSON object, got {type(raw).__name__}"])
     try:
@@ -467,10 +471,7 @@ def _check_outputs(path: Path, results_dir: Path, output: Path | None, from_cli:
 def _read_prompts(path: Path) -> list[str]:
     if not path.is_file():
         raise ConfigError([f"{path}: prompts file not found: fix the 'prompts' field"])
-    try:
-        prompts = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError([f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}"]) from None
+    prompts = _read_json(path)
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise ConfigError([f"{path}: expected a non-empty JSON list of non-empty strings"])
     return prompts

@@ -200,7 +200,9 @@ class ResultWriter:
 
 
 def _fmt(value: Any) -> str:
-    return f"{value:.1f}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:.2f}" if value <= 1 else f"{value:.1f}"
+    return str(value)
 
 
 SUMMARY_COLUMNS = (
@@ -215,6 +217,8 @@ SUMMARY_COLUMNS = (
     ("output_tokens_per_s", "out tok/s"),
     ("adapter_load_ms", "load ms"),
     ("peak_memory_mb", "peak MiB"),
+    ("slo_attainment", "slo met"),
+    ("send_lag_ms_p99", "lag p99 ms"),
 )
 
 

@@ -1,10 +1,12 @@
 """Cross-check lorabench's no-LoRA e2e against vLLM's own latency benchmark.
 
-Runs, one after the other on this machine, ``vllm.benchmarks.latency`` and the
-``no_lora`` case on the LoRA-off engine, with the same model, batch size, lengths,
-warm-up and iteration counts, then prints both mean latencies and their ratio.
+Runs on this machine ``vllm.benchmarks.latency`` and the ``no_lora`` case on the
+LoRA-off engine, with the same model, batch size, lengths, warm-up and iteration
+counts, then prints both mean latencies and their ratio. Each engine build settles at
+its own speed, so each harness runs ``--repeats`` times (separate builds), in the
+order vLLM, lorabench, lorabench, vLLM, ... so neither always goes first.
 
-    python scripts/crosscheck_vllm_latency.py [--config config/common.json] [--batch-size 8]
+    python scripts/crosscheck_vllm_latency.py [--config config/common.json] [--batch-size 8] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=2, help="builds per harness")
     args = parser.parse_args()
 
     config_path = Path(args.config).resolve()
@@ -43,21 +46,19 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        vllm_json = tmp / "vllm.json"
         vllm_cmd = [
             sys.executable, "-c", "import sys; from vllm.benchmarks.latency import add_cli_args, main; "
             "from vllm.utils.argparse_utils import FlexibleArgumentParser as P; p = P(); add_cli_args(p); "
             "main(p.parse_args(sys.argv[1:]))",
             "--model", str(config.model), "--input-len", str(m.input_len), "--output-len", str(m.output_len),
             "--batch-size", str(args.batch_size), "--num-iters-warmup", str(args.warmup),
-            "--num-iters", str(args.iters), "--seed", str(m.seed), "--output-json", str(vllm_json),
+            "--num-iters", str(args.iters), "--seed", str(m.seed),
         ]
         if config.is_builtin_model:
             vllm_cmd += ["--load-format", "dummy"]
         for key in ("max_model_len", "max_num_seqs", "dtype"):
             if key in engine:
                 vllm_cmd += [f"--{key.replace('_', '-')}", str(engine[key])]
-        subprocess.run(vllm_cmd, env=env, check=True, cwd=tmp)
 
         raw = json.loads(config_path.read_text())
         raw["matrix"].update(batch_sizes=[args.batch_size], warmup_rounds=args.warmup, rounds=args.iters)
@@ -66,18 +67,31 @@ def main() -> int:
                 raw[key] = str((config_path.parent / raw[key]).resolve())
         check_config = tmp / "crosscheck.json"
         check_config.write_text(json.dumps(raw))
-        out_csv = tmp / "lorabench.csv"
-        subprocess.run(
-            [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-q", "-p", "no:cacheprovider",
-             "-k", f"no_lora and lora-off and bs{args.batch_size}",
-             "--bench-config", str(check_config), "--bench-output", str(out_csv)],
-            env=env, check=True, cwd=ROOT,
-        )
-        theirs = json.loads(vllm_json.read_text())["avg_latency"] * 1000.0
-        ours = float(pd.read_csv(out_csv)["e2e_ms"].iloc[0])
-    print(f"vllm.benchmarks.latency avg: {theirs:.1f} ms")
-    print(f"lorabench no_lora lora-off e2e_ms: {ours:.1f} ms")
-    print(f"ratio lorabench / vLLM: {ours / theirs:.3f}")
+
+        def run_vllm(i: int) -> float:
+            out = tmp / f"vllm{i}.json"
+            subprocess.run([*vllm_cmd, "--output-json", str(out)], env=env, check=True, cwd=tmp)
+            return json.loads(out.read_text())["avg_latency"] * 1000.0
+
+        def run_lorabench(i: int) -> float:
+            out = tmp / f"lorabench{i}.csv"
+            subprocess.run(
+                [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-q", "-p", "no:cacheprovider",
+                 "-k", f"no_lora and lora-off and bs{args.batch_size}",
+                 "--bench-config", str(check_config), "--bench-output", str(out)],
+                env=env, check=True, cwd=ROOT,
+            )
+            return float(pd.read_csv(out)["e2e_ms"].iloc[0])
+
+        theirs, ours = [], []
+        for i in range(args.repeats):
+            first, second = (run_vllm, run_lorabench) if i % 2 == 0 else (run_lorabench, run_vllm)
+            for run in (first, second):
+                (theirs if run is run_vllm else ours).append(run(i))
+    print(f"vllm.benchmarks.latency avg per build: {', '.join(f'{v:.1f}' for v in theirs)} ms")
+    print(f"lorabench no_lora lora-off e2e_ms per build: {', '.join(f'{v:.1f}' for v in ours)} ms")
+    mean_theirs, mean_ours = sum(theirs) / len(theirs), sum(ours) / len(ours)
+    print(f"means: vLLM {mean_theirs:.1f} ms, lorabench {mean_ours:.1f} ms, ratio {mean_ours / mean_theirs:.3f}")
     return 0
 
 
