@@ -1,8 +1,10 @@
-"""One in-process ``vllm.LLM`` per engine configuration, alive inside a ``with`` block.
+"""One in-process vLLM engine per engine configuration, alive inside a ``with`` block.
 
-The engine core keeps its own process (vLLM's default): shutting it down returns its
-memory to the system, which an in-process engine core does not do reliably. That is
-what lets one pytest session build several configurations one after another.
+Batch cases use ``vllm.LLM``; online configurations use vLLM's ``AsyncLLM`` on an
+event loop the engine owns. The engine core keeps its own process (vLLM's default):
+shutting it down returns its memory to the system, which an in-process engine core
+does not do reliably. That is what lets one pytest session build several
+configurations one after another.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from lorabench.workload import Batch
 
 
 class Engine:
+    """Builds, serves and shuts down one configuration's engine, and watches its processes."""
+
     def __init__(self, config: BenchConfig, spec: EngineSpec, device_type: str) -> None:
         self.config = config
         self.spec = spec
