@@ -201,13 +201,22 @@ def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
     from lorabench import trace
     from lorabench.config import read_config_file
 
+    from lorabench import cli
+
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
+    # Adapters as an NPU user makes them: `lorabench adapters generate`, then point the config at adapters.json.
+    assert cli.main(["adapters", "generate", "--base", "builtin:tiny-llama", "--out", str(tmp_path / "loras"),
+                     "--count", "4", "--ranks", "8,16", "--target-modules", "q_proj,v_proj"]) == 0
     path = tiny_config(
+        adapters=str(tmp_path / "loras" / "adapters.json"),
         engine={"max_loras": 2, "max_num_seqs": 32},
         online={"warmup_s": 1, "suites": [{"name": "smoke", "num_adapters": [4], "alpha": [0.3], "rate": [4],
                                             "duration": 5, "input_range": [8, 32], "output_range": [4, 12]}]},
     )
-    result = pytester.runpytest_subprocess("--bench-config", str(path), "-k", "online", "-p", "no:cacheprovider", timeout=300)
+    result = pytester.runpytest_subprocess(
+        "--bench-config", str(path), "-k", "online", "-p", "no:cacheprovider",
+        "--bench-output", str(tmp_path / "results" / "online.csv"), timeout=300,
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["engine builds: 1 (loras2-rank16-cpu4-online *)"])
 
