@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -33,6 +33,20 @@ class BenchCase:
     provenance: dict[str, Any]
     scenario: str
     test_id: str
+
+    def _on_engine(self, engine: Engine, work: Callable[[], float]) -> float:
+        """Run ``work`` on ``engine``. A dead engine fails this case with the reason, and
+        every later case of its configuration without touching it again."""
+        if engine.died:
+            pytest.fail(f"engine {engine.id} died in an earlier case, {engine.died}", pytrace=False)
+        try:
+            engine.check_alive()
+            return work()
+        except Exception as exc:
+            if not is_engine_dead(exc):
+                raise
+            engine.died = f"{self.test_id}: {type(exc).__name__}: {exc}"
+        pytest.fail(f"engine {engine.id} died: {engine.died}", pytrace=False)
 
     def _row(self, engine: Engine, load_s: float, **fields: Any) -> dict[str, Any]:
         """A result row: provenance, the engine configuration, and the case's own fields."""
@@ -59,8 +73,6 @@ class BenchCase:
             raise ValueError(f"scenario {self.scenario!r} {'needs' if workload is None else 'takes no'} workload")
         if self.scenario == "multilora" and not engine.spec.enable_lora:
             raise ValueError(f"multi-LoRA cases need a LoRA-enabled engine, got {engine.id}")
-        if engine.died:
-            pytest.fail(f"engine {engine.id} died in an earlier case, {engine.died}", pytrace=False)
         m = self.config.matrix
         batch = build_batch(
             workload,
@@ -78,16 +90,12 @@ class BenchCase:
             outputs = engine.generate(batch, m.output_len)
             raw.append((time.perf_counter() - start, outputs))
 
-        try:
-            engine.check_alive()
+        def serve() -> float:
             load_s = engine.load_adapters(batch.adapters)
             self.benchmark.pedantic(one_round, rounds=m.rounds, warmup_rounds=m.warmup_rounds, iterations=1)
-        except Exception as exc:
-            if not is_engine_dead(exc):
-                raise
-            engine.died = f"{self.test_id}: {type(exc).__name__}: {exc}"
-        if engine.died:
-            pytest.fail(f"engine {engine.id} died: {engine.died}", pytrace=False)
+            return load_s
+
+        load_s = self._on_engine(engine, serve)
         # pedantic runs the warm-up rounds first; with --benchmark-disable it runs once, unwarmed.
         measured = [
             measure_round(i, elapsed, outputs, batch, m.output_len)
@@ -117,8 +125,6 @@ class BenchCase:
         online = self.config.file.online
         adapters = {a.name: a for a in self.config.adapters[: case.params.num_adapters]}
         requests = trace.generate(case.params, list(adapters))
-        engine.check_alive()
-        load_s = engine.load_adapters(list(adapters.values()))
         records: list[ReplayedRequest] = []
 
         def one_replay() -> None:
@@ -133,7 +139,12 @@ class BenchCase:
                 )
             )
 
-        self.benchmark.pedantic(one_replay, rounds=1, warmup_rounds=0, iterations=1)
+        def serve() -> float:
+            load_s = engine.load_adapters(list(adapters.values()))
+            self.benchmark.pedantic(one_replay, rounds=1, warmup_rounds=0, iterations=1)
+            return load_s
+
+        load_s = self._on_engine(engine, serve)
         metrics, per_adapter = summarize_online(
             records, slo_ttft_ms=online.slo_ttft_ms, slo_tpot_ms=online.slo_tpot_ms, warmup_s=online.warmup_s
         )

@@ -12,6 +12,7 @@ not leak into the next one's figure.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import psutil
 
@@ -36,29 +37,26 @@ def _reset_own_peak() -> None:
         pass
 
 
-def tree_peak_rss_bytes() -> int:
-    """Sum of each live process's peak RSS in this process tree (current RSS where no peak is kept)."""
+def _tree_sum(measure: Callable[[psutil.Process], int]) -> int:
+    """``measure`` summed over this process and its live descendants."""
     me = psutil.Process()
     total = 0
     for proc in [me, *me.children(recursive=True)]:
         try:
-            peak = _hwm_bytes(proc.pid)
-            total += peak if peak is not None else proc.memory_info().rss
+            total += measure(proc)
         except psutil.Error:
             continue
     return total
+
+
+def tree_peak_rss_bytes() -> int:
+    """Sum of each live process's peak RSS in this process tree (current RSS where no peak is kept)."""
+    return _tree_sum(lambda proc: _hwm_bytes(proc.pid) or proc.memory_info().rss)
 
 
 def tree_rss_bytes() -> int:
     """Current RSS of this process and all its descendants."""
-    me = psutil.Process()
-    total = 0
-    for proc in [me, *me.children(recursive=True)]:
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            continue
-    return total
+    return _tree_sum(lambda proc: proc.memory_info().rss)
 
 
 def _device_used_bytes(device_type: str) -> int | None:
