@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from types import TracebackType
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import psutil
 
@@ -33,6 +33,8 @@ class Engine:
         self.config = config
         self.spec = spec
         self.memory = PeakMemory(device_type)
+        self.device_type = device_type
+        self._unpin: Callable[[], None] | None = None
         self.build_s = 0.0
         self.llm: Any = None
         self._lora_ids = {a.name: i + 1 for i, a in enumerate(config.adapters)}
@@ -65,6 +67,8 @@ class Engine:
             raise
         self._processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         self._reaper = _start_reaper(self._processes)
+        if self.device_type == "cpu":
+            self._unpin = _keep_off_worker_cpus(self._processes)
         self.memory.update()
         return self
 
@@ -119,6 +123,9 @@ class Engine:
                 self.loop = None
             gc.collect()
             self._restore_env()
+            if self._unpin is not None:
+                self._unpin()
+                self._unpin = None
             if self._reaper is not None:
                 self._reaper.stdin.close()  # the reaper kills whatever shutdown left behind
                 self._reaper.wait(timeout=30)
@@ -189,6 +196,48 @@ class Engine:
         loras = [self.lora_request(r.adapter) if r.adapter is not None else None for r in batch.requests]
         kwargs = {"lora_request": loras} if self.spec.enable_lora else {}
         return self.llm.generate(prompts, params, use_tqdm=False, **kwargs)
+
+
+def _set_affinity(process: psutil.Process, cpus: set[int]) -> None:
+    """Every thread of ``process``: a process-wide call would move its main thread only."""
+    for thread in process.threads():
+        try:
+            os.sched_setaffinity(thread.id, cpus)
+        except OSError:  # the thread ended meanwhile
+            pass
+
+
+def _keep_off_worker_cpus(engine_processes: Sequence[psutil.Process]) -> Callable[[], None] | None:
+    """Keep this process and the engine core off the cores vLLM bound its CPU workers to.
+
+    vLLM's CPU backend binds each worker's OpenMP threads to cores and reserves the rest
+    for the engine core and the front end, but it does not bind those two there (vLLM
+    0.32). Left free, the engine core's busy loop sometimes lands on a worker's core and
+    the build runs slower for as long as it stays there. Returns what undoes it for this
+    process, so the next build starts from the full set of cores.
+    """
+    me = psutil.Process()
+    allowed = set(os.sched_getaffinity(0))
+    worker_cpus: set[int] = set()
+    others = [me]
+    for proc in engine_processes:
+        try:
+            cpus = set(proc.cpu_affinity())
+        except psutil.Error:
+            continue
+        if cpus < allowed:
+            worker_cpus |= cpus
+        else:
+            others.append(proc)
+    rest = allowed - worker_cpus
+    if not worker_cpus or not rest:
+        return None
+    for proc in others:
+        try:
+            _set_affinity(proc, rest)
+        except psutil.Error:
+            pass
+    return lambda: _set_affinity(me, allowed)
 
 
 # Blocks until its stdin closes (the engine was closed, or this process died, even by

@@ -103,6 +103,9 @@ def pytest_runtest_logreport(report):
         for child in psutil.Process().children(recursive=True):
             if "EngineCore" in child.name():
                 child.kill()
+                # Dead before the next case starts: this process and the engine core share
+                # a core, so the kill may otherwise land after the next request was sent.
+                psutil.wait_procs([child], timeout=30)
                 killed.append(child.pid)
 
 
@@ -131,10 +134,10 @@ def test_a_failed_or_dead_engine_fails_only_its_own_cases(pytester, tiny_config,
     result = pytester.runpytest_subprocess("--bench-config", str(path), "-p", "no:cacheprovider", timeout=400)
     result.assert_outcomes(passed=3, failed=1, errors=2)
     result.stdout.fnmatch_lines([
-        "*engine configuration loras1-rank16-cpu4 failed to build: RuntimeError: Engine core initialization failed (simulated)*",
-        "*engine loras2-rank16-cpu4 died: *test_multilora*: EngineDied: engine process * is gone*",
-        "engine builds: 2 (loras2-rank16-cpu4 *, loras4-rank16-cpu4 *)",
+        "*engine configuration loras1-rank16-cpu4-build0 failed to build: RuntimeError: Engine core initialization failed (simulated)*",
+        "*engine loras2-rank16-cpu4-build0 died: *test_multilora*: EngineDied: engine process * is gone*",
+        "engine builds: 2 (loras2-rank16-cpu4-build0 *, loras4-rank16-cpu4-build0 *)",
     ])
     assert "Traceback" not in result.stdout.str()
     _, rows = _read_rows(tmp_path / "results")
-    assert sorted(rows["engine_id"]) == ["loras2-rank16-cpu4", "loras4-rank16-cpu4", "loras4-rank16-cpu4"]
+    assert sorted(rows["engine_id"]) == ["loras2-rank16-cpu4-build0", "loras4-rank16-cpu4-build0", "loras4-rank16-cpu4-build0"]
