@@ -60,6 +60,7 @@ class BenchCase:
             "max_cpu_loras": spec.max_cpu_loras or "",
             **fields,
             "engine_id": engine.id,
+            "build": spec.build,
             "adapter_load_ms": load_s * 1000.0,
             "engine_build_s": engine.build_s,
             "peak_memory_mb": engine.memory.update(),

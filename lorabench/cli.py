@@ -160,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="compare two runs; exit 0: no regression, 1: a regression, 2: bad input",
         description="Compare two benchmark runs case by case. A change is a regression or an improvement only "
-        "when it passes the threshold and a Mann-Whitney U test on the raw samples finds it significant.",
+        "when it passes the threshold and is significant against the noise between engine builds "
+        "(a t-test on the builds' log values, Benjamini-Hochberg-adjusted over every case and metric).",
     )
     comp.add_argument("base", help="base result CSV, or several runs to pool as A.csv,B.csv (with --results-dir: a commit prefix)")
     comp.add_argument("new", help="new result CSV, or several runs to pool (with --results-dir: a commit prefix)")
@@ -170,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threshold", action="append", default=[], metavar="[METRIC=]PCT",
         help="smallest change that counts, default 10%%; repeat per metric, e.g. --threshold decode_ms=5%%",
     )
-    comp.add_argument("--alpha", type=float, default=0.05, help="significance level of the test (default 0.05)")
+    comp.add_argument("--alpha", type=float, default=0.05, help="significance level after adjustment: the chance that two same-code runs flag anything (default 0.05)")
     comp.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     comp.add_argument("--plot", metavar="FILE.png", help="also draw the new/base ratio of every case")
     comp.set_defaults(func=_compare)

@@ -2,25 +2,33 @@
 
 Cases are matched on their key (model, device, scenario, workload, batch size,
 lengths, LoRA settings), never on file order or test id. A case-metric is a
-regression or an improvement only when its change passes the threshold *and* a
-two-sided Mann-Whitney U test on the per-round samples of both runs finds the
-difference significant, as asv does; a change past the threshold that is not
-significant, or that has too few rounds to test (fewer than 4 a side at alpha 0.05),
-is shown as such and does not fail anything.
+regression or an improvement only when its change passes the threshold *and* it is
+significant against the noise between engine builds.
+
+Why builds and not rounds: rounds within one engine build agree closely, but builds of
+the same code settle at speeds up to 20 % or more apart on a shared CPU, so a test on
+rounds calls that offset a change. The unit of the test is therefore one build of a
+case (its row). Each metric's build-to-build spread is pooled over all shared cases
+(in log space, as the noise is relative) with degrees of freedom counted per engine
+build, not per case, since a build's offset moves all its cases together. Each
+case-metric gets a t-test on its builds' mean log values, and the p-values are
+adjusted over every case-metric (Benjamini-Hochberg): when nothing changed, as between
+two runs of the same code, the chance of flagging anything is alpha; when things did
+change, about alpha of the flags are expected to be false. With one build a side there
+is no noise estimate and nothing is tested: the output says so.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-
-from lorabench.results import samples_path_for
 
 CASE_KEY = (
     "model",
@@ -51,7 +59,10 @@ DEFAULT_THRESHOLD = 0.10
 DEFAULT_ALPHA = 0.05
 
 REGRESSED, IMPROVED = "regressed", "improved"
-WITHIN, NOT_SIGNIFICANT, TOO_FEW = "within threshold", "not significant", "too few samples"
+WITHIN, NOT_SIGNIFICANT, TOO_FEW = "within threshold", "not significant", "too few builds"
+# The engine configuration a case ran on (plus whether it was the async one): builds,
+# the independent draws of the noise, are counted per configuration.
+ENGINE_KEY = ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras")
 
 
 class CompareError(Exception):
@@ -72,9 +83,8 @@ class Run:
     """One side of a comparison: one result file, or several runs of the same code pooled."""
 
     paths: list[Path]
-    rows: pd.DataFrame  # one row per case, indexed by the normalized case key; metrics averaged over runs
-    all_rows: pd.DataFrame  # every run's rows, for provenance
-    samples: pd.DataFrame | None  # the samples behind ``rows``, with the run they came from
+    rows: pd.DataFrame  # one row per case, indexed by the normalized case key; metrics averaged over builds
+    all_rows: pd.DataFrame  # every build's row, with the run (``_run``) and engine (``_engine``) it came from
 
     @property
     def label(self) -> str:
@@ -97,8 +107,12 @@ def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
     for column in TRACE_KEY:
         if column not in frame:
             frame[column] = ""
-    columns = list(CASE_KEY + TRACE_KEY)
-    frame["_key"] = [KEY_SEP.join(_norm(v) for v in values) for values in frame[columns].itertuples(index=False)]
+    frame["_key"] = [KEY_SEP.join(_norm(v) for v in values) for values in frame[list(CASE_KEY + TRACE_KEY)].itertuples(index=False)]
+    online = frame["scenario"].astype(str).eq("online")
+    frame["_engine"] = [
+        KEY_SEP.join(_norm(v) for v in values) + ("-online" if o else "")
+        for values, o in zip(frame[list(ENGINE_KEY)].itertuples(index=False), online)
+    ]
     return frame
 
 
@@ -106,8 +120,8 @@ def _case(key: str) -> dict[str, str]:
     return dict(zip(CASE_KEY + TRACE_KEY, key.split(KEY_SEP)))
 
 
-def _load_one(path: Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """A result file's latest row per case (a fixed file can hold several runs) and those rows' samples."""
+def _load_one(path: Path) -> pd.DataFrame:
+    """The rows of a result file's latest run, one per case and build (a fixed file can hold several runs)."""
     if not path.is_file():
         raise CompareError(f"{path}: no such file")
     try:
@@ -119,28 +133,25 @@ def _load_one(path: Path) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         raise CompareError(f"{path}: not a lorabench result file: missing columns {', '.join(missing)}")
     if rows.empty:
         raise CompareError(f"{path}: has no result rows")
-    rows = _keyed(rows).sort_values("timestamp").drop_duplicates("_key", keep="last")
-    samples_path = samples_path_for(path)
-    if not samples_path.is_file():
-        return rows, None
-    samples = _keyed(pd.read_csv(samples_path)).merge(rows[["_key", "timestamp"]], on=["_key", "timestamp"])
-    return rows, samples
+    rows = _keyed(rows).sort_values("timestamp")
+    if "run_id" in rows and rows["run_id"].notna().all():
+        rows = rows[rows["run_id"] == rows["run_id"].iloc[-1]]
+    else:  # written before runs had an id: one build per case
+        rows = rows.drop_duplicates("_key", keep="last")
+    rows = rows.drop_duplicates(["_key", "build"] if "build" in rows else "_key", keep="last")
+    return rows.assign(build=rows["build"] if "build" in rows else 0)
 
 
 def load_run(paths: Path | Sequence[Path]) -> Run:
     """Read one result file, or several runs of the same code to pool as one side.
 
-    Pooled, each case's value is the mean over the runs, and the significance test sees
-    every run's rounds, so differences between engine builds count as noise.
+    Each case's value is the mean over its builds (of every pooled run); the test sees
+    every build, so pooling runs adds builds and with them power.
     """
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    parts = [_load_one(p) for p in paths]
-    all_rows = pd.concat([rows.assign(_run=i) for i, (rows, _) in enumerate(parts)], ignore_index=True)
+    all_rows = pd.concat([_load_one(p).assign(_run=i) for i, p in enumerate(paths)], ignore_index=True)
     aggregated = all_rows.groupby("_key").agg({c: "mean" if c in METRICS else "last" for c in all_rows.columns if c != "_key"})
-    samples = None
-    if all(s is not None for _, s in parts):
-        samples = pd.concat([s.assign(_run=i) for i, (_, s) in enumerate(parts)], ignore_index=True)
-    return Run(paths, aggregated, all_rows, samples)
+    return Run(paths, aggregated, all_rows)
 
 
 def find_runs(results_dir: Path, commit_prefix: str, *, all_runs: bool = False) -> list[Path]:
@@ -161,29 +172,46 @@ def find_runs(results_dir: Path, commit_prefix: str, *, all_runs: bool = False) 
     return [p for _, p in found] if all_runs else [found[-1][1]]
 
 
-def samples_of(run: Run, key: str, metric: str) -> np.ndarray | None:
-    """One value per measured round of the case, over all pooled runs.
+def _log_builds(run: Run, key: str, metric: str) -> np.ndarray:
+    """log(value) of every build of a case: the noise is relative, so it is additive in logs."""
+    values = run.all_rows.loc[run.all_rows["_key"] == key, metric].to_numpy(dtype=float)
+    return np.log(values[np.isfinite(values) & (values > 0)])
 
-    Rounds are the independent repetitions: the requests of one batch share their
-    prefill and decode steps, so per-request values within a round are not independent
-    samples. A per-request metric is averaged over the round's requests.
+
+@dataclass
+class Noise:
+    """One metric's spread between builds of the same case, pooled over the shared cases."""
+
+    sd: float  # standard deviation of log(value) of one build; nan when no case has 2 builds a side
+    df: int  # degrees of freedom: engine builds, not cases, are the independent draws
+    builds: int  # typical builds per case and side
+
+    @property
+    def pct(self) -> float:
+        return (math.exp(self.sd) - 1.0) * 100.0
+
+
+def _noise(base: Run, new: Run, keys: Sequence[str], metric: str) -> Noise:
+    """Pool the spread of each case's builds around the case's mean, on both sides.
+
+    The spread is estimated from every case, but its degrees of freedom come from the
+    builds behind it: all cases of one build share that build's offset.
     """
-    if run.samples is None:
-        return None
-    case = run.samples[run.samples["_key"] == key]
-    if case.empty:
-        return None
-    rounds = case.groupby(["_run", "round"])
-    if metric == "e2e_ms":
-        return rounds["batch_e2e_ms"].first().to_numpy(dtype=float)
-    if metric == "output_tokens_per_s":
-        return (rounds["output_tokens"].sum() / (rounds["batch_e2e_ms"].first() / 1000.0)).to_numpy(dtype=float)
-    return rounds[metric].mean().to_numpy(dtype=float)
-
-
-def _min_p_value(n1: int, n2: int) -> float:
-    """The smallest two-sided p-value an exact Mann-Whitney U test can reach."""
-    return 2.0 / math.comb(n1 + n2, n1)
+    squares, case_df, counts = 0.0, 0, []
+    for run in (base, new):
+        for key in keys:
+            y = _log_builds(run, key, metric)
+            if len(y):
+                squares += float(((y - y.mean()) ** 2).sum())
+                case_df += len(y) - 1
+                counts.append(len(y))
+    df = 0
+    for run in (base, new):
+        shared = run.all_rows[run.all_rows["_key"].isin(keys) & run.all_rows[metric].notna()]
+        df += sum(max(n - 1, 0) for n in shared.groupby("_engine")[["_run", "build"]].apply(lambda g: len(g.drop_duplicates())))
+    sd = math.sqrt(squares / case_df) if case_df else math.nan
+    builds = Counter(counts).most_common(1)[0][0] if counts else 0
+    return Noise(sd, df, builds)
 
 
 @dataclass
@@ -195,7 +223,9 @@ class Finding:
     ratio: float
     change_pct: float
     threshold_pct: float
-    p_value: float | None
+    builds: tuple[int, int]  # builds behind base and new
+    p_value: float | None  # t-test on the builds' log values, before adjustment
+    p_adjusted: float | None  # Benjamini-Hochberg over every tested case-metric; decides the verdict
     verdict: str
 
     @property
@@ -209,6 +239,10 @@ class Comparison:
     base: Run
     new: Run
     findings: list[Finding]
+    noise: dict[str, Noise] = field(default_factory=dict)
+    # Per metric, at this noise: the smallest change that can be flagged in one case alone,
+    # and in every case at once (a change of the whole machine or engine).
+    detectable_pct: dict[str, tuple[float, float]] = field(default_factory=dict)
     only_base: list[dict[str, str]] = field(default_factory=list)
     only_new: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -216,6 +250,19 @@ class Comparison:
     @property
     def regressions(self) -> list[Finding]:
         return [f for f in self.findings if f.verdict == REGRESSED]
+
+
+def _t_test(xs: np.ndarray, ys: np.ndarray, noise: Noise) -> float | None:
+    """Two-sided p-value of a difference in mean log value, with the pooled build noise."""
+    from scipy.stats import t
+
+    if noise.df < 1 or not len(xs) or not len(ys):
+        return None
+    se = noise.sd * math.sqrt(1 / len(xs) + 1 / len(ys))
+    diff = float(ys.mean() - xs.mean())
+    if se == 0:
+        return 1.0 if diff == 0 else 0.0
+    return float(2 * t.sf(abs(diff) / se, noise.df))
 
 
 def compare(
@@ -226,7 +273,7 @@ def compare(
     per_metric: dict[str, float] | None = None,
     alpha: float = DEFAULT_ALPHA,
 ) -> Comparison:
-    from scipy.stats import mannwhitneyu
+    from scipy.stats import false_discovery_control, t
 
     per_metric = per_metric or {}
     common = [k for k in new.rows.index if k in base.rows.index]
@@ -234,40 +281,50 @@ def compare(
         raise CompareError(
             f"{base.label} and {new.label} have no case in common: compare runs of the same model, device and matrix"
         )
+    noise = {metric: _noise(base, new, common, metric) for metric in METRICS}
     findings = []
     for key in common:
-        case = _case(key)
-        for metric, higher_better in METRICS.items():
+        for metric in METRICS:
             b, n = float(base.rows.at[key, metric]), float(new.rows.at[key, metric])
             if math.isnan(b) or math.isnan(n) or b == 0:
                 continue
-            change = (n - b) / b * 100.0
+            xs, ys = _log_builds(base, key, metric), _log_builds(new, key, metric)
+            p = _t_test(xs, ys, noise[metric])
             limit = per_metric.get(metric, threshold) * 100.0
-            xs, ys = samples_of(base, key, metric), samples_of(new, key, metric)
-            testable = xs is not None and ys is not None and _min_p_value(len(xs), len(ys)) < alpha
-            p = float(mannwhitneyu(xs, ys, alternative="two-sided").pvalue) if testable else None
-            worse = -change if higher_better else change
-            if abs(worse) < limit:
-                verdict = WITHIN
-            elif not testable:
-                verdict = TOO_FEW
-            elif p >= alpha:
-                verdict = NOT_SIGNIFICANT
-            else:
-                verdict = REGRESSED if worse > 0 else IMPROVED
-            findings.append(Finding(case, metric, b, n, n / b, change, limit, p, verdict))
+            findings.append(Finding(_case(key), metric, b, n, n / b, (n - b) / b * 100.0, limit, (len(xs), len(ys)), p, None, ""))
+    tested = [f for f in findings if f.p_value is not None]
+    if tested:
+        for f, adjusted in zip(tested, false_discovery_control([f.p_value for f in tested])):
+            f.p_adjusted = float(adjusted)
+    for f in findings:
+        if abs(f.worse_pct) < f.threshold_pct:
+            f.verdict = WITHIN
+        elif f.p_adjusted is None:
+            f.verdict = TOO_FEW
+        elif f.p_adjusted >= alpha:
+            f.verdict = NOT_SIGNIFICANT
+        else:
+            f.verdict = REGRESSED if f.worse_pct > 0 else IMPROVED
     result = Comparison(
         base,
         new,
         findings,
+        noise=noise,
         only_base=[_case(k) for k in base.rows.index if k not in new.rows.index],
         only_new=[_case(k) for k in new.rows.index if k not in base.rows.index],
     )
+    for metric, nz in noise.items():
+        if nz.df >= 1 and tested:
+            lone, every = (t.ppf(1 - a / 2, nz.df) * nz.sd * math.sqrt(2 / nz.builds) for a in (alpha / len(tested), alpha))
+            result.detectable_pct[metric] = ((math.exp(lone) - 1.0) * 100.0, (math.exp(every) - 1.0) * 100.0)
+    if any(f.p_value is None for f in findings):
+        result.warnings.append(
+            "one engine build per case on each side: the noise between builds cannot be measured, so no change "
+            "is tested; run with matrix.builds >= 2 (or --bench-builds 2), or pool runs as A.csv,B.csv"
+        )
     for column in PROVENANCE_CHECKED:
         if column in base.rows and column in new.rows and base.provenance(column) != new.provenance(column):
             result.warnings.append(f"{column} differs: {base.provenance(column) or '-'} -> {new.provenance(column) or '-'}")
-    if base.samples is None or new.samples is None:
-        result.warnings.append("raw samples missing for one run: no change can be tested for significance")
     return result
 
 
@@ -292,15 +349,15 @@ def _ordered(comparison: Comparison) -> list[tuple[str, list[Finding]]]:
     return sorted(groups.items(), key=lambda item: (rank[item[1][0].verdict], -item[1][0].worse_pct))
 
 
-MARKS = {REGRESSED: "REGRESSED", IMPROVED: "improved", WITHIN: "", NOT_SIGNIFICANT: "? not significant", TOO_FEW: "? too few samples"}
+MARKS = {REGRESSED: "REGRESSED", IMPROVED: "improved", WITHIN: "", NOT_SIGNIFICANT: "? not significant", TOO_FEW: "? too few builds"}
 
 
 def _cells(f: Finding) -> list[str]:
-    p = "" if f.p_value is None else f"{f.p_value:.3g}"
+    p = "" if f.p_adjusted is None else f"{f.p_adjusted:.3g}"
     return [case_label(f.case), f.metric, f"{f.base:.2f}", f"{f.new:.2f}", f"{f.ratio:.3f}", f"{f.change_pct:+.1f}%", p, MARKS[f.verdict]]
 
 
-HEADER = ["case", "metric", "base", "new", "ratio", "change", "p", "verdict"]
+HEADER = ["case", "metric", "base", "new", "ratio", "change", "p (BH)", "verdict"]
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -314,6 +371,11 @@ def _preamble(c: Comparison) -> list[str]:
         f"base: {c.base.label}  commit {c.base.commit}",
         f"new:  {c.new.label}  commit {c.new.commit}",
     ]
+    if c.detectable_pct:
+        noise = ", ".join(f"{m} {nz.pct:.1f}% (df {nz.df})" for m, nz in c.noise.items())
+        lines.append(f"noise between engine builds (sd of one build): {noise}")
+        smallest = ", ".join(f"{m} {lone:.0f}% / {every:.0f}%" for m, (lone, every) in c.detectable_pct.items())
+        lines.append(f"smallest change flagged at this noise, in one case alone / in every case: {smallest}")
     lines += [f"WARNING: {w}" for w in c.warnings]
     return lines
 
@@ -321,9 +383,9 @@ def _preamble(c: Comparison) -> list[str]:
 def _summary_line(c: Comparison) -> str:
     counts = {v: sum(f.verdict == v for f in c.findings) for v in (REGRESSED, IMPROVED, NOT_SIGNIFICANT, TOO_FEW)}
     return (
-        f"{len(c.findings) // len(METRICS) if c.findings else 0} cases compared: {counts[REGRESSED]} regressed, "
+        f"{len({tuple(f.case.values()) for f in c.findings})} cases compared: {counts[REGRESSED]} regressed, "
         f"{counts[IMPROVED]} improved, {counts[NOT_SIGNIFICANT]} past the threshold but not significant, "
-        f"{counts[TOO_FEW]} past the threshold with too few samples to test"
+        f"{counts[TOO_FEW]} past the threshold with too few builds to test"
     )
 
 
@@ -366,6 +428,8 @@ def render_json(c: Comparison) -> str:
             "base": {"paths": [str(p) for p in c.base.paths], "commit": c.base.commit},
             "new": {"paths": [str(p) for p in c.new.paths], "commit": c.new.commit},
             "warnings": c.warnings,
+            "noise": {m: {"sd_pct": nz.pct, "df": nz.df, "builds": nz.builds} for m, nz in c.noise.items()},
+            "detectable_pct": c.detectable_pct,
             "findings": _records(c),
             "only_base": c.only_base,
             "only_new": c.only_new,

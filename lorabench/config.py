@@ -89,6 +89,10 @@ class Matrix(_Strict):
     input_len: PositiveInt | None = None
     warmup_rounds: NonNegativeInt = 1
     rounds: PositiveInt = 3
+    # Each engine configuration is built this many times per run. Builds of the same
+    # code settle at speeds that differ more than rounds within one build do, and
+    # `lorabench compare` needs at least two a side to tell that noise from a change.
+    builds: PositiveInt = 2
     seed: int = 0
 
     @field_validator("batch_sizes", "workloads")
@@ -207,13 +211,16 @@ class EngineSpec:
     max_cpu_loras: int | None = None
     # Served through vLLM's async engine, for online replays: a build of its own.
     online: bool = False
+    # Which of the run's builds of this configuration (matrix.builds) this is.
+    build: int = 0
 
     @property
     def id(self) -> str:
         if not self.enable_lora:
-            return "lora-off"
-        name = f"loras{self.max_loras}-rank{self.max_lora_rank}-cpu{self.max_cpu_loras}"
-        return name + ("-online" if self.online else "")
+            name = "lora-off"
+        else:
+            name = f"loras{self.max_loras}-rank{self.max_lora_rank}-cpu{self.max_cpu_loras}"
+        return name + ("-online" if self.online else "") + f"-build{self.build}"
 
     def lora_kwargs(self) -> dict[str, Any]:
         if not self.enable_lora:

@@ -36,6 +36,7 @@ class BenchState:
 
     config_path: Path
     output: str | None
+    builds: int | None  # --bench-builds: overrides the config's matrix.builds
     file: ConfigFile | None = None
     config: BenchConfig | None = None
     problems: list[str] = field(default_factory=list)
@@ -43,7 +44,7 @@ class BenchState:
     skip_reason: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     writer: ResultWriter | None = None
-    builds: list[tuple[str, float]] = field(default_factory=list)
+    built: list[tuple[str, float]] = field(default_factory=list)
     rss_after_teardown: list[tuple[str, float]] = field(default_factory=list)
     previous_sigterm: Any = None
     comparison: list[str] = field(default_factory=list)
@@ -75,6 +76,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("bench_output", "fixed results CSV, relative to the rootdir (default: a new file per run)", default="")
     group.addoption(
+        "--bench-builds",
+        metavar="N",
+        type=int,
+        help="build each engine configuration N times (default: the config's matrix.builds); "
+        "`lorabench compare` needs 2 or more a side to test a change",
+    )
+    parser.addini("bench_builds", "engine builds per configuration, overriding the config's matrix.builds", default="")
+    group.addoption(
         "--bench-compare",
         metavar="BASE",
         help="at the end, compare this run's results with BASE (a result CSV), as `lorabench compare` does",
@@ -100,7 +109,16 @@ def pytest_configure(config: pytest.Config) -> None:
     cli_output = config.getoption("bench_output")
     ini_output = config.getini("bench_output")
     output = cli_output or (str(config.rootpath / ini_output) if ini_output else None)
-    config.stash[STATE] = BenchState(config_path=config_path.resolve(), output=output)
+    builds = config.getoption("bench_builds")
+    ini_builds = config.getini("bench_builds")
+    if builds is None and ini_builds:
+        try:
+            builds = int(ini_builds)
+        except ValueError:
+            raise pytest.UsageError(f"lorabench: ini option bench_builds = {ini_builds!r}: expected a whole number such as 2") from None
+    if builds is not None and builds < 1:
+        raise pytest.UsageError(f"lorabench: --bench-builds {builds}: an engine configuration is built at least once; use 1 or more")
+    config.stash[STATE] = BenchState(config_path=config_path.resolve(), output=output, builds=builds)
 
 
 def _scenario(definition: pytest.Function, problems: list[str]) -> str | None:
@@ -126,9 +144,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(ENGINE_FIXTURE, [], indirect=True, scope="session")
         return
     marks = [getattr(pytest.mark, file.device)] if file.device else []
-    specs = file.engine_specs(with_lora_off=scenario == "no_lora")
-    if scenario == "online":
-        specs = [dataclasses.replace(s, online=True) for s in specs]
+    online = scenario == "online"
+    builds = state.builds or file.matrix.builds
+    # Build-major order: a configuration's builds are spread over the run, not back to back.
+    specs = [
+        dataclasses.replace(s, online=online, build=b)
+        for b in range(builds)
+        for s in file.engine_specs(with_lora_off=scenario == "no_lora")
+    ]
+    if online:
         cases = file.online_cases()
         if not cases:
             marks = [*marks, pytest.mark.skip(reason=f"{state.config_path} has no 'online' suites")]
@@ -249,7 +273,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         failure = f"engine configuration {spec.id} failed to build: {type(exc).__name__}: {exc}"
     if failure:
         pytest.fail(failure, pytrace=False)
-    state.builds.append((spec.id, eng.build_s))
+    state.built.append((spec.id, eng.build_s))
     try:
         yield eng
     finally:
@@ -279,9 +303,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     lines = []
     if state.skip_reason:
         lines.append(f"benchmark cases skipped: {state.skip_reason}")
-    if state.builds:
-        builds = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.builds)
-        lines.append(f"engine builds: {len(state.builds)} ({builds})")
+    if state.built:
+        builds = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.built)
+        lines.append(f"engine builds: {len(state.built)} ({builds})")
     if state.rss_after_teardown:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")

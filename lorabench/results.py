@@ -23,6 +23,7 @@ from lorabench.measure import METRIC_COLUMNS, RequestSample
 
 PROVENANCE_COLUMNS = (
     "timestamp",
+    "run_id",
     "git_commit",
     "git_dirty",
     "hostname",
@@ -77,6 +78,7 @@ ONLINE_METRIC_COLUMNS = (
 EXTRA_COLUMNS = (
     "warmup_rounds",
     "engine_id",
+    "build",
     "adapter_load_ms",
     "engine_build_s",
     "peak_memory_mb",
@@ -114,6 +116,8 @@ def git_state(root: Path) -> tuple[str, bool]:
 def provenance(root: Path, platform: Platform, model: str) -> dict[str, Any]:
     commit, dirty = git_state(root)
     return {
+        # Tells one session's rows from another's in a fixed output file.
+        "run_id": f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-{os.getpid()}",
         "git_commit": commit,
         "git_dirty": dirty,
         "hostname": socket.gethostname(),

@@ -61,7 +61,7 @@ def main() -> int:
                 vllm_cmd += [f"--{key.replace('_', '-')}", str(engine[key])]
 
         raw = json.loads(config_path.read_text())
-        raw["matrix"].update(batch_sizes=[args.batch_size], warmup_rounds=args.warmup, rounds=args.iters)
+        raw["matrix"].update(batch_sizes=[args.batch_size], warmup_rounds=args.warmup, rounds=args.iters, builds=1)
         for key in ("model", "prompts", "adapters"):
             if isinstance(raw[key], str) and not raw[key].startswith("builtin:"):
                 raw[key] = str((config_path.parent / raw[key]).resolve())

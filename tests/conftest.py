@@ -30,7 +30,7 @@ def tiny_config(tmp_path: Path):
             "engine": {"max_loras": [1, 2], "max_lora_rank": 16, "max_cpu_loras": 4, "max_model_len": 128, "max_num_seqs": 8},
             "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
             "matrix": {"batch_sizes": [2], "workloads": ["distinct", "identical"], "output_len": 4,
-                       "warmup_rounds": 0, "rounds": 1, "seed": 0},
+                       "warmup_rounds": 0, "rounds": 1, "builds": 1, "seed": 0},
         }
         for key, value in overrides.items():
             if isinstance(value, dict) and isinstance(data.get(key), dict):

@@ -21,14 +21,15 @@ def test_engine_specs_are_the_cross_product_with_readable_ids(tiny_config):
     parsed = read_config_file(tiny_config(engine={"max_loras": [1, 2], "max_lora_rank": [8, 16], "max_cpu_loras": 4}))
     specs = parsed.engine_specs(with_lora_off=True)
     assert [s.id for s in specs] == [
-        "lora-off", "loras1-rank8-cpu4", "loras1-rank16-cpu4", "loras2-rank8-cpu4", "loras2-rank16-cpu4",
+        "lora-off-build0", "loras1-rank8-cpu4-build0", "loras1-rank16-cpu4-build0", "loras2-rank8-cpu4-build0",
+        "loras2-rank16-cpu4-build0",
     ]
     assert specs[0] == EngineSpec(enable_lora=False)
 
 
 def test_max_cpu_loras_defaults_to_max_loras(tiny_config):
     parsed = read_config_file(tiny_config(engine={"max_loras": 3, "max_lora_rank": 16, "max_cpu_loras": None}))
-    assert [s.id for s in parsed.engine_specs(with_lora_off=False)] == ["loras3-rank16-cpu3"]
+    assert [s.id for s in parsed.engine_specs(with_lora_off=False)] == ["loras3-rank16-cpu3-build0"]
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):

@@ -20,7 +20,10 @@ def bench_dir(pytester):
 
 def test_options_and_ini_twins_are_registered(pytester):
     result = pytester.runpytest("--help")
-    result.stdout.fnmatch_lines(["multi-LoRA benchmarks on vLLM:", "*--bench-config=PATH*", "*--bench-output=PATH*", "*bench_config*", "*bench_output*"])
+    result.stdout.fnmatch_lines([
+        "multi-LoRA benchmarks on vLLM:", "*--bench-config=PATH*", "*--bench-output=PATH*", "*--bench-builds=N*",
+        "*bench_config*", "*bench_output*", "*bench_builds*",
+    ])
 
 
 def test_plugin_is_inert_without_bench_tests(pytester):
@@ -62,16 +65,35 @@ def test_case_ids_and_keyword_selection(bench_dir, tiny_config):
     multilora = bench_dir.runpytest("--bench-config", str(path), "-k", "multilora", "--collect-only", "-q")
     ids = [line.rsplit("/", 1)[-1] for line in multilora.stdout.lines if "::" in line]
     assert ids == [
-        f"test_multilora.py::test_multilora[{engine}-{workload}-bs2]"
+        f"test_multilora.py::test_multilora[{engine}-build0-{workload}-bs2]"
         for engine in ("loras1-rank16-cpu4", "loras2-rank16-cpu4")
         for workload in ("distinct", "identical")
     ]
     baseline = bench_dir.runpytest("--bench-config", str(path), "-k", "no_lora", "--collect-only", "-q")
     ids = [line.rsplit("/", 1)[-1] for line in baseline.stdout.lines if "::" in line]
     assert sorted(ids) == [
-        f"test_no_lora.py::test_no_lora[{engine}-bs2]"
+        f"test_no_lora.py::test_no_lora[{engine}-build0-bs2]"
         for engine in ("lora-off", "loras1-rank16-cpu4", "loras2-rank16-cpu4")
     ]
+
+
+def test_builds_are_interleaved_and_overridable(bench_dir, tiny_config):
+    """Each configuration is built matrix.builds times, build-major, so a configuration's
+    builds are spread over the run; --bench-builds and its ini twin override the count."""
+    path = tiny_config(matrix={"builds": 2})
+
+    def ids(*args):
+        # One token: a separate path argument would move pytest's rootdir, and with it the ini file.
+        result = bench_dir.runpytest(f"--bench-config={path}", "-k", "multilora and distinct", "--collect-only", "-q", *args)
+        return [line.split("[")[1].rstrip("]") for line in result.stdout.lines if "::" in line]
+
+    assert ids() == [f"loras{n}-rank16-cpu4-build{b}-distinct-bs2" for b in (0, 1) for n in (1, 2)]
+    assert ids("--bench-builds", "3")[-1] == "loras2-rank16-cpu4-build2-distinct-bs2"
+    bench_dir.makeini("[pytest]\nbench_builds = 1\n")
+    assert ids() == [f"loras{n}-rank16-cpu4-build0-distinct-bs2" for n in (1, 2)]
+    result = bench_dir.runpytest("--bench-config", str(path), "--bench-builds", "0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--bench-builds 0: an engine configuration is built at least once*"])
 
 
 def test_baseline_runs_need_no_adapters(bench_dir, tiny_config, tmp_path):
@@ -128,7 +150,7 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     rss = [float(v) for v in rss_line.split(":")[1].split(",")]
     assert len(rss) == 3 and max(rss) - min(rss) < 256, f"memory grows across engine builds: {rss}"
     for engine in ("lora-off", "loras1-rank16-cpu4", "loras2-rank16-cpu4"):
-        assert out.count(f"{engine} ") >= 2  # in the build line and the summary table
+        assert out.count(f"{engine}-build0 ") >= 2  # in the build line and the summary table
 
     (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
     rows = pd.read_csv(csv)
@@ -147,7 +169,8 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     assert len(loaded) >= 2, "each engine loads adapters before its first multi-LoRA case"
     builds = rows.groupby("engine_id")["engine_build_s"].nunique()
     assert (builds == 1).all(), "every case of a configuration shares one engine"
-    assert rows.loc[rows.engine_id == "lora-off", "enable_lora"].tolist() == [False]
+    assert rows.loc[rows.engine_id == "lora-off-build0", "enable_lora"].tolist() == [False]
+    assert rows["build"].eq(0).all() and rows["run_id"].nunique() == 1
 
     samples = pd.read_csv(csv.with_name(csv.stem + ".samples.csv"))
     assert len(samples) == 2 * (3 * 2 + 4 * 2)  # rounds x requests of every case
@@ -158,42 +181,38 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
 
 
 def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config, tmp_path):
-    """A real run compared with a made-up base far faster than this machine: the
-    session prints the comparison and, with --bench-compare-fail, fails."""
-    path = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 4})
-    data = ROOT / "tests" / "data" / "default-run.csv"
-    rows = pd.read_csv(data)
-    row = rows[(rows.workload == "identical") & (rows.batch_size == 4) & (rows.max_loras == 2)].copy()
-    samples = pd.read_csv(data.with_name(data.stem + ".samples.csv"))
-    samples = samples[(samples.workload == "identical") & (samples.batch_size == 4) & (samples.max_loras == 2)]
-    samples = samples[samples["round"] < 4].copy()
-    key = {"batch_size": 2, "input_len": 16, "output_len": 4, "max_loras": 1, "max_cpu_loras": 4}
-    for frame in (row, samples):
-        for column, value in key.items():
-            frame[column] = value
-    fast = [c for c in row.columns if c.split("_p")[0] in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms")]
-    row[fast] /= 20
-    row["output_tokens_per_s"] *= 20
-    for column in ("ttft_ms", "prefill_ms", "decode_ms", "request_e2e_ms", "batch_e2e_ms"):
-        samples[column] /= 20
+    """A real run of two builds compared with a made-up base far faster than this
+    machine: the session prints the comparison and, with --bench-compare-fail, fails."""
+    path = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 2})
+    rows = pd.read_csv(ROOT / "tests" / "data" / "default-run.csv")
+    base_rows = rows[(rows.workload == "identical") & (rows.batch_size == 4) & (rows.max_loras == 2) & (rows.build < 2)].copy()
+    assert sorted(base_rows["build"]) == [0, 1]
+    for column, value in {"batch_size": 2, "input_len": 16, "output_len": 4, "max_loras": 1, "max_cpu_loras": 4}.items():
+        base_rows[column] = value
+    fast = [c for c in base_rows.columns if c.split("_p")[0] in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms")]
+    base_rows[fast] /= 20
+    base_rows["output_tokens_per_s"] *= 20
     base = tmp_path / "base.csv"
-    row.to_csv(base, index=False)
-    samples.to_csv(tmp_path / "base.samples.csv", index=False)
+    base_rows.to_csv(base, index=False)
 
     result = bench_dir.runpytest_subprocess(
-        "--bench-config", str(path), "-k", "multilora", "-p", "no:cacheprovider",
+        "--bench-config", str(path), "-k", "multilora", "-p", "no:cacheprovider", "--bench-builds", "2",
         "--bench-compare", str(base), "--bench-compare-fail", timeout=400,
     )
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([
+        "engine builds: 2 (loras1-rank16-cpu4-build0 *, loras1-rank16-cpu4-build1 *)",
         "*= lorabench compare =*",
         f"base: {base}  commit *",
+        "noise between engine builds (sd of one build): ttft_ms *(df 2)*",
         "workload: identical",
         "*multilora loras1-rank16-cpu4 bs2 in16 out4  e2e_ms*REGRESSED*",
         "1 cases compared: 5 regressed, 0 improved*",
         "* regressions: the session fails (--bench-compare-fail)",
     ])
+    (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
+    assert sorted(pd.read_csv(csv)["build"]) == [0, 1]
 
 
 def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
@@ -218,7 +237,7 @@ def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
         "--bench-output", str(tmp_path / "results" / "online.csv"), timeout=300,
     )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["engine builds: 1 (loras2-rank16-cpu4-online *)"])
+    result.stdout.fnmatch_lines(["engine builds: 1 (loras2-rank16-cpu4-online-build0 *)"])
 
     (case,) = read_config_file(path).online_cases()
     expected = trace.generate(case.params, [f"dummy-lora-rank-{r}-{i}" for i, r in ((0, 8), (0, 16), (1, 8), (1, 16))])
