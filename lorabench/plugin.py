@@ -1,8 +1,8 @@
 """The pytest plugin: options, marks, parametrization, the engine fixture and the summary.
 
 Two fixtures, after pytest-httpserver: ``engine`` is the expensive, session-scoped
-resource (one ``vllm.LLM`` per engine configuration, built once and shut down before
-the next), and ``lorabench`` is the cheap per-test handle that runs one case.
+resource (one ``vllm.LLM`` per build of an engine configuration, shut down before the
+next is built), and ``lorabench`` is the cheap per-test handle that runs one case.
 
 The plugin is installed for every pytest run in the environment, so it stays inert
 (no config read, no vLLM import) unless a collected test asks for ``engine``.
@@ -260,7 +260,7 @@ def _state_for_run(config: pytest.Config) -> BenchState:
 
 @pytest.fixture(scope="session")
 def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    """A running vLLM engine for one engine configuration, shared by all its cases."""
+    """A running vLLM engine: one build of one engine configuration, shared by all its cases."""
     state = _state_for_run(request.config)
     spec = getattr(request, "param", None)
     if spec is None:

@@ -58,6 +58,14 @@ def slower(factor, where=batch):
     return change
 
 
+def set_columns(**values):
+    def change(rows):
+        for column, value in values.items():
+            rows[column] = value
+        return rows
+    return change
+
+
 def run_cli(*args):
     return cli.main(["compare", *map(str, args)])
 
@@ -180,13 +188,7 @@ def test_one_slow_build_is_not_a_significant_change(tmp_path):
 
 def test_provenance_differences_are_warned(tmp_path, capsys):
     base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
-
-    def other_host(rows):
-        rows["hostname"] = "npu-node-7"
-        rows["vllm_version"] = "0.99.0"
-        return rows
-
-    edit_run(new, other_host)
+    edit_run(new, set_columns(hostname="npu-node-7", vllm_version="0.99.0"))
     run_cli(base, new)
     out = capsys.readouterr().out
     assert "WARNING: hostname differs:" in out and "-> npu-node-7" in out
@@ -213,12 +215,7 @@ def test_bad_input_exits_2(tmp_path, capsys, content, message):
 
 def test_no_case_in_common_and_bad_threshold_exit_2(tmp_path, capsys):
     base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
-
-    def other_model(rows):
-        rows["model"] = "Llama-2-7b-hf"
-        return rows
-
-    edit_run(new, other_model)
+    edit_run(new, set_columns(model="Llama-2-7b-hf"))
     assert run_cli(base, new) == 2
     assert "no case in common" in capsys.readouterr().err
     assert run_cli(base, base, "--threshold", "fast") == 2
@@ -228,12 +225,7 @@ def test_no_case_in_common_and_bad_threshold_exit_2(tmp_path, capsys):
 
 def test_results_dir_picks_the_latest_run_of_each_commit(tmp_path, capsys):
     first, second = copy_run(tmp_path, "a"), copy_run(tmp_path, "b")
-
-    def later(rows):
-        rows["timestamp"] = "2099-01-01T00:00:00Z"
-        return rows
-
-    edit_run(second, later)
+    edit_run(second, set_columns(timestamp="2099-01-01T00:00:00Z"))
     commit = pd.read_csv(first)["git_commit"].iloc[0]
     assert find_runs(tmp_path, commit[:7]) == [second]
     assert find_runs(tmp_path, commit[:7], all_runs=True) == [first, second]
