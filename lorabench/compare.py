@@ -275,6 +275,8 @@ def compare(
 ) -> Comparison:
     from scipy.stats import false_discovery_control, t
 
+    if not 0 < alpha < 1:
+        raise CompareError(f"--alpha {alpha}: a significance level lies between 0 and 1, such as 0.05")
     per_metric = per_metric or {}
     common = [k for k in new.rows.index if k in base.rows.index]
     if not common:

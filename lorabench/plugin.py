@@ -110,14 +110,16 @@ def pytest_configure(config: pytest.Config) -> None:
     ini_output = config.getini("bench_output")
     output = cli_output or (str(config.rootpath / ini_output) if ini_output else None)
     builds = config.getoption("bench_builds")
+    source = f"--bench-builds {builds}"
     ini_builds = config.getini("bench_builds")
     if builds is None and ini_builds:
+        source = f"{config.inipath}: ini option bench_builds = {ini_builds}"
         try:
             builds = int(ini_builds)
         except ValueError:
-            raise pytest.UsageError(f"lorabench: ini option bench_builds = {ini_builds!r}: expected a whole number such as 2") from None
+            raise pytest.UsageError(f"lorabench: {source}: expected a whole number such as 2") from None
     if builds is not None and builds < 1:
-        raise pytest.UsageError(f"lorabench: --bench-builds {builds}: an engine configuration is built at least once; use 1 or more")
+        raise pytest.UsageError(f"lorabench: {source}: an engine configuration is built at least once; use 1 or more")
     config.stash[STATE] = BenchState(config_path=config_path.resolve(), output=output, builds=builds)
 
 

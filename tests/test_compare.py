@@ -221,6 +221,8 @@ def test_no_case_in_common_and_bad_threshold_exit_2(tmp_path, capsys):
     assert run_cli(base, base, "--threshold", "fast") == 2
     assert run_cli(base, base, "--threshold", "tpot=5%") == 2
     assert "unknown metric 'tpot'" in capsys.readouterr().err
+    assert run_cli(base, base, "--alpha", "2") == 2
+    assert "--alpha 2.0: a significance level lies between 0 and 1" in capsys.readouterr().err
 
 
 def test_results_dir_picks_the_latest_run_of_each_commit(tmp_path, capsys):

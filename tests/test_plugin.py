@@ -94,6 +94,10 @@ def test_builds_are_interleaved_and_overridable(bench_dir, tiny_config):
     result = bench_dir.runpytest("--bench-config", str(path), "--bench-builds", "0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--bench-builds 0: an engine configuration is built at least once*"])
+    bench_dir.makeini("[pytest]\nbench_builds = two\n")
+    result = bench_dir.runpytest(f"--bench-config={path}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*tox.ini: ini option bench_builds = two: expected a whole number such as 2"])
 
 
 def test_baseline_runs_need_no_adapters(bench_dir, tiny_config, tmp_path):
