@@ -30,7 +30,7 @@ from pydantic import (
 
 from lorabench import builtin
 from lorabench.adapters import Adapter, read_adapters_file, read_rank
-from lorabench.results import COLUMNS
+from lorabench.results import COLUMNS, SAMPLE_COLUMNS, samples_path_for
 from lorabench.trace import TraceParams
 from lorabench.workload import pool_size
 
@@ -464,14 +464,15 @@ def _check_outputs(path: Path, results_dir: Path, output: Path | None, from_cli:
         return []
     if output.is_dir() or not _writable_dir(output.parent):
         return [f"{path}: {field}: cannot write the CSV file {output}: name a file in a writable folder"]
-    if output.is_file() and output.stat().st_size:
-        with output.open(encoding="utf-8", newline="") as f:
-            header = next(csv.reader(f), [])
-        if tuple(header) != COLUMNS:
-            return [
-                f"{path}: {field}: {output} exists and is not a lorabench results file of this version "
-                "(other columns): name a new file, or leave 'output' unset for a new file per run"
-            ]
+    for file, columns in ((output, COLUMNS), (samples_path_for(output), SAMPLE_COLUMNS)):
+        if file.is_file() and file.stat().st_size:
+            with file.open(encoding="utf-8", newline="") as f:
+                header = next(csv.reader(f), [])
+            if tuple(header) != columns:
+                return [
+                    f"{path}: {field}: {file} exists and is not a lorabench results file of this version "
+                    "(other columns): name a new file, or leave 'output' unset for a new file per run"
+                ]
     return []
 
 

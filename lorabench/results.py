@@ -87,7 +87,7 @@ EXTRA_COLUMNS = (
 )
 COLUMNS = PROVENANCE_COLUMNS + PARAMETER_COLUMNS + TRACE_COLUMNS + METRIC_COLUMNS + ONLINE_METRIC_COLUMNS + EXTRA_COLUMNS
 # Enough to match a sample to its case row without the row itself.
-SAMPLE_KEY_COLUMNS = ("timestamp", "git_commit", "model", "device_type", *PARAMETER_COLUMNS[:-1], *TRACE_COLUMNS[:5], "engine_id")
+SAMPLE_KEY_COLUMNS = ("timestamp", "run_id", "git_commit", "model", "device_type", *PARAMETER_COLUMNS[:-1], *TRACE_COLUMNS[:5], "engine_id")
 SAMPLE_COLUMNS = (
     SAMPLE_KEY_COLUMNS
     + tuple(RequestSample.__dataclass_fields__)

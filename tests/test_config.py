@@ -159,6 +159,10 @@ def test_output_files_are_checked_before_any_engine(tiny_config, tmp_path):
     foreign.write_text("a,b\n1,2\n")
     message = problems_of(tiny_config(output="foreign.csv"))
     assert "field 'output'" in message and "is not a lorabench results file" in message
+    foreign.unlink()
+    (tmp_path / "foreign.samples.csv").write_text("a,b\n1,2\n")  # a row would be lost when its samples fail
+    message = problems_of(tiny_config(output="foreign.csv"))
+    assert "foreign.samples.csv exists and is not a lorabench results file" in message
     (tmp_path / "blocker").write_text("")
     message = problems_of(tiny_config(results_dir="blocker/results"))
     assert "field 'results_dir': cannot create result files" in message
