@@ -56,10 +56,6 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _paths(text: str) -> list[Path]:
-    return [Path(part) for part in text.split(",") if part]
-
-
 def _compare(args: argparse.Namespace) -> int:
     from lorabench import compare as cmp
 
@@ -68,7 +64,7 @@ def _compare(args: argparse.Namespace) -> int:
             base_paths = cmp.find_runs(Path(args.results_dir), args.base, all_runs=args.all_runs)
             new_paths = cmp.find_runs(Path(args.results_dir), args.new, all_runs=args.all_runs)
         else:
-            base_paths, new_paths = _paths(args.base), _paths(args.new)
+            base_paths, new_paths = cmp.split_paths(args.base), cmp.split_paths(args.new)
         threshold, per_metric = cmp.parse_thresholds(args.threshold)
         result = cmp.compare(
             cmp.load_run(base_paths), cmp.load_run(new_paths), threshold=threshold, per_metric=per_metric, alpha=args.alpha
@@ -116,11 +112,12 @@ def _trace_generate(args: argparse.Namespace) -> int:
         duration=args.duration,
         seed=args.seed,
     )
+    names = _adapter_names(args)
     try:
-        requests = trace.generate(params, _adapter_names(args))
+        requests = trace.generate(params, names)
     except ValueError as exc:
         raise SystemExit(f"lorabench: cannot generate the trace: {exc}") from None
-    trace.write(Path(args.out), params, _adapter_names(args), requests)
+    trace.write(Path(args.out), params, names, requests)
     print(f"wrote {len(requests)} requests to {args.out}")
     return 0
 

@@ -142,6 +142,11 @@ def _load_one(path: Path) -> pd.DataFrame:
     return rows.assign(build=rows["build"] if "build" in rows else 0)
 
 
+def split_paths(text: str) -> list[Path]:
+    """``A.csv,B.csv``: several runs of the same code, pooled as one side."""
+    return [Path(part) for part in text.split(",") if part]
+
+
 def load_run(paths: Path | Sequence[Path]) -> Run:
     """Read one result file, or several runs of the same code to pool as one side.
 
@@ -191,20 +196,19 @@ class Noise:
         return (math.exp(self.sd) - 1.0) * 100.0
 
 
-def _noise(base: Run, new: Run, keys: Sequence[str], metric: str) -> Noise:
+def _noise(base: Run, new: Run, logs: dict[str, tuple[np.ndarray, np.ndarray]], metric: str) -> Noise:
     """Pool the spread of each case's builds around the case's mean, on both sides.
 
     The spread is estimated from every case, but its degrees of freedom come from the
     builds behind it: all cases of one build share that build's offset.
     """
     squares, case_df, counts = 0.0, 0, []
-    for run in (base, new):
-        for key in keys:
-            y = _log_builds(run, key, metric)
-            if len(y):
-                squares += float(((y - y.mean()) ** 2).sum())
-                case_df += len(y) - 1
-                counts.append(len(y))
+    for y in (y for pair in logs.values() for y in pair):
+        if len(y):
+            squares += float(((y - y.mean()) ** 2).sum())
+            case_df += len(y) - 1
+            counts.append(len(y))
+    keys = list(logs)
     df = 0
     for run in (base, new):
         shared = run.all_rows[run.all_rows["_key"].isin(keys) & run.all_rows[metric].notna()]
@@ -283,14 +287,15 @@ def compare(
         raise CompareError(
             f"{base.label} and {new.label} have no case in common: compare runs of the same model, device and matrix"
         )
-    noise = {metric: _noise(base, new, common, metric) for metric in METRICS}
+    logs = {m: {k: (_log_builds(base, k, m), _log_builds(new, k, m)) for k in common} for m in METRICS}
+    noise = {metric: _noise(base, new, logs[metric], metric) for metric in METRICS}
     findings = []
     for key in common:
         for metric in METRICS:
             b, n = float(base.rows.at[key, metric]), float(new.rows.at[key, metric])
             if math.isnan(b) or math.isnan(n) or b == 0:
                 continue
-            xs, ys = _log_builds(base, key, metric), _log_builds(new, key, metric)
+            xs, ys = logs[metric][key]
             p = _t_test(xs, ys, noise[metric])
             limit = per_metric.get(metric, threshold) * 100.0
             findings.append(Finding(_case(key), metric, b, n, n / b, (n - b) / b * 100.0, limit, (len(xs), len(ys)), p, None, ""))

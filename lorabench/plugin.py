@@ -234,8 +234,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     fail = config.getoption("bench_compare_fail")
     fail = config.getini("bench_compare_fail") if fail is None else fail
     try:
-        base_paths = [Path(p) for p in base.split(",") if p]
-        result = compare.compare(compare.load_run(base_paths), compare.load_run(state.writer.path))
+        result = compare.compare(compare.load_run(compare.split_paths(base)), compare.load_run(state.writer.path))
     except compare.CompareError as exc:
         state.comparison = [f"cannot compare with {base}: {exc}"]
         if fail:
