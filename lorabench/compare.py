@@ -53,7 +53,10 @@ METRICS = {
     "e2e_ms": False,
     "output_tokens_per_s": True,
 }
-PROVENANCE_CHECKED = ("device_type", "device_name", "hostname", "vllm_version", "vllm_ascend_version", "torch_version", "torch_npu_version")
+PROVENANCE_CHECKED = (
+    "device_type", "device_name", "hostname", "vllm_version", "vllm_ascend_version", "torch_version", "torch_npu_version",
+    "toolkit_version", "driver_version", "firmware_version",
+)
 KEY_SEP = "\x1f"  # joins a case's key values into one index label
 DEFAULT_THRESHOLD = 0.10
 DEFAULT_ALPHA = 0.05

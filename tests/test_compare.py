@@ -195,6 +195,18 @@ def test_provenance_differences_are_warned(tmp_path, capsys):
     assert "WARNING: vllm_version differs:" in out
 
 
+def test_driver_and_toolkit_differences_are_warned(tmp_path, capsys):
+    """An NPU driver or CANN upgrade between two runs can explain a change by itself."""
+    base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
+    edit_run(base, set_columns(toolkit_version="8.0.RC3", driver_version="24.1.rc2", firmware_version="7.5.0.1.129"))
+    edit_run(new, set_columns(toolkit_version="8.1.RC1", driver_version="24.1.rc2", firmware_version="7.7.0.1.231"))
+    run_cli(base, new)
+    out = capsys.readouterr().out
+    assert "WARNING: toolkit_version differs: 8.0.RC3 -> 8.1.RC1" in out
+    assert "WARNING: firmware_version differs: 7.5.0.1.129 -> 7.7.0.1.231" in out
+    assert "driver_version differs" not in out
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
