@@ -63,6 +63,7 @@ class BenchCase:
             "build": spec.build,
             "adapter_load_ms": load_s * 1000.0,
             "engine_build_s": engine.build_s,
+            "kv_cache_tokens": engine.kv_cache_tokens,
             "peak_memory_mb": engine.memory.update(),
             "memory_source": engine.memory.source,
             "test_id": self.test_id,

@@ -251,6 +251,11 @@ class BenchConfig:
     def matrix(self) -> Matrix:
         return self.file.matrix
 
+    @property
+    def devices_per_engine(self) -> int:
+        extra = self.file.engine.model_extra or {}
+        return int(extra.get("tensor_parallel_size", 1)) * int(extra.get("pipeline_parallel_size", 1))
+
     def llm_kwargs(self, spec: EngineSpec) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": str(self.model), "seed": self.matrix.seed}
         if self.tokenizer is not None:
@@ -406,6 +411,8 @@ def resolve_config(path: Path, parsed: ConfigFile, *, needs_lora: bool, output: 
             problems.append(f"{path}: field 'model': directory {model} does not exist: point it at a local model folder")
         elif not (model / "config.json").is_file():
             problems.append(f"{path}: field 'model': {model} has no config.json: point it at a Hugging Face model folder")
+        else:
+            problems += _check_weights(path, parsed, model)
     tokenizer = _resolve(base, parsed.tokenizer) if parsed.tokenizer else None
     if tokenizer is not None and not tokenizer.exists():
         problems.append(f"{path}: field 'tokenizer': {tokenizer} does not exist")
@@ -448,6 +455,21 @@ def resolve_config(path: Path, parsed: ConfigFile, *, needs_lora: bool, output: 
         results_dir=results_dir,
         output=out_path,
     )
+
+
+# What vLLM's default loaders read; a folder with none of these fails inside the engine.
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def _check_weights(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
+    """A folder with config.json and no weights runs only with random weights of its shape."""
+    load_format = (parsed.engine.model_extra or {}).get("load_format", "auto")
+    if load_format == "dummy" or any(next(model.glob(p), None) for p in WEIGHT_PATTERNS):
+        return []
+    return [
+        f"{path}: field 'model': {model} has a config.json but no weight files ({', '.join(WEIGHT_PATTERNS)}): "
+        "add the weights, or set engine.load_format to \"dummy\" to benchmark random weights of this shape"
+    ]
 
 
 def _writable_dir(folder: Path) -> bool:

@@ -13,27 +13,36 @@ import asyncio
 import gc
 import os
 import subprocess
-import sys
 import time
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Sequence
 
 import psutil
 
+from lorabench import processes
 from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
-from lorabench.memory import PeakMemory
+from lorabench.memory import ACCELERATORS, PeakMemory
 from lorabench.workload import Batch
+
+SPAWN = "VLLM_WORKER_MULTIPROC_METHOD"
+
+
+class EngineBuildError(RuntimeError):
+    """An engine failed to build; the message carries the reason its own processes gave."""
 
 
 class Engine:
     """Builds, serves and shuts down one configuration's engine, and watches its processes."""
 
-    def __init__(self, config: BenchConfig, spec: EngineSpec, device_type: str) -> None:
+    def __init__(self, config: BenchConfig, spec: EngineSpec, device_type: str, log_path: Path | None = None) -> None:
         self.config = config
         self.spec = spec
-        self.memory = PeakMemory(device_type)
+        self.memory = PeakMemory(device_type, num_devices=config.devices_per_engine)
         self.device_type = device_type
+        self.log_path = log_path
+        self.kv_cache_tokens = 0
         self._unpin: Callable[[], None] | None = None
         self.build_s = 0.0
         self.llm: Any = None
@@ -49,28 +58,59 @@ class Engine:
     def id(self) -> str:
         return self.spec.id
 
-    def __enter__(self) -> Engine:
+    def _environment(self) -> dict[str, str]:
+        """The config's variables, plus spawn for the engine's processes on an accelerator.
+
+        vLLM forks its engine core unless something forces spawn; it forces it for an
+        initialized CUDA context and on the CPU, not on Ascend, where a forked child
+        cannot initialize torch_npu again. Spawn is safe everywhere; a value the user set
+        (in the environment or the config's ``env``) wins.
+        """
         env = {k: str(v) for k, v in self.config.file.env.items()}
+        if self.device_type in ACCELERATORS and SPAWN not in env and SPAWN not in os.environ:
+            env[SPAWN] = "spawn"
+        return env
+
+    def __enter__(self) -> Engine:
+        env = self._environment()
         self._saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         self.memory.start()
-        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        before = processes.children()
         try:
             start = time.perf_counter()
-            self.llm = self._build()
+            with processes.output_to(self.log_path):
+                self.llm = self._build()
             self.build_s = time.perf_counter() - start
-        except BaseException:
+        except BaseException as exc:
             self._restore_env()
             if self.loop is not None:
                 self.loop.close()
                 self.loop = None
+            if isinstance(exc, Exception):
+                raise EngineBuildError(self._failure(exc)) from exc
             raise
-        self._processes = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-        self._reaper = _start_reaper(self._processes)
+        self._processes = processes.started_since(before)
+        self._reaper = processes.start_reaper(self._processes)
         if self.device_type == "cpu":
-            self._unpin = _keep_off_worker_cpus(self._processes)
+            self._unpin = processes.keep_off_worker_cpus(self._processes)
+        cache = self.vllm_config.cache_config
+        self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * int(cache.block_size or 0)
         self.memory.update()
         return self
+
+    def _failure(self, exc: Exception) -> str:
+        """One line: what the engine's own processes said, else what this process caught."""
+        said = ""
+        if self.log_path is not None and self.log_path.is_file():
+            said = processes.root_cause(self.log_path.read_text(encoding="utf-8", errors="replace"))
+        caught = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        where = f" (engine log: {self.log_path})" if self.log_path is not None else ""
+        return f"{said} [{caught}]{where}" if said and said not in caught else f"{caught}{where}"
+
+    @property
+    def vllm_config(self) -> Any:
+        return self.llm.vllm_config if self.spec.online else self.llm.llm_engine.vllm_config
 
     def _build(self) -> Any:
         kwargs = self.config.llm_kwargs(self.spec)
@@ -130,6 +170,7 @@ class Engine:
                 self._reaper.stdin.close()  # the reaper kills whatever shutdown left behind
                 self._reaper.wait(timeout=30)
                 self._reaper = None
+        self.memory.wait_released()
 
     def _restore_env(self) -> None:
         for key, value in self._saved_env.items():
@@ -145,18 +186,13 @@ class Engine:
         vLLM notices a dead engine core from a monitor thread; a request sent before it
         does can wait forever, so each case checks first.
         """
-        for proc in self._processes:
-            try:
-                gone = proc.status() == psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                gone = True
-            if gone:
-                raise EngineDied(f"engine process {proc.pid} is gone (killed, crashed or out of memory)")
+        gone = processes.first_gone(self._processes)
+        if gone is not None:
+            raise EngineDied(f"engine process {gone.pid} is gone (killed, crashed or out of memory)")
 
     @property
     def vocab_size(self) -> int:
-        model_config = self.llm.model_config if self.spec.online else self.llm.llm_engine.model_config
-        return int(model_config.get_vocab_size())
+        return int(self.vllm_config.model_config.get_vocab_size())
 
     def lora_request(self, adapter: Adapter) -> Any:
         from vllm.lora.request import LoRARequest
@@ -196,77 +232,6 @@ class Engine:
         loras = [self.lora_request(r.adapter) if r.adapter is not None else None for r in batch.requests]
         kwargs = {"lora_request": loras} if self.spec.enable_lora else {}
         return self.llm.generate(prompts, params, use_tqdm=False, **kwargs)
-
-
-def _set_affinity(process: psutil.Process, cpus: set[int]) -> None:
-    """Every thread of ``process``: a process-wide call would move its main thread only."""
-    for thread in process.threads():
-        try:
-            os.sched_setaffinity(thread.id, cpus)
-        except OSError:  # the thread ended meanwhile
-            pass
-
-
-def _keep_off_worker_cpus(engine_processes: Sequence[psutil.Process]) -> Callable[[], None] | None:
-    """Keep this process and the engine core off the cores vLLM bound its CPU workers to.
-
-    vLLM's CPU backend binds each worker's OpenMP threads to cores and reserves the rest
-    for the engine core and the front end, but it does not bind those two there (vLLM
-    0.32). Left free, the engine core's busy loop sometimes lands on a worker's core and
-    the build runs slower for as long as it stays there. Returns what undoes it for this
-    process, so the next build starts from the full set of cores.
-    """
-    me = psutil.Process()
-    allowed = set(os.sched_getaffinity(0))
-    worker_cpus: set[int] = set()
-    others = [me]
-    for proc in engine_processes:
-        try:
-            cpus = set(proc.cpu_affinity())
-        except psutil.Error:
-            continue
-        if cpus < allowed:
-            worker_cpus |= cpus
-        else:
-            others.append(proc)
-    rest = allowed - worker_cpus
-    if not worker_cpus or not rest:
-        return None
-    for proc in others:
-        try:
-            _set_affinity(proc, rest)
-        except psutil.Error:
-            pass
-    return lambda: _set_affinity(me, allowed)
-
-
-# Blocks until its stdin closes (the engine was closed, or this process died, even by
-# kill -9), then kills the engine's processes that are still running.
-_REAPER = """
-import sys, psutil
-procs = []
-for pid in sys.argv[1:]:
-    try:
-        procs.append(psutil.Process(int(pid)))
-    except psutil.Error:
-        pass
-sys.stdin.read()
-for proc in procs:
-    try:
-        proc.kill()
-    except psutil.Error:
-        pass
-"""
-
-
-def _start_reaper(processes: Sequence[psutil.Process]) -> subprocess.Popen | None:
-    if not processes:
-        return None
-    return subprocess.Popen(
-        [sys.executable, "-c", _REAPER, *(str(p.pid) for p in processes)],
-        stdin=subprocess.PIPE,
-        start_new_session=True,  # a Ctrl-C meant for pytest must not reach it first
-    )
 
 
 class EngineDied(RuntimeError):

@@ -23,8 +23,8 @@ from lorabench import compare
 from lorabench.case import SCENARIOS, BenchCase
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform, detect_platform
-from lorabench.engine import Engine
-from lorabench.memory import MIB, tree_rss_bytes
+from lorabench.engine import Engine, EngineBuildError
+from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
 from lorabench.results import ResultWriter, format_summary, provenance
 
 ENGINE_FIXTURE = "engine"
@@ -48,6 +48,9 @@ class BenchState:
     rss_after_teardown: list[tuple[str, float]] = field(default_factory=list)
     previous_sigterm: Any = None
     comparison: list[str] = field(default_factory=list)
+    # Set when an engine's device memory did not come back after shutdown: later builds
+    # would run on a partly held device, so they fail with this reason instead.
+    unreleased: str | None = None
 
     def read_file(self) -> ConfigFile | None:
         if self.file is None and not self.problems:
@@ -266,19 +269,25 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     spec = getattr(request, "param", None)
     if spec is None:
         raise RuntimeError(f"lorabench: '{ENGINE_FIXTURE}' is parametrized by the plugin; mark the test with @pytest.mark.scenario")
-    eng = Engine(state.config, spec, state.platform.device_type)
+    if state.unreleased:
+        pytest.fail(f"engine configuration {spec.id} not built: {state.unreleased}", pytrace=False)
+    eng = Engine(state.config, spec, state.platform.device_type, log_path=state.writer.log_dir / f"{spec.id}.log")
     failure = None
     try:
         eng.__enter__()
     except Exception as exc:  # noqa: BLE001 - fail this configuration's cases, keep the session
-        failure = f"engine configuration {spec.id} failed to build: {type(exc).__name__}: {exc}"
+        reason = str(exc) if isinstance(exc, EngineBuildError) else f"{type(exc).__name__}: {exc}"
+        failure = f"engine configuration {spec.id} failed to build: {reason}"
     if failure:
         pytest.fail(failure, pytrace=False)
     state.built.append((spec.id, eng.build_s))
     try:
         yield eng
     finally:
-        eng.close()
+        try:
+            eng.close()
+        except DeviceNotReleased as exc:
+            state.unreleased = f"the device memory of {spec.id} was not released: {exc}"
         state.rss_after_teardown.append((spec.id, tree_rss_bytes() / MIB))
 
 
@@ -310,6 +319,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if state.rss_after_teardown:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")
+    if state.unreleased:
+        lines.append(state.unreleased)
+    if state.writer is not None and state.writer.log_dir.is_dir():
+        lines.append(f"engine logs: {state.writer.log_dir}")
     if state.writer is not None and state.writer.rows:
         lines += [format_summary(state.writer.rows), f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
     for title, section in (("lorabench", lines), ("lorabench compare", state.comparison)):

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from lorabench.device import Platform, stack_versions
+from lorabench.device import Platform, driver_versions, stack_versions
 from lorabench.measure import METRIC_COLUMNS, RequestSample
 
 PROVENANCE_COLUMNS = (
@@ -33,6 +33,9 @@ PROVENANCE_COLUMNS = (
     "vllm_ascend_version",
     "torch_version",
     "torch_npu_version",
+    "toolkit_version",
+    "driver_version",
+    "firmware_version",
     "model",
 )
 PARAMETER_COLUMNS = (
@@ -81,6 +84,7 @@ EXTRA_COLUMNS = (
     "build",
     "adapter_load_ms",
     "engine_build_s",
+    "kv_cache_tokens",
     "peak_memory_mb",
     "memory_source",
     "test_id",
@@ -124,6 +128,7 @@ def provenance(root: Path, platform: Platform, model: str) -> dict[str, Any]:
         "device_type": platform.device_type,
         "device_name": platform.device_name,
         **stack_versions(),
+        **driver_versions(platform.device_type),
         "model": model,
     }
 
@@ -176,6 +181,12 @@ class ResultWriter:
         self.rows: list[dict[str, Any]] = []
 
     @property
+    def log_dir(self) -> Path:
+        """Where this run's engine processes write their output, one file per build."""
+        folder = self.fixed_path.parent if self.fixed_path is not None else self.results_dir
+        return folder / f"{self._stem}.logs"
+
+    @property
     def samples_path(self) -> Path | None:
         return samples_path_for(self.path) if self.path else None
 
@@ -220,6 +231,7 @@ SUMMARY_COLUMNS = (
     ("e2e_ms", "e2e ms"),
     ("output_tokens_per_s", "out tok/s"),
     ("adapter_load_ms", "load ms"),
+    ("kv_cache_tokens", "kv tokens"),
     ("peak_memory_mb", "peak MiB"),
     ("slo_attainment", "slo met"),
     ("send_lag_ms_p99", "lag p99 ms"),

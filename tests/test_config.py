@@ -36,6 +36,7 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch)
     monkeypatch.chdir("/")
     model = tmp_path / "models" / "m"
     write_json(model / "config.json", {"max_position_embeddings": 64})
+    (model / "model.safetensors").write_bytes(b"")
     adapter = tmp_path / "loras" / "a"
     write_json(adapter / "adapter_config.json", {"r": 8})
     (adapter / "adapter_model.safetensors").write_bytes(b"")
@@ -201,3 +202,19 @@ def test_online_suites_are_a_cross_product_with_readable_ids(tiny_config):
 def test_bad_online_suites(tiny_config, suite, expected):
     online = {**ONLINE, "suites": [{**ONLINE["suites"][0], **suite}]}
     assert expected in problems_of(tiny_config(online=online))
+
+
+def test_a_model_folder_without_weights_runs_only_with_dummy_weights(tmp_path, tiny_config):
+    """config.json alone is how a big base is benchmarked with random weights; without
+    load_format "dummy" vLLM would fail deep inside the engine instead."""
+    from lorabench import builtin
+
+    model = tmp_path / "llama-shape"
+    write_json(model / "config.json", builtin.MODELS["tiny-llama"])
+    problems = problems_of(tiny_config(model=str(model)))
+    assert f"field 'model': {model} has a config.json but no weight files" in problems
+    assert 'set engine.load_format to "dummy"' in problems
+    config = load(tiny_config(model=str(model), engine={"load_format": "dummy"}))
+    assert config.llm_kwargs(EngineSpec(False))["load_format"] == "dummy"
+    (model / "model-00001-of-00002.safetensors").write_bytes(b"")
+    assert load(tiny_config(model=str(model))).model == model

@@ -1,12 +1,14 @@
-"""The engine's placement on the CPU, checked on a real engine."""
+"""The engine on the CPU, checked on real engines: placement and build failures."""
 
 import os
+import shutil
 
 import psutil
 import pytest
 
+from lorabench import builtin
 from lorabench.config import EngineSpec, read_config_file, resolve_config
-from lorabench.engine import Engine
+from lorabench.engine import Engine, EngineBuildError
 
 
 def thread_cpus(process: psutil.Process) -> set[frozenset[int]]:
@@ -31,3 +33,21 @@ def test_engine_core_and_front_end_stay_off_the_workers_cores(tiny_config):
         for process in [psutil.Process(), *cores]:
             assert thread_cpus(process) == {rest}, process.name()
     assert thread_cpus(psutil.Process()) == {frozenset(allowed)}
+
+
+def test_a_corrupt_weight_file_fails_the_build_with_its_cause(tiny_config, tmp_path):
+    """vLLM's own exception says only "see root cause above"; the cause is in the engine
+    processes' output, which lorabench keeps in the build's log and puts in the failure."""
+    model = tmp_path / "corrupt"
+    shutil.copytree(builtin.ensure_model("tiny-llama"), model)
+    (model / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
+    path = tiny_config(model=str(model))
+    config = resolve_config(path, read_config_file(path), needs_lora=False)
+    log = tmp_path / "logs" / "lora-off-build0.log"
+    with pytest.raises(EngineBuildError) as failure:
+        Engine(config, EngineSpec(enable_lora=False), "cpu", log_path=log).__enter__()
+    message = str(failure.value)
+    assert "\n" not in message
+    assert message.startswith("safetensors._safetensors_rust.SafetensorError: Error while deserializing header"), message
+    assert f"(engine log: {log})" in message and log.is_file()
+    assert not [p for p in psutil.Process().children(recursive=True) if "EngineCore" in p.name()]

@@ -45,6 +45,18 @@ def test_bad_config_is_a_usage_error_before_any_engine(bench_dir, tiny_config):
     assert "engine builds" not in result.stdout.str()
 
 
+def test_a_weightless_model_folder_is_refused_before_any_engine(bench_dir, tiny_config, tmp_path):
+    from lorabench import builtin
+
+    model = tmp_path / "no-weights"
+    model.mkdir()
+    (model / "config.json").write_text((builtin.ensure_model("tiny-llama") / "config.json").read_text())
+    result = bench_dir.runpytest("--bench-config", str(tiny_config(model=str(model))))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*field 'model': {model} has a config.json but no weight files*engine.load_format*dummy*"])
+    assert "engine builds" not in result.stdout.str() and "Traceback" not in result.stderr.str()
+
+
 def test_ini_twin_selects_the_config(bench_dir, tmp_path):
     (tmp_path / "broken.json").write_text("{")
     bench_dir.makeini(f"[pytest]\nbench_config = {tmp_path / 'broken.json'}\n")
@@ -150,6 +162,8 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     result.assert_outcomes(passed=7)
     out = result.stdout.str()
     assert "engine builds: 3 (" in out
+    # The reaper spares multiprocessing's resource tracker, which serves the whole session.
+    assert "resource_tracker" not in out + result.stderr.str()
     (rss_line,) = [line for line in result.stdout.lines if line.startswith("process tree RSS after each engine shut down")]
     rss = [float(v) for v in rss_line.split(":")[1].split(",")]
     assert len(rss) == 3 and max(rss) - min(rss) < 256, f"memory grows across engine builds: {rss}"
@@ -162,7 +176,8 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     assert sorted(rows["scenario"].value_counts().items()) == [("multilora", 4), ("no_lora", 3)]
     assert set(rows.loc[rows.scenario == "multilora", "workload"]) == {"distinct", "identical"}
     assert (rows["rounds"] == 2).all() and (rows["warmup_rounds"] == 1).all()
-    for column in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms", "output_tokens_per_s", "peak_memory_mb"):
+    for column in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms", "output_tokens_per_s", "peak_memory_mb",
+                   "kv_cache_tokens"):
         assert (rows[column] > 0).all(), column
     assert (rows["ttft_ms_p99"] >= rows["ttft_ms_p50"]).all()
     assert rows["device_type"].eq("cpu").all() and rows["model"].eq("builtin:tiny-llama").all()
@@ -216,7 +231,10 @@ def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config,
         "* regressions: the session fails (--bench-compare-fail)",
     ])
     (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
-    assert sorted(pd.read_csv(csv)["build"]) == [0, 1]
+    rows = pd.read_csv(csv)
+    assert sorted(rows["build"]) == [0, 1]
+    # The KV cache a configuration gets does not depend on the build.
+    assert rows["kv_cache_tokens"].nunique() == 1 and rows["kv_cache_tokens"].iloc[0] > 0
 
 
 def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
