@@ -6,4 +6,4 @@ import pytest
 
 @pytest.mark.scenario("multilora")
 def test_multilora(lorabench, engine, workload, batch_size):
-    lorabench.run(engine, batch_size, workload)
+    lorabench.run(engine, workload=workload, batch_size=batch_size)

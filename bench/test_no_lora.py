@@ -6,4 +6,4 @@ import pytest
 
 @pytest.mark.scenario("no_lora")
 def test_no_lora(lorabench, engine, batch_size):
-    lorabench.run(engine, batch_size)
+    lorabench.run(engine, batch_size=batch_size)

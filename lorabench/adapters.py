@@ -8,9 +8,9 @@ modules, which is all a latency benchmark needs.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
@@ -27,7 +27,9 @@ class Adapter:
 def read_adapters_file(path: Path) -> list[Adapter]:
     """Read ``adapters.json``: a list of ``{"name", "path", "prompt"}``; paths relative to the file."""
     if not path.is_file():
-        raise ValueError(f"adapters file {path} not found: fix the path, or generate one with `lorabench adapters generate`")
+        raise ValueError(
+            f"adapters file {path} not found: fix the path, or generate one with `lorabench adapters generate`"
+        )
     try:
         entries = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -113,7 +115,10 @@ def write_dummy_adapter(
             tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, fan_in, generator=generator) / fan_in**0.5
             tensors[f"{prefix}.lora_B.weight"] = torch.randn(fan_out, rank, generator=generator) / rank**0.5 * 0.01
     out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.to(getattr(torch, dtype)).contiguous() for k, v in tensors.items()}, str(out / "adapter_model.safetensors"))
+    save_file(
+        {k: v.to(getattr(torch, dtype)).contiguous() for k, v in tensors.items()},
+        str(out / "adapter_model.safetensors"),
+    )
     adapter_config = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",

@@ -11,8 +11,9 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from lorabench.adapters import Adapter, generate_dummy_adapters, read_adapters_file
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 from lorabench import builtin
 from lorabench.adapters import generate_dummy_adapters
+from lorabench.options import add_compare_arguments
 
 
 def _csv(kind: type) -> object:
@@ -17,7 +19,9 @@ def _csv(kind: type) -> object:
         try:
             return [kind(part) for part in text.split(",") if part]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
+            ) from None
 
     return parse
 
@@ -67,7 +71,11 @@ def _compare(args: argparse.Namespace) -> int:
             base_paths, new_paths = cmp.split_paths(args.base), cmp.split_paths(args.new)
         threshold, per_metric = cmp.parse_thresholds(args.threshold)
         result = cmp.compare(
-            cmp.load_run(base_paths), cmp.load_run(new_paths), threshold=threshold, per_metric=per_metric, alpha=args.alpha
+            cmp.load_run(base_paths),
+            cmp.load_run(new_paths),
+            threshold=threshold,
+            per_metric=per_metric,
+            alpha=args.alpha,
         )
     except cmp.CompareError as exc:
         print(f"lorabench compare: {exc}", file=sys.stderr)
@@ -136,6 +144,12 @@ def _trace_stats(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lorabench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_adapters, _add_compare, _add_trace):
+        add(commands)
+    return parser
+
+
+def _add_adapters(commands: Any) -> None:
     adapters = commands.add_parser("adapters", help="LoRA adapter tools").add_subparsers(dest="action", required=True)
     gen = adapters.add_parser(
         "generate",
@@ -153,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     gen.set_defaults(func=_generate)
 
+
+def _add_compare(commands: Any) -> None:
     comp = commands.add_parser(
         "compare",
         help="compare two runs; exit 0: no regression, 1: a regression, 2: bad input",
@@ -160,19 +176,19 @@ def build_parser() -> argparse.ArgumentParser:
         "when it passes the threshold and is significant against the noise between engine builds "
         "(a t-test on the builds' log values, Benjamini-Hochberg-adjusted over every case and metric).",
     )
-    comp.add_argument("base", help="base result CSV, or several runs to pool as A.csv,B.csv (with --results-dir: a commit prefix)")
+    comp.add_argument(
+        "base", help="base result CSV, or several runs to pool as A.csv,B.csv (with --results-dir: a commit prefix)"
+    )
     comp.add_argument("new", help="new result CSV, or several runs to pool (with --results-dir: a commit prefix)")
     comp.add_argument("--results-dir", help="pick the latest run of each commit prefix in this folder")
     comp.add_argument("--all-runs", action="store_true", help="with --results-dir: pool every run of each commit")
-    comp.add_argument(
-        "--threshold", action="append", default=[], metavar="[METRIC=]PCT",
-        help="smallest change that counts, default 10%%; repeat per metric, e.g. --threshold decode_ms=5%%",
-    )
-    comp.add_argument("--alpha", type=float, default=0.05, help="significance level after adjustment: the chance that two same-code runs flag anything (default 0.05)")
+    add_compare_arguments(comp.add_argument)
     comp.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     comp.add_argument("--plot", metavar="FILE.png", help="also draw the new/base ratio of every case")
     comp.set_defaults(func=_compare)
 
+
+def _add_trace(commands: Any) -> None:
     traces = commands.add_parser("trace", help="synthetic online workloads (S-LoRA style)").add_subparsers(
         dest="action", required=True
     )
@@ -181,7 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     tgen.add_argument("-n", "--num-adapters", type=int, required=True, help="number of adapters")
     tgen.add_argument("-R", "--rate", type=float, required=True, help="total request rate, requests/s")
     tgen.add_argument("--alpha", type=float, default=1.0, help="popularity exponent: 1 uniform, smaller more skewed")
-    tgen.add_argument("--cv", type=float, default=1.0, help="coefficient of variation of inter-arrival times (1: Poisson)")
+    tgen.add_argument(
+        "--cv", type=float, default=1.0, help="coefficient of variation of inter-arrival times (1: Poisson)"
+    )
     tgen.add_argument("--input-range", type=_range, default=(8, 64), metavar="LOW,HIGH")
     tgen.add_argument("--output-range", type=_range, default=(8, 64), metavar="LOW,HIGH")
     tgen.add_argument("--lengths", choices=["uniform", "longtail"], default="uniform")
@@ -192,7 +210,6 @@ def build_parser() -> argparse.ArgumentParser:
     tstats = traces.add_parser("stats", help="what a trace achieved: rate, CV, adapter shares, length histograms")
     tstats.add_argument("file")
     tstats.set_defaults(func=_trace_stats)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

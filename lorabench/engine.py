@@ -1,22 +1,25 @@
-"""One in-process vLLM engine per engine configuration, alive inside a ``with`` block.
+"""One in-process vLLM engine per build of an engine configuration, alive inside a ``with`` block.
 
-Batch cases use ``vllm.LLM``; online configurations use vLLM's ``AsyncLLM`` on an
-event loop the engine owns. The engine core keeps its own process (vLLM's default):
-shutting it down returns its memory to the system, which an in-process engine core
-does not do reliably. That is what lets one pytest session build several
-configurations one after another.
+Every engine is vLLM's async engine (``AsyncLLM``), on an event loop it owns, so one
+build serves every scenario that needs its configuration: a batch is sent at once and
+gathered (as ``LLM.generate`` does), a trace is streamed request by request. The engine
+core keeps its own process (vLLM's default): shutting it down returns its memory to the
+system, which an in-process engine core does not do reliably. That is what lets one
+pytest session build several engines one after another.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import os
 import subprocess
 import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import psutil
 
@@ -24,7 +27,7 @@ from lorabench import processes
 from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.memory import ACCELERATORS, PeakMemory
-from lorabench.workload import Batch
+from lorabench.workload import Prompt
 
 SPAWN = "VLLM_WORKER_MULTIPROC_METHOD"
 
@@ -33,26 +36,31 @@ class EngineBuildError(RuntimeError):
     """An engine failed to build; the message carries the reason its own processes gave."""
 
 
+class EngineDied(RuntimeError):
+    """A process of the engine is gone."""
+
+
 class Engine:
-    """Builds, serves and shuts down one configuration's engine, and watches its processes."""
+    """Builds, serves and shuts down one build of one configuration, and watches its processes."""
 
     def __init__(self, config: BenchConfig, spec: EngineSpec, device_type: str, log_path: Path | None = None) -> None:
         self.config = config
         self.spec = spec
-        self.memory = PeakMemory(device_type, num_devices=config.devices_per_engine)
         self.device_type = device_type
         self.log_path = log_path
-        self.kv_cache_tokens = 0
-        self._unpin: Callable[[], None] | None = None
+        self.memory = PeakMemory(device_type, num_devices=config.devices_per_engine)
         self.build_s = 0.0
+        self.kv_cache_tokens = 0
         self.llm: Any = None
-        self._lora_ids = {a.name: i + 1 for i, a in enumerate(config.adapters)}
-        self._saved_env: dict[str, str | None] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
         # Set when the engine died while serving: the case it died in, and why.
         self.died: str | None = None
+        self._lora_ids = {a.name: i + 1 for i, a in enumerate(config.adapters)}
+        self._request_ids = itertools.count()
+        self._saved_env: dict[str, str | None] = {}
         self._processes: list[psutil.Process] = []
         self._reaper: subprocess.Popen | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self._unpin: Callable[[], None] | None = None
 
     @property
     def id(self) -> str:
@@ -77,16 +85,16 @@ class Engine:
         os.environ.update(env)
         self.memory.start()
         before = processes.children()
+        self.loop = asyncio.new_event_loop()
         try:
             start = time.perf_counter()
             with processes.output_to(self.log_path):
-                self.llm = self._build()
+                self.llm = self.loop.run_until_complete(self._build())
             self.build_s = time.perf_counter() - start
         except BaseException as exc:
             self._restore_env()
-            if self.loop is not None:
-                self.loop.close()
-                self.loop = None
+            self.loop.close()
+            self.loop = None
             if isinstance(exc, Exception):
                 raise EngineBuildError(self._failure(exc)) from exc
             raise
@@ -94,10 +102,16 @@ class Engine:
         self._reaper = processes.start_reaper(self._processes)
         if self.device_type == "cpu":
             self._unpin = processes.keep_off_worker_cpus(self._processes)
-        cache = self.vllm_config.cache_config
+        cache = self.llm.vllm_config.cache_config
         self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * int(cache.block_size or 0)
         self.memory.update()
         return self
+
+    async def _build(self) -> Any:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.config.llm_kwargs(self.spec)))
 
     def _failure(self, exc: Exception) -> str:
         """One line: what the engine's own processes said, else what this process caught."""
@@ -108,38 +122,8 @@ class Engine:
         where = f" (engine log: {self.log_path})" if self.log_path is not None else ""
         return f"{said} [{caught}]{where}" if said and said not in caught else f"{caught}{where}"
 
-    @property
-    def vllm_config(self) -> Any:
-        return self.llm.vllm_config if self.spec.online else self.llm.llm_engine.vllm_config
-
-    def _build(self) -> Any:
-        kwargs = self.config.llm_kwargs(self.spec)
-        if not self.spec.online:
-            from vllm import LLM
-
-            return LLM(**kwargs)
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
-
-        async def build() -> Any:
-            return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
-
-        # The async engine lives on one event loop for its whole life; cases run on it.
-        self.loop = asyncio.new_event_loop()
-        return self.loop.run_until_complete(build())
-
-    async def _shutdown_async(self) -> None:
-        # vLLM closes the async engine's sockets through callbacks on this loop: they
-        # must run before the loop closes, or tearing down the ZMQ context blocks forever.
-        self.llm.shutdown()
-        await asyncio.sleep(0.1)
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
     def run(self, coroutine: Any) -> Any:
-        """Run a coroutine on the async engine's event loop (online configurations only)."""
+        """Run a coroutine on the engine's event loop."""
         return self.loop.run_until_complete(coroutine)
 
     def __exit__(
@@ -147,12 +131,20 @@ class Engine:
     ) -> None:
         self.close()
 
+    async def _shutdown(self) -> None:
+        # vLLM closes the engine's sockets through callbacks on this loop: they must run
+        # before the loop closes, or tearing down the ZMQ context blocks forever.
+        self.llm.shutdown()
+        await asyncio.sleep(0.1)
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def close(self) -> None:
         try:
-            if self.llm is not None and self.spec.online:
-                self.run(self._shutdown_async())
-            elif self.llm is not None:
-                self.llm.llm_engine.engine_core.shutdown()
+            if self.llm is not None:
+                self.run(self._shutdown())
         except Exception:
             if not self.died:  # shutting down a dead engine core may fail; nothing is left to free
                 raise
@@ -192,9 +184,11 @@ class Engine:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.vllm_config.model_config.get_vocab_size())
+        return int(self.llm.vllm_config.model_config.get_vocab_size())
 
-    def lora_request(self, adapter: Adapter) -> Any:
+    def lora_request(self, adapter: Adapter | None) -> Any:
+        if adapter is None:
+            return None
         from vllm.lora.request import LoRARequest
 
         return LoRARequest(adapter.name, self._lora_ids[adapter.name], str(adapter.path))
@@ -207,35 +201,48 @@ class Engine:
         """
         if not adapters:
             return 0.0
-        if self.spec.online:
-            resident = self.run(self.llm.list_loras())
-            add = lambda request: self.run(self.llm.add_lora(request))  # noqa: E731
-        else:
-            resident = self.llm.llm_engine.list_loras()
-            add = self.llm.llm_engine.add_lora
         start = time.perf_counter()
+        resident = self.run(self.llm.list_loras())
         for adapter in adapters:
             if self._lora_ids[adapter.name] not in resident:
-                add(self.lora_request(adapter))
+                self.run(self.llm.add_lora(self.lora_request(adapter)))
         return time.perf_counter() - start
 
-    def generate(self, batch: Batch, output_len: int) -> list[Any]:
-        """Serve one batch; every request produces exactly ``output_len`` tokens."""
+    @staticmethod
+    def sampling_params(max_tokens: int, *, stream: bool = False) -> Any:
+        """Exactly ``max_tokens`` sampled tokens (``ignore_eos``), as every scenario asks.
+
+        ``stream``: each output carries the tokens new since the last; otherwise the
+        request yields one final output.
+        """
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
+        return SamplingParams(n=1, temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=max_tokens, output_kind=kind)
+
+    def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[Any]:
+        """One request's outputs as the engine produces them (on this engine's loop)."""
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(n=1, temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=output_len)
-        prompts = [
-            TokensPrompt(prompt_token_ids=r.prompt) if isinstance(r.prompt, list) else r.prompt
-            for r in batch.requests
-        ]
-        loras = [self.lora_request(r.adapter) if r.adapter is not None else None for r in batch.requests]
-        kwargs = {"lora_request": loras} if self.spec.enable_lora else {}
-        return self.llm.generate(prompts, params, use_tqdm=False, **kwargs)
+        request = TokensPrompt(prompt_token_ids=prompt) if isinstance(prompt, list) else prompt
+        lora = self.lora_request(adapter) if self.spec.enable_lora else None
+        return self.llm.generate(request, params, request_id=f"req-{next(self._request_ids)}", lora_request=lora)
 
+    def generate(self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int) -> list[Any]:
+        """Serve one batch: every request sent at once, the final outputs gathered in order."""
+        params = self.sampling_params(output_len)
 
-class EngineDied(RuntimeError):
-    """A process of the engine is gone."""
+        async def one(prompt: Prompt, adapter: Adapter | None) -> Any:
+            final = None
+            async for output in self.stream(prompt, params, adapter):
+                final = output
+            return final
+
+        async def batch() -> list[Any]:
+            return list(await asyncio.gather(*(one(p, a) for p, a in zip(prompts, adapters))))
+
+        return self.run(batch())
 
 
 def is_engine_dead(exc: BaseException) -> bool:

@@ -1,21 +1,22 @@
-"""Latency metrics from the engine's own per-request timestamps.
+"""Latency metrics of one batch from the engine's own per-request timestamps.
 
 vLLM stamps each request in the engine core on one monotonic clock (``queued_ts``,
 ``scheduled_ts``, ``first_token_ts``, ``last_token_ts``); the batch's end-to-end time
-is the wall clock around one ``generate`` call. The README defines every metric.
+is the wall clock around sending the whole batch and gathering its outputs. The README
+defines every metric.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from lorabench.schema import PER_REQUEST_METRICS, Sample
+from lorabench.stats import summary
 from lorabench.workload import Batch
-
-PER_REQUEST_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "request_e2e_ms", "queue_ms")
-PERCENTILES = (50, 90, 99)
 
 
 class MeasurementError(RuntimeError):
@@ -23,24 +24,10 @@ class MeasurementError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class RequestSample:
-    round: int
-    request: int
-    adapter: str
-    prompt_tokens: int
-    output_tokens: int
-    queue_ms: float
-    ttft_ms: float
-    prefill_ms: float
-    decode_ms: float
-    request_e2e_ms: float
-
-
-@dataclass(frozen=True)
 class RoundSample:
     round: int
     e2e_ms: float
-    requests: tuple[RequestSample, ...]
+    requests: tuple[Sample, ...]
 
     @property
     def output_tokens(self) -> int:
@@ -52,7 +39,7 @@ class RoundSample:
 
 
 def measure_round(round_index: int, e2e_s: float, outputs: Sequence[Any], batch: Batch, output_len: int) -> RoundSample:
-    """Turn one ``generate`` call's outputs into samples, checking they are what was asked."""
+    """Turn one batch's outputs into samples, checking they are what was asked."""
     if len(outputs) != len(batch.requests):
         raise MeasurementError(f"sent {len(batch.requests)} requests, the engine returned {len(outputs)}")
     samples = []
@@ -66,7 +53,7 @@ def measure_round(round_index: int, e2e_s: float, outputs: Sequence[Any], batch:
         if generated != output_len:
             raise MeasurementError(f"request {i} generated {generated} tokens instead of {output_len}")
         samples.append(
-            RequestSample(
+            Sample(
                 round=round_index,
                 request=i,
                 adapter=req.adapter.name if req.adapter is not None else "",
@@ -77,17 +64,10 @@ def measure_round(round_index: int, e2e_s: float, outputs: Sequence[Any], batch:
                 prefill_ms=(m.first_token_ts - m.scheduled_ts) * 1000.0,
                 decode_ms=(m.last_token_ts - m.first_token_ts) * 1000.0 / (generated - 1),
                 request_e2e_ms=(m.last_token_ts - m.queued_ts) * 1000.0,
+                batch_e2e_ms=e2e_s * 1000.0,
             )
         )
     return RoundSample(round_index, e2e_s * 1000.0, tuple(samples))
-
-
-def _stats(name: str, values: Sequence[float]) -> dict[str, float]:
-    arr = np.asarray(values, dtype=float)
-    out = {name: float(arr.mean())}
-    for p, v in zip(PERCENTILES, np.percentile(arr, PERCENTILES)):
-        out[f"{name}_p{p}"] = float(v)
-    return out
 
 
 def summarize(rounds: Sequence[RoundSample]) -> dict[str, float]:
@@ -98,19 +78,7 @@ def summarize(rounds: Sequence[RoundSample]) -> dict[str, float]:
     requests = [r for rnd in rounds for r in rnd.requests]
     metrics: dict[str, float] = {}
     for name in PER_REQUEST_METRICS:
-        metrics.update(_stats(name, [getattr(r, name) for r in requests]))
-    metrics.update(_stats("e2e_ms", [r.e2e_ms for r in rounds]))
+        metrics.update(summary(name, [getattr(r, name) for r in requests]))
+    metrics.update(summary("e2e_ms", [r.e2e_ms for r in rounds]))
     metrics["output_tokens_per_s"] = float(np.mean([r.output_tokens_per_s for r in rounds]))
     return metrics
-
-
-def sample_rows(rounds: Sequence[RoundSample]) -> list[dict[str, Any]]:
-    """One flat row per request per round, with its batch's end-to-end time."""
-    return [{**asdict(req), "batch_e2e_ms": rnd.e2e_ms} for rnd in rounds for req in rnd.requests]
-
-
-METRIC_COLUMNS = tuple(
-    col
-    for name in (*PER_REQUEST_METRICS, "e2e_ms")
-    for col in (name, *(f"{name}_p{p}" for p in PERCENTILES))
-) + ("output_tokens_per_s",)

@@ -1,8 +1,10 @@
-"""The pytest plugin: options, marks, parametrization, the engine fixture and the summary.
+"""The pytest plugin: hooks (marks, parametrization, the summary) and the two fixtures.
 
 Two fixtures, after pytest-httpserver: ``engine`` is the expensive, session-scoped
-resource (one ``vllm.LLM`` per build of an engine configuration, shut down before the
-next is built), and ``lorabench`` is the cheap per-test handle that runs one case.
+resource (one vLLM engine per build of an engine configuration, shared by every
+scenario's tests and shut down before the next is built), and ``lorabench`` is the
+cheap per-test handle that runs one case. Options live in ``options``, session state
+in ``session``, scenarios in ``scenarios``.
 
 The plugin is installed for every pytest run in the environment, so it stays inert
 (no config read, no vLLM import) unless a collected test asks for ``engine``.
@@ -10,132 +12,55 @@ The plugin is installed for every pytest run in the environment, so it stays ine
 
 from __future__ import annotations
 
-import dataclasses
 import signal
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from lorabench import compare
-from lorabench.case import SCENARIOS, BenchCase
-from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file, resolve_config
+from lorabench import compare, options
+from lorabench.case import BenchCase
+from lorabench.config import ConfigError, engine_specs, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform, detect_platform
 from lorabench.engine import Engine, EngineBuildError
 from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
 from lorabench.results import ResultWriter, format_summary, provenance
+from lorabench.scenarios import SCENARIOS, Scenario
+from lorabench.session import STATE, BenchState
 
 ENGINE_FIXTURE = "engine"
 
 
-@dataclass
-class BenchState:
-    """Everything the plugin keeps for one pytest session (in ``config.stash``)."""
-
-    config_path: Path
-    output: str | None
-    builds: int | None  # --bench-builds: overrides the config's matrix.builds
-    file: ConfigFile | None = None
-    config: BenchConfig | None = None
-    problems: list[str] = field(default_factory=list)
-    platform: Platform | None = None
-    skip_reason: str | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
-    writer: ResultWriter | None = None
-    built: list[tuple[str, float]] = field(default_factory=list)
-    rss_after_teardown: list[tuple[str, float]] = field(default_factory=list)
-    previous_sigterm: Any = None
-    comparison: list[str] = field(default_factory=list)
-    # Set when an engine's device memory did not come back after shutdown: later builds
-    # would run on a partly held device, so they fail with this reason instead.
-    unreleased: str | None = None
-
-    def read_file(self) -> ConfigFile | None:
-        if self.file is None and not self.problems:
-            try:
-                self.file = read_config_file(self.config_path)
-            except ConfigError as exc:
-                self.problems.extend(exc.problems)
-        return self.file
-
-
-STATE = pytest.StashKey[BenchState]()
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("lorabench", "multi-LoRA benchmarks on vLLM")
-    group.addoption(
-        "--bench-config",
-        metavar="PATH",
-        help="benchmark configuration (JSON); default: the bench_config ini value, config/common.json",
-    )
-    parser.addini("bench_config", "benchmark configuration file, relative to the rootdir", default="config/common.json")
-    group.addoption(
-        "--bench-output",
-        metavar="PATH",
-        help="append results to this CSV instead of a new file per run under the config's results_dir",
-    )
-    parser.addini("bench_output", "fixed results CSV, relative to the rootdir (default: a new file per run)", default="")
-    group.addoption(
-        "--bench-builds",
-        metavar="N",
-        type=int,
-        help="build each engine configuration N times (default: the config's matrix.builds); "
-        "`lorabench compare` needs 2 or more a side to test a change",
-    )
-    parser.addini("bench_builds", "engine builds per configuration, overriding the config's matrix.builds", default="")
-    group.addoption(
-        "--bench-compare",
-        metavar="BASE",
-        help="at the end, compare this run's results with BASE (a result CSV), as `lorabench compare` does",
-    )
-    parser.addini("bench_compare", "result CSV to compare each run with, relative to the rootdir", default="")
-    group.addoption(
-        "--bench-compare-fail",
-        action="store_true",
-        default=None,
-        help="fail the session when --bench-compare finds a regression",
-    )
-    parser.addini("bench_compare_fail", "fail the session when the comparison finds a regression", type="bool", default=False)
+    options.add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for device in DEVICE_TYPES:
         config.addinivalue_line("markers", f"{device}: needs vLLM's {device} platform; skipped elsewhere")
-    config.addinivalue_line(
-        "markers", f"scenario(name): a lorabench benchmark; name is one of {', '.join(SCENARIOS)}"
+    config.addinivalue_line("markers", f"scenario(name): a lorabench benchmark; name is one of {', '.join(SCENARIOS)}")
+    config_path = Path(options.value(config, "bench_config"))
+    config.stash[STATE] = BenchState(
+        config_path=config_path.resolve(),
+        output=options.value(config, "bench_output"),
+        builds=options.value(config, "bench_builds"),
     )
-    cli_config = config.getoption("bench_config")
-    config_path = Path(cli_config) if cli_config else config.rootpath / config.getini("bench_config")
-    cli_output = config.getoption("bench_output")
-    ini_output = config.getini("bench_output")
-    output = cli_output or (str(config.rootpath / ini_output) if ini_output else None)
-    builds = config.getoption("bench_builds")
-    source = f"--bench-builds {builds}"
-    ini_builds = config.getini("bench_builds")
-    if builds is None and ini_builds:
-        source = f"{config.inipath}: ini option bench_builds = {ini_builds}"
-        try:
-            builds = int(ini_builds)
-        except ValueError:
-            raise pytest.UsageError(f"lorabench: {source}: expected a whole number such as 2") from None
-    if builds is not None and builds < 1:
-        raise pytest.UsageError(f"lorabench: {source}: an engine configuration is built at least once; use 1 or more")
-    config.stash[STATE] = BenchState(config_path=config_path.resolve(), output=output, builds=builds)
+    options.value(config, "bench_compare_alpha")  # a bad value is a usage error now, not after the run
 
 
-def _scenario(definition: pytest.Function, problems: list[str]) -> str | None:
-    marker = definition.get_closest_marker("scenario")
+def _scenario(item: pytest.Item, problems: list[str] | None = None) -> Scenario | None:
+    marker = item.get_closest_marker("scenario")
     name = marker.args[0] if marker and marker.args else None
     if name not in SCENARIOS:
-        problems.append(
-            f"{definition.nodeid}: uses the '{ENGINE_FIXTURE}' fixture, so it needs "
-            f"@pytest.mark.scenario(NAME) with NAME one of {', '.join(SCENARIOS)} (got {name!r})"
-        )
+        if problems is not None:
+            problems.append(
+                f"{item.nodeid}: uses the '{ENGINE_FIXTURE}' fixture, so it needs "
+                f"@pytest.mark.scenario(NAME) with NAME one of {', '.join(SCENARIOS)} (got {name!r})"
+            )
         return None
-    return name
+    return SCENARIOS[name]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -149,26 +74,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(ENGINE_FIXTURE, [], indirect=True, scope="session")
         return
     marks = [getattr(pytest.mark, file.device)] if file.device else []
-    online = scenario == "online"
-    builds = state.builds or file.matrix.builds
-    # Build-major order: a configuration's builds are spread over the run, not back to back.
-    specs = [
-        dataclasses.replace(s, online=online, build=b)
-        for b in range(builds)
-        for s in file.engine_specs(with_lora_off=scenario == "no_lora")
+    # One build per configuration and build index, shared by every scenario's tests:
+    # pytest keys session-scoped parameters by value, so equal specs share one engine.
+    specs = engine_specs(file, with_lora_off=scenario.with_lora_off, builds=state.builds or file.matrix.builds)
+    parametrizations = scenario.parametrize(file)
+    skips = [
+        pytest.mark.skip(reason=f"{state.config_path}: {p.skip_reason}") for p in parametrizations if p.skip_reason
     ]
-    if online:
-        cases = file.online_cases()
-        if not cases:
-            marks = [*marks, pytest.mark.skip(reason=f"{state.config_path} has no 'online' suites")]
-        metafunc.parametrize("online_case", cases or [None], ids=[c.id for c in cases] or ["no-suites"])
     metafunc.parametrize(
-        ENGINE_FIXTURE, [pytest.param(s, id=s.id, marks=marks) for s in specs], indirect=True, scope="session"
+        ENGINE_FIXTURE, [pytest.param(s, id=s.id, marks=marks + skips) for s in specs], indirect=True, scope="session"
     )
-    if "workload" in metafunc.fixturenames:
-        metafunc.parametrize("workload", file.matrix.workloads)
-    if "batch_size" in metafunc.fixturenames:
-        metafunc.parametrize("batch_size", file.matrix.batch_sizes, ids=[f"bs{b}" for b in file.matrix.batch_sizes])
+    for p in parametrizations:
+        metafunc.parametrize(p.argname, p.values, ids=p.ids)
 
 
 def _device_skip(item: pytest.Item, platform: Platform) -> str | None:
@@ -199,7 +116,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             state.skip_reason = _device_skip(bench_items[0], state.platform)
         return
     _stop_on_sigterm(state)
-    needs_lora = any(i.get_closest_marker("scenario").args[0] != "no_lora" for i in runnable)
+    needs_lora = any(_scenario(i).needs_adapters for i in runnable)
     try:
         state.config = resolve_config(state.config_path, state.file, needs_lora=needs_lora, output=state.output)
     except ConfigError as exc:
@@ -230,14 +147,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     state = config.stash[STATE]
-    ini_base = config.getini("bench_compare")
-    base = config.getoption("bench_compare") or (str(config.rootpath / ini_base) if ini_base else None)
+    base = options.value(config, "bench_compare")
     if not base or state.writer is None or state.writer.path is None:
         return
-    fail = config.getoption("bench_compare_fail")
-    fail = config.getini("bench_compare_fail") if fail is None else fail
+    fail = options.value(config, "bench_compare_fail")
     try:
-        result = compare.compare(compare.load_run(compare.split_paths(base)), compare.load_run(state.writer.path))
+        threshold, per_metric = compare.parse_thresholds(options.value(config, "bench_compare_threshold") or [])
+        result = compare.compare(
+            compare.load_run(compare.split_paths(base)),
+            compare.load_run(state.writer.path),
+            threshold=threshold,
+            per_metric=per_metric,
+            alpha=options.value(config, "bench_compare_alpha") or compare.DEFAULT_ALPHA,
+        )
     except compare.CompareError as exc:
         state.comparison = [f"cannot compare with {base}: {exc}"]
         if fail:
@@ -268,7 +190,9 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     state = _state_for_run(request.config)
     spec = getattr(request, "param", None)
     if spec is None:
-        raise RuntimeError(f"lorabench: '{ENGINE_FIXTURE}' is parametrized by the plugin; mark the test with @pytest.mark.scenario")
+        raise RuntimeError(
+            f"lorabench: '{ENGINE_FIXTURE}' is parametrized by the plugin; mark the test with @pytest.mark.scenario"
+        )
     if state.unreleased:
         pytest.fail(f"engine configuration {spec.id} not built: {state.unreleased}", pytrace=False)
     eng = Engine(state.config, spec, state.platform.device_type, log_path=state.writer.log_dir / f"{spec.id}.log")
@@ -295,13 +219,12 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
 def lorabench(request: pytest.FixtureRequest, benchmark: Any) -> BenchCase:
     """Runs one case on the engine it is given and records it; see ``BenchCase.run``."""
     state = _state_for_run(request.config)
-    marker = request.node.get_closest_marker("scenario")
     return BenchCase(
         config=state.config,
         benchmark=benchmark,
         writer=state.writer,
         provenance=state.provenance,
-        scenario=marker.args[0],
+        scenario=_scenario(request.node),
         test_id=request.node.nodeid,
     )
 
@@ -324,7 +247,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if state.writer is not None and state.writer.log_dir.is_dir():
         lines.append(f"engine logs: {state.writer.log_dir}")
     if state.writer is not None and state.writer.rows:
-        lines += [format_summary(state.writer.rows), f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
+        lines += [
+            format_summary(state.writer.rows),
+            f"results: {state.writer.path}",
+            f"samples: {state.writer.samples_path}",
+        ]
     for title, section in (("lorabench", lines), ("lorabench compare", state.comparison)):
         if section:
             terminalreporter.write_sep("=", title)

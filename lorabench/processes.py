@@ -15,8 +15,8 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import psutil
 
@@ -36,9 +36,7 @@ def children() -> set[int]:
 
 def started_since(before: set[int]) -> list[psutil.Process]:
     """This process's descendants that were not there in ``before``, the resource tracker aside."""
-    return [
-        p for p in psutil.Process().children(recursive=True) if p.pid not in before and not is_resource_tracker(p)
-    ]
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in before and not is_resource_tracker(p)]
 
 
 @contextlib.contextmanager

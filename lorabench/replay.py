@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lorabench.adapters import Adapter
+from lorabench.schema import Sample
+from lorabench.stats import percentile, summary
 from lorabench.trace import TraceRequest
-from lorabench.workload import SYNTHETIC_TOKEN_LIMIT
+from lorabench.workload import synthetic_prompt
+
+if TYPE_CHECKING:
+    from lorabench.engine import Engine
 
 
 @dataclass
@@ -58,46 +65,28 @@ class ReplayedRequest:
         return (self.token_times[-1] - self.sent_s) * 1000.0 if self.finished else float("nan")
 
 
-def synthetic_prompt(index: int, length: int, vocab_size: int, seed: int) -> list[int]:
-    rng = np.random.default_rng([seed, index, length])
-    return rng.integers(0, min(vocab_size, SYNTHETIC_TOKEN_LIMIT), size=length).tolist()
-
-
 async def replay(
-    engine: Any,
+    engine: Engine,
     requests: Sequence[TraceRequest],
-    lora_request: Callable[[str], Any],
+    adapters: Mapping[str, Adapter],
     *,
-    vocab_size: int,
     seed: int = 0,
     drain_timeout_s: float = 60.0,
 ) -> list[ReplayedRequest]:
-    """Send ``requests`` to ``engine`` (a ``vllm.v1.engine.async_llm.AsyncLLM``) on schedule.
+    """Send ``requests`` to ``engine`` on schedule, each with the adapter its trace names.
 
     After the last arrival, requests still running get ``drain_timeout_s`` to finish;
     the rest are aborted and reported unfinished.
     """
-    from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
-    from vllm.sampling_params import RequestOutputKind
-
+    vocab_size = engine.vocab_size
     records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
-    prompts = [TokensPrompt(prompt_token_ids=synthetic_prompt(i, r.input_len, vocab_size, seed)) for i, r in enumerate(requests)]
+    prompts = [synthetic_prompt(i, r.input_len, vocab_size, seed) for i, r in enumerate(requests)]
     start = time.perf_counter()
 
-    async def serve(record: ReplayedRequest, prompt: TokensPrompt) -> None:
+    async def serve(record: ReplayedRequest, prompt: list[int]) -> None:
         record.sent_s = time.perf_counter() - start
-        params = SamplingParams(
-            max_tokens=record.output_len,
-            ignore_eos=True,
-            temperature=1.0,
-            top_p=1.0,
-            output_kind=RequestOutputKind.DELTA,
-        )
-        stream = engine.generate(
-            prompt, params, request_id=f"trace-{record.index}", lora_request=lora_request(record.adapter)
-        )
-        async for out in stream:
+        params = engine.sampling_params(record.output_len, stream=True)
+        async for out in engine.stream(prompt, params, adapters[record.adapter]):
             now = time.perf_counter() - start
             record.token_times.extend([now] * len(out.outputs[0].token_ids))
             if out.finished:
@@ -121,13 +110,6 @@ async def replay(
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()
     return records
-
-
-def _percentiles(name: str, values: Sequence[float]) -> dict[str, float]:
-    arr = np.asarray([v for v in values if not np.isnan(v)], dtype=float)
-    if arr.size == 0:
-        return {name: float("nan"), **{f"{name}_p{p}": float("nan") for p in (50, 90, 99)}}
-    return {name: float(arr.mean()), **{f"{name}_p{p}": float(np.percentile(arr, p)) for p in (50, 90, 99)}}
 
 
 def jain_index(values: Sequence[float]) -> float:
@@ -160,24 +142,47 @@ def summarize_online(
         "slo_attainment": len(ok) / len(measured) if measured else float("nan"),
         "goodput_rps": len(ok) / span if done else 0.0,
     }
-    metrics.update(_percentiles("ttft_ms", [r.ttft_ms for r in done]))
-    metrics.update(_percentiles("decode_ms", [r.tpot_ms for r in done]))
-    metrics.update(_percentiles("request_e2e_ms", [r.e2e_ms for r in done]))
-    metrics.update(_percentiles("queue_ms", [r.queue_ms for r in done]))
+    metrics.update(summary("ttft_ms", [r.ttft_ms for r in done]))
+    metrics.update(summary("decode_ms", [r.tpot_ms for r in done]))
+    metrics.update(summary("request_e2e_ms", [r.e2e_ms for r in done]))
+    metrics.update(summary("queue_ms", [r.queue_ms for r in done]))
     itl = [gap for r in done for gap in r.itl_ms]
-    metrics["itl_ms_p50"] = float(np.percentile(itl, 50)) if itl else float("nan")
-    metrics["itl_ms_p99"] = float(np.percentile(itl, 99)) if itl else float("nan")
     lags = [r.send_lag_ms for r in records]
-    metrics["send_lag_ms_p50"] = float(np.percentile(lags, 50)) if lags else float("nan")
-    metrics["send_lag_ms_p99"] = float(np.percentile(lags, 99)) if lags else float("nan")
+    for name, values in (("itl_ms", itl), ("send_lag_ms", lags)):
+        metrics.update({f"{name}_p{p}": percentile(values, p) for p in (50, 99)})
     per_adapter = []
     for adapter in sorted({r.adapter for r in measured}):
         mine = [r for r in measured if r.adapter == adapter]
         met = sum(r.index in ok for r in mine)
         ttfts = [r.ttft_ms for r in mine if r.finished]
         per_adapter.append(
-            {"adapter": adapter, "requests": len(mine), "slo_attainment": met / len(mine),
-             "ttft_ms": float(np.mean(ttfts)) if ttfts else float("nan")}
+            {
+                "adapter": adapter,
+                "requests": len(mine),
+                "slo_attainment": met / len(mine),
+                "ttft_ms": float(np.mean(ttfts)) if ttfts else float("nan"),
+            }
         )
     metrics["fairness"] = jain_index([a["slo_attainment"] for a in per_adapter])
     return metrics, per_adapter
+
+
+def samples(records: Sequence[ReplayedRequest]) -> list[Sample]:
+    """Every replayed request, finished or not, as a sample row."""
+    return [
+        Sample(
+            round=0,
+            request=r.index,
+            adapter=r.adapter,
+            prompt_tokens=r.input_len,
+            output_tokens=len(r.token_times),
+            queue_ms=r.queue_ms,
+            ttft_ms=r.ttft_ms,
+            decode_ms=r.tpot_ms,
+            request_e2e_ms=r.e2e_ms,
+            arrival_s=r.scheduled_s,
+            send_lag_ms=r.send_lag_ms,
+            finished=r.finished,
+        )
+        for r in records
+    ]

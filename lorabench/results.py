@@ -14,89 +14,14 @@ import io
 import os
 import socket
 import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from lorabench.device import Platform, driver_versions, stack_versions
-from lorabench.measure import METRIC_COLUMNS, RequestSample
-
-PROVENANCE_COLUMNS = (
-    "timestamp",
-    "run_id",
-    "git_commit",
-    "git_dirty",
-    "hostname",
-    "device_type",
-    "device_name",
-    "vllm_version",
-    "vllm_ascend_version",
-    "torch_version",
-    "torch_npu_version",
-    "toolkit_version",
-    "driver_version",
-    "firmware_version",
-    "model",
-)
-PARAMETER_COLUMNS = (
-    "scenario",
-    "workload",
-    "batch_size",
-    "input_len",
-    "output_len",
-    "num_adapters",
-    "enable_lora",
-    "max_loras",
-    "max_lora_rank",
-    "max_cpu_loras",
-    "rounds",
-)
-# Online (trace replay) cases only.
-TRACE_COLUMNS = (
-    "trace_suite",
-    "trace_num_adapters",
-    "trace_rate",
-    "trace_alpha",
-    "trace_cv",
-    "trace_duration_s",
-    "trace_lengths",
-    "trace_input_range",
-    "trace_output_range",
-    "trace_seed",
-)
-ONLINE_METRIC_COLUMNS = (
-    "num_requests",
-    "unfinished",
-    "request_throughput",
-    "slo_ttft_ms",
-    "slo_tpot_ms",
-    "slo_attainment",
-    "goodput_rps",
-    "fairness",
-    "itl_ms_p50",
-    "itl_ms_p99",
-    "send_lag_ms_p50",
-    "send_lag_ms_p99",
-)
-EXTRA_COLUMNS = (
-    "warmup_rounds",
-    "engine_id",
-    "build",
-    "adapter_load_ms",
-    "engine_build_s",
-    "kv_cache_tokens",
-    "peak_memory_mb",
-    "memory_source",
-    "test_id",
-)
-COLUMNS = PROVENANCE_COLUMNS + PARAMETER_COLUMNS + TRACE_COLUMNS + METRIC_COLUMNS + ONLINE_METRIC_COLUMNS + EXTRA_COLUMNS
-# Enough to match a sample to its case row without the row itself.
-SAMPLE_KEY_COLUMNS = ("timestamp", "run_id", "git_commit", "model", "device_type", *PARAMETER_COLUMNS[:-1], *TRACE_COLUMNS[:5], "engine_id")
-SAMPLE_COLUMNS = (
-    SAMPLE_KEY_COLUMNS
-    + tuple(RequestSample.__dataclass_fields__)
-    + ("batch_e2e_ms", "arrival_s", "send_lag_ms", "finished")  # the last three: online cases
-)
+from lorabench.schema import COLUMNS, SAMPLE_COLUMNS, SAMPLE_KEY, ResultRow, Sample, samples_path_for
 
 
 class ResultsFileError(RuntimeError):
@@ -110,7 +35,11 @@ def git_state(root: Path) -> tuple[str, bool]:
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
         ).stdout.strip()
         status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, check=True
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         return "", False
@@ -137,10 +66,6 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def samples_path_for(csv_path: Path) -> Path:
-    return csv_path.with_name(csv_path.stem + ".samples.csv")
-
-
 def _csv_line(values: Iterable[Any]) -> str:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(values)
@@ -153,7 +78,7 @@ def _append(path: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]], 
     fd = os.open(path, flags, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        text = "".join(_csv_line(row.get(c, "") for c in columns) for row in rows)
+        text = "".join(_csv_line("" if row[c] is None else row[c] for c in columns) for row in rows)
         if os.fstat(fd).st_size == 0:
             text = _csv_line(columns) + text
         else:
@@ -178,7 +103,7 @@ class ResultWriter:
         self.fixed_path = fixed_path
         self._stem = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{commit[:8] or 'nogit'}{'-dirty' if dirty else ''}"
         self.path: Path | None = fixed_path
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[ResultRow] = []
 
     @property
     def log_dir(self) -> Path:
@@ -202,19 +127,22 @@ class ResultWriter:
             return candidate
         raise ResultsFileError(f"could not create a new results file in {self.results_dir}")
 
-    def append(self, row: dict[str, Any], samples: Sequence[dict[str, Any]]) -> None:
+    def append(self, row: ResultRow, samples: Sequence[Sample]) -> None:
         """Make one finished case durable: its samples first, then the row that summarizes
         them, so every row on disk has its samples behind it."""
         if self.path is None:
             self.path = self._claim_new_file()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        key = {c: row.get(c, "") for c in SAMPLE_KEY_COLUMNS}
-        _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **s} for s in samples], exclusive=False)
-        _append(self.path, COLUMNS, [row], exclusive=False)
+        values = asdict(row)
+        key = {c: values[c] for c in SAMPLE_KEY}
+        _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
+        _append(self.path, COLUMNS, [values], exclusive=False)
         self.rows.append(row)
 
 
 def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
     if isinstance(value, float):
         return f"{value:.2f}" if value <= 1 else f"{value:.1f}"
     return str(value)
@@ -238,11 +166,14 @@ SUMMARY_COLUMNS = (
 )
 
 
-def format_summary(rows: Sequence[dict[str, Any]]) -> str:
+def format_summary(rows: Sequence[ResultRow]) -> str:
     """A plain fixed-width table of the session's cases, one line each."""
     header = [title for _, title in SUMMARY_COLUMNS]
-    body = [[_fmt(row.get(key, "")) for key, _ in SUMMARY_COLUMNS] for row in rows]
+    body = [[_fmt(getattr(row, key)) for key, _ in SUMMARY_COLUMNS] for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(header, *body)]
-    lines = ["  ".join(cell.rjust(w) if i > 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths))) for r in [header, *body]]
+    lines = [
+        "  ".join(cell.rjust(w) if i > 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+        for r in [header, *body]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)

@@ -14,9 +14,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 TOOL_TIMEOUT_S = 20
 NVIDIA_QUERY = "index,uuid,name,memory.used,memory.total,driver_version"

@@ -22,9 +22,10 @@ request per line. The same parameters and seed give the same file, byte for byte
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -107,12 +108,13 @@ def generate(params: TraceParams, adapters: Sequence[str]) -> list[TraceRequest]
         arrivals.extend(times[times < params.duration].tolist())
         now = float(times[-1])
     n = len(arrivals)
-    ranks = np.minimum((params.num_adapters * adapter_rng.power(params.alpha, size=n)).astype(int), params.num_adapters - 1)
+    ranks = np.minimum(
+        (params.num_adapters * adapter_rng.power(params.alpha, size=n)).astype(int), params.num_adapters - 1
+    )
     inputs = _lengths(input_rng, params.lengths, *params.input_range, n)
     outputs = _lengths(output_rng, params.lengths, *params.output_range, n)
     return [
-        TraceRequest(round(t, 6), adapters[r], int(i), int(o))
-        for t, r, i, o in zip(arrivals, ranks, inputs, outputs)
+        TraceRequest(round(t, 6), adapters[r], int(i), int(o)) for t, r, i, o in zip(arrivals, ranks, inputs, outputs)
     ]
 
 
@@ -131,7 +133,9 @@ def read(path: Path) -> tuple[TraceParams, list[str], list[TraceRequest]]:
         if header.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} file")
         raw = header["params"]
-        params = TraceParams(**{**raw, "input_range": tuple(raw["input_range"]), "output_range": tuple(raw["output_range"])})
+        params = TraceParams(
+            **{**raw, "input_range": tuple(raw["input_range"]), "output_range": tuple(raw["output_range"])}
+        )
         requests = [TraceRequest(**json.loads(line)) for line in lines[1:] if line.strip()]
     except (OSError, IndexError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: not a readable lorabench trace ({exc})") from None
@@ -173,7 +177,8 @@ def format_stats(params: TraceParams, adapters: Sequence[str], requests: Sequenc
         f"requests: {s['requests']} over {params.duration:g} s",
         f"rate: {s['rate']:.3f} req/s (asked {params.rate:g})",
         f"inter-arrival CV: {s['interarrival_cv']:.3f} (asked {params.cv:g})",
-        f"top adapter share: {s['top1_share']:.3f} (expected {s['expected_top1_share']:.3f} for alpha={params.alpha:g})",
+        f"top adapter share: {s['top1_share']:.3f} "
+        f"(expected {s['expected_top1_share']:.3f} for alpha={params.alpha:g})",
         *(f"{k.replace('_', ' ')}: {v:.3f}" for k, v in s.items() if k.startswith("top") and k != "top1_share"),
         "requests per adapter: " + ", ".join(f"{a}={c}" for a, c in s["adapter_requests"].items()),
         f"input lengths ({params.lengths} on [{params.input_range[0]}, {params.input_range[1]}]):",

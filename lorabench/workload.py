@@ -12,14 +12,14 @@ The no-LoRA scenario sends the same prompts with no adapter at all.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
 
 import numpy as np
 
 from lorabench.adapters import Adapter
 
-Prompt = Union[str, list[int]]
+Prompt = str | list[int]
 # vLLM's own latency benchmark draws prompt tokens below this id.
 SYNTHETIC_TOKEN_LIMIT = 10_000
 
@@ -67,11 +67,15 @@ def assign_adapters(workload: str, batch_size: int, adapters: Sequence[Adapter],
     return pool
 
 
+def synthetic_prompt(index: int, length: int, vocab_size: int, seed: int) -> list[int]:
+    """Random token ids of exactly ``length`` tokens, as vLLM's latency benchmark sends;
+    the same for the same request index, length and seed, in batches and replays alike."""
+    rng = np.random.default_rng([seed, index, length])
+    return rng.integers(0, min(vocab_size, SYNTHETIC_TOKEN_LIMIT), size=length).tolist()
+
+
 def synthetic_prompts(batch_size: int, input_len: int, vocab_size: int, seed: int) -> list[list[int]]:
-    """Random token ids of exactly ``input_len`` tokens, as vLLM's latency benchmark sends."""
-    rng = np.random.default_rng([seed, batch_size, input_len])
-    high = min(vocab_size, SYNTHETIC_TOKEN_LIMIT)
-    return rng.integers(0, high, size=(batch_size, input_len)).tolist()
+    return [synthetic_prompt(i, input_len, vocab_size, seed) for i in range(batch_size)]
 
 
 def build_batch(
@@ -94,7 +98,5 @@ def build_batch(
     if input_len is not None:
         texts: list[Prompt] = list(synthetic_prompts(batch_size, input_len, vocab_size, seed))
     else:
-        texts = [
-            a.prompt if a is not None and a.prompt else prompts[i % len(prompts)] for i, a in enumerate(chosen)
-        ]
+        texts = [a.prompt if a is not None and a.prompt else prompts[i % len(prompts)] for i, a in enumerate(chosen)]
     return Batch(tuple(Request(p, a) for p, a in zip(texts, chosen)), pool)

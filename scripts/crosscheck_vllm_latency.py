@@ -1,8 +1,9 @@
 """Cross-check lorabench's no-LoRA e2e against vLLM's own latency benchmark.
 
-Runs on this machine ``vllm.benchmarks.latency`` and the ``no_lora`` case on the
-LoRA-off engine, with the same model, batch size, lengths, warm-up and iteration
-counts, then prints both mean latencies and their ratio. Each engine build settles at
+Runs on this machine ``vllm.benchmarks.latency`` (``LLM.generate``) and the ``no_lora``
+case on the LoRA-off engine (lorabench's async engine, the batch sent at once and
+gathered), with the same model, batch size, lengths, warm-up and iteration counts, then
+prints both mean latencies and their ratio. Each engine build settles at
 its own speed, so each harness runs ``--repeats`` times (separate builds), in the
 order vLLM, lorabench, lorabench, vLLM, ... so neither always goes first.
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lorabench.config import read_config_file, resolve_config
+from lorabench.config import EngineSpec, read_config_file, resolve_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,18 +42,31 @@ def main() -> int:
     if m.input_len is None:
         sys.exit(f"{config_path}: set matrix.input_len: vLLM's latency benchmark sends synthetic prompts")
     config = resolve_config(config_path, parsed, needs_lora=False)
-    engine = parsed.llm_kwargs()
+    engine = config.llm_kwargs(EngineSpec(enable_lora=False))
     env = {**os.environ, **{k: str(v) for k, v in parsed.env.items()}}
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         vllm_cmd = [
-            sys.executable, "-c", "import sys; from vllm.benchmarks.latency import add_cli_args, main; "
+            sys.executable,
+            "-c",
+            "import sys; from vllm.benchmarks.latency import add_cli_args, main; "
             "from vllm.utils.argparse_utils import FlexibleArgumentParser as P; p = P(); add_cli_args(p); "
             "main(p.parse_args(sys.argv[1:]))",
-            "--model", str(config.model), "--input-len", str(m.input_len), "--output-len", str(m.output_len),
-            "--batch-size", str(args.batch_size), "--num-iters-warmup", str(args.warmup),
-            "--num-iters", str(args.iters), "--seed", str(m.seed),
+            "--model",
+            str(config.model),
+            "--input-len",
+            str(m.input_len),
+            "--output-len",
+            str(m.output_len),
+            "--batch-size",
+            str(args.batch_size),
+            "--num-iters-warmup",
+            str(args.warmup),
+            "--num-iters",
+            str(args.iters),
+            "--seed",
+            str(m.seed),
         ]
         if config.is_builtin_model:
             vllm_cmd += ["--load-format", "dummy"]
@@ -76,10 +90,24 @@ def main() -> int:
         def run_lorabench(i: int) -> float:
             out = tmp / f"lorabench{i}.csv"
             subprocess.run(
-                [sys.executable, "-m", "pytest", str(ROOT / "bench"), "-q", "-p", "no:cacheprovider",
-                 "-k", f"no_lora and lora-off and bs{args.batch_size}",
-                 "--bench-config", str(check_config), "--bench-output", str(out)],
-                env=env, check=True, cwd=ROOT,
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    str(ROOT / "bench"),
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    "-k",
+                    f"no_lora and lora-off and bs{args.batch_size}",
+                    "--bench-config",
+                    str(check_config),
+                    "--bench-output",
+                    str(out),
+                ],
+                env=env,
+                check=True,
+                cwd=ROOT,
             )
             return float(pd.read_csv(out)["e2e_ms"].iloc[0])
 

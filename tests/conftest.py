@@ -1,19 +1,12 @@
-"""Shared helpers for lorabench's own tests."""
+"""Fixtures for lorabench's own tests; plain helpers live in ``tests/helpers.py``."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def write_json(path: Path, data: object) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
-    return path
+from tests.helpers import write_json
 
 
 @pytest.fixture
@@ -27,10 +20,23 @@ def tiny_config(tmp_path: Path):
             "adapters": {"generate": {"count": 4, "ranks": [8, 16], "target_modules": ["q_proj", "v_proj"]}},
             "prompts": "prompts.json",
             "results_dir": "results",
-            "engine": {"max_loras": [1, 2], "max_lora_rank": 16, "max_cpu_loras": 4, "max_model_len": 128, "max_num_seqs": 8},
+            "engine": {
+                "max_loras": [1, 2],
+                "max_lora_rank": 16,
+                "max_cpu_loras": 4,
+                "max_model_len": 128,
+                "max_num_seqs": 8,
+            },
             "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-            "matrix": {"batch_sizes": [2], "workloads": ["distinct", "identical"], "output_len": 4,
-                       "warmup_rounds": 0, "rounds": 1, "builds": 1, "seed": 0},
+            "matrix": {
+                "batch_sizes": [2],
+                "workloads": ["distinct", "identical"],
+                "output_len": 4,
+                "warmup_rounds": 0,
+                "rounds": 1,
+                "builds": 1,
+                "seed": 0,
+            },
         }
         for key, value in overrides.items():
             if isinstance(value, dict) and isinstance(data.get(key), dict):

@@ -6,23 +6,33 @@ from safetensors import safe_open
 from lorabench import builtin, cli
 from lorabench.adapters import generate_dummy_adapters, module_shapes, read_adapters_file, read_rank
 
-LLAMA_7B = {"hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
-            "num_key_value_heads": 32, "num_hidden_layers": 32}
+LLAMA_7B = {
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "num_hidden_layers": 32,
+}
 
 
 def test_module_shapes_follow_the_base_config():
     gqa = {**LLAMA_7B, "num_key_value_heads": 8}
     shapes = module_shapes(gqa, ["q_proj", "k_proj", "o_proj", "down_proj"])
-    assert shapes == {"q_proj": ("self_attn", 4096, 4096), "k_proj": ("self_attn", 4096, 1024),
-                      "o_proj": ("self_attn", 4096, 4096), "down_proj": ("mlp", 11008, 4096)}
+    assert shapes == {
+        "q_proj": ("self_attn", 4096, 4096),
+        "k_proj": ("self_attn", 4096, 1024),
+        "o_proj": ("self_attn", 4096, 4096),
+        "down_proj": ("mlp", 11008, 4096),
+    }
     with pytest.raises(ValueError, match="unknown target modules"):
         module_shapes(gqa, ["qkv_proj"])
 
 
 def test_generated_adapters_have_peft_layout_names_and_ranks(tmp_path):
     base = builtin.ensure_model("tiny-llama") / "config.json"
-    adapters = generate_dummy_adapters(base, tmp_path, count=3, ranks=[8, 16], target_modules=["q_proj", "v_proj"],
-                                       prompts=["p0", "p1"], seed=1)
+    adapters = generate_dummy_adapters(
+        base, tmp_path, count=3, ranks=[8, 16], target_modules=["q_proj", "v_proj"], prompts=["p0", "p1"], seed=1
+    )
     assert [a.name for a in adapters] == ["dummy-lora-rank-8-0", "dummy-lora-rank-16-0", "dummy-lora-rank-8-1"]
     assert [read_rank(a.path) for a in adapters] == [8, 16, 8]
     listed = read_adapters_file(tmp_path / "adapters.json")
@@ -62,13 +72,30 @@ def test_read_adapters_file_errors(tmp_path):
 def test_cli_generates_for_a_7b_config_without_the_model(tmp_path, capsys):
     (tmp_path / "llama-7b").mkdir()
     (tmp_path / "llama-7b" / "config.json").write_text(json.dumps(LLAMA_7B))
-    code = cli.main(["adapters", "generate", "--base", str(tmp_path / "llama-7b"), "--out", str(tmp_path / "out"),
-                     "--count", "2", "--ranks", "64", "--target-modules", "q_proj,v_proj"])
+    code = cli.main(
+        [
+            "adapters",
+            "generate",
+            "--base",
+            str(tmp_path / "llama-7b"),
+            "--out",
+            str(tmp_path / "out"),
+            "--count",
+            "2",
+            "--ranks",
+            "64",
+            "--target-modules",
+            "q_proj,v_proj",
+        ]
+    )
     assert code == 0 and "wrote 2 adapters" in capsys.readouterr().out
     adapters = read_adapters_file(tmp_path / "out" / "adapters.json")
     assert [a.name for a in adapters] == ["dummy-lora-rank-64-0", "dummy-lora-rank-64-1"]
     with safe_open(str(adapters[0].path / "adapter_model.safetensors"), "pt") as f:
-        assert tuple(f.get_tensor("base_model.model.model.layers.31.self_attn.q_proj.lora_B.weight").shape) == (4096, 64)
+        assert tuple(f.get_tensor("base_model.model.model.layers.31.self_attn.q_proj.lora_B.weight").shape) == (
+            4096,
+            64,
+        )
 
 
 @pytest.mark.parametrize(

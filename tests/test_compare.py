@@ -10,9 +10,17 @@ import pytest
 
 from lorabench import cli
 from lorabench.compare import (
-    IMPROVED, NOT_SIGNIFICANT, REGRESSED, TOO_FEW, WITHIN, compare, find_runs, load_run, parse_thresholds,
+    IMPROVED,
+    NOT_SIGNIFICANT,
+    REGRESSED,
+    TOO_FEW,
+    WITHIN,
+    compare,
+    find_runs,
+    load_run,
+    parse_thresholds,
 )
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 DATA = ROOT / "tests" / "data" / "default-run.csv"
 DATA2 = ROOT / "tests" / "data" / "default-run-2.csv"
@@ -42,19 +50,23 @@ def case_mask(rows, workload="distinct", batch_size=8, max_loras=8):
 
 def scale(metric, factor, where=batch):
     """Multiply ``metric`` (its mean and percentiles) in the rows ``where`` selects."""
+
     def change(rows):
         columns = [c for c in rows.columns if c == metric or c.startswith(metric + "_p")]
         rows.loc[where(rows), columns] *= factor
         return rows
+
     return change
 
 
 def slower(factor, where=batch):
     """Everything ``factor`` times slower: every latency up, throughput down."""
+
     def change(rows):
         for metric in LATENCIES:
             rows = scale(metric, factor, where)(rows)
         return scale("output_tokens_per_s", 1 / factor, where)(rows)
+
     return change
 
 
@@ -63,6 +75,7 @@ def set_columns(**values):
         for column, value in values.items():
             rows[column] = value
         return rows
+
     return change
 
 
@@ -72,7 +85,9 @@ def run_cli(*args):
 
 def verdicts(base, new, **kwargs):
     result = compare(load_run(base), load_run(new), **kwargs)
-    return {(f.case["workload"], f.case["batch_size"], f.case["max_loras"], f.metric): f.verdict for f in result.findings}
+    return {
+        (f.case["workload"], f.case["batch_size"], f.case["max_loras"], f.metric): f.verdict for f in result.findings
+    }
 
 
 BUILDS = pd.read_csv(DATA)["build"].nunique()
@@ -101,7 +116,9 @@ def test_planted_20_percent_slowdown_is_flagged(tmp_path, capsys):
     for csv in new:
         edit_run(csv, scale("decode_ms", 1.2))
     single = compare(load_run(base[0]), load_run(new[0]))
-    assert {f.verdict for f in single.findings if f.metric == "decode_ms" and f.case["workload"] != "trace"} == {NOT_SIGNIFICANT}
+    assert {f.verdict for f in single.findings if f.metric == "decode_ms" and f.case["workload"] != "trace"} == {
+        NOT_SIGNIFICANT
+    }
     assert single.detectable_pct["decode_ms"][1] > 10
 
     assert run_cli(",".join(map(str, base)), ",".join(map(str, new))) == 1

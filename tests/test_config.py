@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from lorabench.config import ConfigError, EngineSpec, read_config_file, resolve_config
-from tests.conftest import write_json
+from lorabench.config import ConfigError, EngineSpec, engine_specs, online_cases, read_config_file, resolve_config
+from tests.helpers import write_json
 
 
 def load(path: Path, needs_lora: bool = True, output: str | None = None):
@@ -19,9 +19,12 @@ def problems_of(path: Path, needs_lora: bool = True) -> str:
 
 def test_engine_specs_are_the_cross_product_with_readable_ids(tiny_config):
     parsed = read_config_file(tiny_config(engine={"max_loras": [1, 2], "max_lora_rank": [8, 16], "max_cpu_loras": 4}))
-    specs = parsed.engine_specs(with_lora_off=True)
+    specs = engine_specs(parsed, with_lora_off=True)
     assert [s.id for s in specs] == [
-        "lora-off-build0", "loras1-rank8-cpu4-build0", "loras1-rank16-cpu4-build0", "loras2-rank8-cpu4-build0",
+        "lora-off-build0",
+        "loras1-rank8-cpu4-build0",
+        "loras1-rank16-cpu4-build0",
+        "loras2-rank8-cpu4-build0",
         "loras2-rank16-cpu4-build0",
     ]
     assert specs[0] == EngineSpec(enable_lora=False)
@@ -29,7 +32,7 @@ def test_engine_specs_are_the_cross_product_with_readable_ids(tiny_config):
 
 def test_max_cpu_loras_defaults_to_max_loras(tiny_config):
     parsed = read_config_file(tiny_config(engine={"max_loras": 3, "max_lora_rank": 16, "max_cpu_loras": None}))
-    assert [s.id for s in parsed.engine_specs(with_lora_off=False)] == ["loras3-rank16-cpu3-build0"]
+    assert [s.id for s in engine_specs(parsed, with_lora_off=False)] == ["loras3-rank16-cpu3-build0"]
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch):
@@ -42,12 +45,18 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch)
     (adapter / "adapter_model.safetensors").write_bytes(b"")
     write_json(tmp_path / "loras" / "adapters.json", [{"name": "a", "path": "a", "prompt": "hi"}])
     write_json(tmp_path / "cfg" / "prompts.json", ["p"])
-    path = write_json(tmp_path / "cfg" / "common.json", {
-        "model": "../models/m", "adapters": "../loras/adapters.json", "prompts": "prompts.json",
-        "results_dir": "../out", "output": "fixed.csv",
-        "engine": {"max_loras": 1, "max_lora_rank": 8},
-        "matrix": {"batch_sizes": [1], "workloads": ["identical"], "output_len": 2, "input_len": 8},
-    })
+    path = write_json(
+        tmp_path / "cfg" / "common.json",
+        {
+            "model": "../models/m",
+            "adapters": "../loras/adapters.json",
+            "prompts": "prompts.json",
+            "results_dir": "../out",
+            "output": "fixed.csv",
+            "engine": {"max_loras": 1, "max_lora_rank": 8},
+            "matrix": {"batch_sizes": [1], "workloads": ["identical"], "output_len": 2, "input_len": 8},
+        },
+    )
     config = load(path)
     assert config.model == model
     assert config.adapters[0].path == adapter and config.adapters[0].prompt == "hi"
@@ -63,7 +72,10 @@ def test_builtin_model_and_generated_adapters(tiny_config):
     config = load(tiny_config())
     assert config.is_builtin_model and (config.model / "config.json").is_file()
     assert [a.name for a in config.adapters] == [
-        "dummy-lora-rank-8-0", "dummy-lora-rank-16-0", "dummy-lora-rank-8-1", "dummy-lora-rank-16-1",
+        "dummy-lora-rank-8-0",
+        "dummy-lora-rank-16-0",
+        "dummy-lora-rank-8-1",
+        "dummy-lora-rank-16-1",
     ]
     assert all((a.path / "adapter_model.safetensors").is_file() for a in config.adapters)
     kwargs = config.llm_kwargs(EngineSpec(True, 2, 16, 4))
@@ -96,16 +108,28 @@ def test_unknown_key_suggests_the_closest(tiny_config):
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ({"engine": {"max_lora_rank": 24}}, "field 'engine.max_lora_rank' has bad value 24: Input should be 1, 8, 16, 32, 64, 128, 256, 320 or 512"),
-        ({"engine": {"max_loras": 4, "max_cpu_loras": 2}}, "'engine.max_cpu_loras' has bad value 2: it is below max_loras=4"),
+        (
+            {"engine": {"max_lora_rank": 24}},
+            "field 'engine.max_lora_rank' has bad value 24: Input should be 1, 8, 16, 32, 64, 128, 256, 320 or 512",
+        ),
+        (
+            {"engine": {"max_loras": 4, "max_cpu_loras": 2}},
+            "'engine.max_cpu_loras' has bad value 2: it is below max_loras=4",
+        ),
         ({"engine": {"max_loras": 0}}, "field 'engine.max_loras' has bad value 0"),
-        ({"engine": {"max_num_seq": 4}}, "unknown key 'engine.max_num_seq' (not a vllm.LLM argument): did you mean 'max_num_seqs'?"),
+        (
+            {"engine": {"max_num_seq": 4}},
+            "unknown key 'engine.max_num_seq' (not a vllm.LLM argument): did you mean 'max_num_seqs'?",
+        ),
         ({"engine": {"enable_lora": False}}, "'engine.enable_lora' cannot be set here"),
         ({"matrix": {"batch_sizes": [2, 0]}}, "field 'matrix.batch_sizes[1]' has bad value 0"),
         ({"matrix": {"rounds": 0}}, "field 'matrix.rounds' has bad value 0"),
         ({"matrix": {"output_len": 1}}, "field 'matrix.output_len' has bad value 1"),
         ({"matrix": {"workloads": ["distinct", "random"]}}, "field 'matrix.workloads[1]' has bad value 'random'"),
-        ({"matrix": {"batch_sizes": [8]}}, "the 'distinct' workload needs 8 adapters at batch size 8, but only 4 are configured"),
+        (
+            {"matrix": {"batch_sizes": [8]}},
+            "the 'distinct' workload needs 8 adapters at batch size 8, but only 4 are configured",
+        ),
         ({"matrix": {"input_len": 126}}, "input_len + output_len = 130 exceeds engine.max_model_len = 128"),
         ({"model": "builtin:huge-llama"}, "field 'model' has bad value 'builtin:huge-llama'"),
         ({"model": "no/such/model"}, "field 'model': directory"),
@@ -177,12 +201,24 @@ def test_adapter_entries_must_be_strings(tmp_path, tiny_config):
     assert "name, path and prompt must be strings" in problems_of(tiny_config(adapters="adapters.json"))
 
 
-ONLINE = {"warmup_s": 1, "suites": [{"name": "s", "num_adapters": [2, 4], "alpha": [0.3, 1], "rate": [2], "duration": 5,
-                                     "input_range": [8, 32], "output_range": [4, 8]}]}
+ONLINE = {
+    "warmup_s": 1,
+    "suites": [
+        {
+            "name": "s",
+            "num_adapters": [2, 4],
+            "alpha": [0.3, 1],
+            "rate": [2],
+            "duration": 5,
+            "input_range": [8, 32],
+            "output_range": [4, 8],
+        }
+    ],
+}
 
 
 def test_online_suites_are_a_cross_product_with_readable_ids(tiny_config):
-    cases = read_config_file(tiny_config(online=ONLINE)).online_cases()
+    cases = online_cases(read_config_file(tiny_config(online=ONLINE)))
     assert [c.id for c in cases] == ["s-n2-a0.3-cv1-r2", "s-n2-a1-cv1-r2", "s-n4-a0.3-cv1-r2", "s-n4-a1-cv1-r2"]
     assert cases[0].params.input_range == (8, 32) and cases[0].params.duration == 5
 
@@ -190,7 +226,10 @@ def test_online_suites_are_a_cross_product_with_readable_ids(tiny_config):
 @pytest.mark.parametrize(
     ("suite", "expected"),
     [
-        ({"num_adapters": [5]}, "field 'online.suites[0].num_adapters' has bad value 5: only 4 adapters are configured"),
+        (
+            {"num_adapters": [5]},
+            "field 'online.suites[0].num_adapters' has bad value 5: only 4 adapters are configured",
+        ),
         ({"input_range": [64, 8]}, "low 64 is above high 8"),
         ({"input_range": [8, 121]}, "the longest request, 129 tokens, exceeds engine.max_model_len = 128"),
         ({"rate": [0]}, "field 'online.suites[0].rate[0]' has bad value 0"),

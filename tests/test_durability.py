@@ -12,8 +12,9 @@ import pandas as pd
 import psutil
 import pytest
 
-from lorabench.results import COLUMNS, ResultWriter
-from tests.conftest import ROOT
+from lorabench.results import ResultWriter
+from lorabench.schema import COLUMNS
+from tests.helpers import ROOT, make_row, make_sample
 
 
 def _read_rows(results):
@@ -26,6 +27,7 @@ def _alive(procs):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+@pytest.mark.engine
 def test_interrupted_run_keeps_every_finished_row(tmp_path, tiny_config, sig):
     path = tiny_config(
         engine={"max_loras": 2},
@@ -33,9 +35,21 @@ def test_interrupted_run_keeps_every_finished_row(tmp_path, tiny_config, sig):
     )
     log = (tmp_path / "log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", str(ROOT / "bench" / "test_multilora.py"), "-p", "no:cacheprovider",
-         "--rootdir", str(tmp_path), "--bench-config", str(path)],
-        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(ROOT / "bench" / "test_multilora.py"),
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "--bench-config",
+            str(path),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
     )
     deadline = time.monotonic() + 300
     rows = None
@@ -72,7 +86,7 @@ def test_interrupted_run_keeps_every_finished_row(tmp_path, tiny_config, sig):
 def _append_many(path, worker):
     writer = ResultWriter(path.parent, path, "c", False)
     for i in range(50):
-        writer.append({"scenario": "multilora", "test_id": f"{worker}-{i}", "e2e_ms": 1.0}, [{"round": 0}] * 3)
+        writer.append(make_row(test_id=f"{worker}-{i}"), [make_sample(request=r) for r in range(3)])
 
 
 def test_concurrent_runs_on_one_fixed_file_never_mix_rows(tmp_path):
@@ -127,17 +141,25 @@ def _refuse_loras1():
 '''
 
 
+@pytest.mark.engine
 def test_a_failed_or_dead_engine_fails_only_its_own_cases(pytester, tiny_config, tmp_path):
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
     pytester.makeconftest(FAILING_CONFTEST)
     path = tiny_config(engine={"max_loras": [1, 2, 4]})
     result = pytester.runpytest_subprocess("--bench-config", str(path), "-p", "no:cacheprovider", timeout=400)
     result.assert_outcomes(passed=3, failed=1, errors=2)
-    result.stdout.fnmatch_lines([
-        "*engine configuration loras1-rank16-cpu4-build0 failed to build: RuntimeError: Engine core initialization failed (simulated)*",
-        "*engine loras2-rank16-cpu4-build0 died: *test_multilora*: EngineDied: engine process * is gone*",
-        "engine builds: 2 (loras2-rank16-cpu4-build0 *, loras4-rank16-cpu4-build0 *)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*engine configuration loras1-rank16-cpu4-build0 failed to build: "
+            "RuntimeError: Engine core initialization failed (simulated)*",
+            "*engine loras2-rank16-cpu4-build0 died: *test_multilora*: EngineDied: engine process * is gone*",
+            "engine builds: 2 (loras2-rank16-cpu4-build0 *, loras4-rank16-cpu4-build0 *)",
+        ]
+    )
     assert "Traceback" not in result.stdout.str()
     _, rows = _read_rows(tmp_path / "results")
-    assert sorted(rows["engine_id"]) == ["loras2-rank16-cpu4-build0", "loras4-rank16-cpu4-build0", "loras4-rank16-cpu4-build0"]
+    assert sorted(rows["engine_id"]) == [
+        "loras2-rank16-cpu4-build0",
+        "loras4-rank16-cpu4-build0",
+        "loras4-rank16-cpu4-build0",
+    ]

@@ -10,6 +10,8 @@ from lorabench import builtin
 from lorabench.config import EngineSpec, read_config_file, resolve_config
 from lorabench.engine import Engine, EngineBuildError
 
+pytestmark = pytest.mark.engine
+
 
 def thread_cpus(process: psutil.Process) -> set[frozenset[int]]:
     return {frozenset(os.sched_getaffinity(t.id)) for t in process.threads()}
@@ -48,6 +50,8 @@ def test_a_corrupt_weight_file_fails_the_build_with_its_cause(tiny_config, tmp_p
         Engine(config, EngineSpec(enable_lora=False), "cpu", log_path=log).__enter__()
     message = str(failure.value)
     assert "\n" not in message
-    assert message.startswith("safetensors._safetensors_rust.SafetensorError: Error while deserializing header"), message
+    assert message.startswith("safetensors._safetensors_rust.SafetensorError: Error while deserializing header"), (
+        message
+    )
     assert f"(engine log: {log})" in message and log.is_file()
     assert not [p for p in psutil.Process().children(recursive=True) if "EngineCore" in p.name()]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from importlib.machinery import ModuleSpec
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -26,9 +26,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Device calls of vLLM's Platform: each initializes the runtime on vllm-ascend.
 DEVICE_CALLS = (
-    "get_device_name", "get_device_uuid", "get_device_total_memory", "get_device_capability",
-    "has_device_capability", "get_current_memory_usage", "set_device", "mem_get_info", "synchronize",
-    "get_all_gpu_pci_bus_ids", "is_integrated_gpu",
+    "get_device_name",
+    "get_device_uuid",
+    "get_device_total_memory",
+    "get_device_capability",
+    "has_device_capability",
+    "get_current_memory_usage",
+    "set_device",
+    "mem_get_info",
+    "synchronize",
+    "get_all_gpu_pci_bus_ids",
+    "is_integrated_gpu",
 )
 
 NPU_SMI = """\
@@ -149,12 +157,11 @@ def test_an_engine_on_npu_spawns_its_processes_and_waits_for_release(fake_npu, t
     config = resolve_config(path, read_config_file(path), needs_lora=False)
     seen = {}
 
-    def build(self):
+    async def build(self):
         seen["method"] = os.environ.get(SPAWN)
         set_hbm(60_000, 3100)
         cache = SimpleNamespace(num_gpu_blocks=1000, block_size=128)
-        engine_core = SimpleNamespace(shutdown=lambda: set_hbm(3300, 3100))
-        return SimpleNamespace(llm_engine=SimpleNamespace(vllm_config=SimpleNamespace(cache_config=cache), engine_core=engine_core))
+        return SimpleNamespace(vllm_config=SimpleNamespace(cache_config=cache), shutdown=lambda: set_hbm(3300, 3100))
 
     monkeypatch.setattr(Engine, "_build", build)
     with Engine(config, EngineSpec(enable_lora=False), "npu") as engine:

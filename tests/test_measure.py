@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from lorabench.adapters import Adapter
-from lorabench.measure import MeasurementError, measure_round, sample_rows, summarize
+from lorabench.measure import MeasurementError, measure_round, summarize
 from lorabench.workload import Batch, Request
 
 A = Adapter("a", Path("/a"))
@@ -13,7 +13,9 @@ A = Adapter("a", Path("/a"))
 
 def output(queued, scheduled, first, last, tokens, prompt=8):
     metrics = SimpleNamespace(queued_ts=queued, scheduled_ts=scheduled, first_token_ts=first, last_token_ts=last)
-    return SimpleNamespace(metrics=metrics, prompt_token_ids=[0] * prompt, outputs=[SimpleNamespace(token_ids=[1] * tokens)])
+    return SimpleNamespace(
+        metrics=metrics, prompt_token_ids=[0] * prompt, outputs=[SimpleNamespace(token_ids=[1] * tokens)]
+    )
 
 
 def batch(n):
@@ -45,9 +47,9 @@ def test_summary_pools_requests_of_all_rounds_and_rounds_for_e2e():
     assert summary["e2e_ms"] == pytest.approx(200.0)
     assert summary["e2e_ms_p50"] == pytest.approx(200.0)
     assert summary["output_tokens_per_s"] == pytest.approx(np.mean([40, 20, 40 / 3]))
-    rows = sample_rows(rounds)
-    assert len(rows) == 6 and rows[-1]["round"] == 2 and rows[-1]["adapter"] == "a"
-    assert rows[0]["batch_e2e_ms"] == pytest.approx(100.0)
+    samples = [s for rnd in rounds for s in rnd.requests]
+    assert len(samples) == 6 and samples[-1].round == 2 and samples[-1].adapter == "a"
+    assert samples[0].batch_e2e_ms == pytest.approx(100.0)
 
 
 def test_missing_stats_or_wrong_length_is_an_error():

@@ -5,7 +5,7 @@ import os
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers import ROOT
 
 BENCH_MODULES = ("test_no_lora.py", "test_multilora.py")
 
@@ -20,10 +20,17 @@ def bench_dir(pytester):
 
 def test_options_and_ini_twins_are_registered(pytester):
     result = pytester.runpytest("--help")
-    result.stdout.fnmatch_lines([
-        "multi-LoRA benchmarks on vLLM:", "*--bench-config=PATH*", "*--bench-output=PATH*", "*--bench-builds=N*",
-        "*bench_config*", "*bench_output*", "*bench_builds*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "multi-LoRA benchmarks on vLLM:",
+            "*--bench-config=PATH*",
+            "*--bench-output=PATH*",
+            "*--bench-builds=N*",
+            "*bench_config*",
+            "*bench_output*",
+            "*bench_builds*",
+        ]
+    )
 
 
 def test_plugin_is_inert_without_bench_tests(pytester):
@@ -36,11 +43,13 @@ def test_bad_config_is_a_usage_error_before_any_engine(bench_dir, tiny_config):
     path = tiny_config(engine={"max_lora_rank": 24, "max_loras": 4, "max_cpu_loras": 2}, matrix={"batch_size": [2]})
     result = bench_dir.runpytest("--bench-config", str(path))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([
-        "ERROR: lorabench: the benchmark configuration cannot run:",
-        f"*{path}: field 'engine.max_lora_rank' has bad value 24*",
-        "*unknown key 'matrix.batch_size': did you mean 'batch_sizes'?*",
-    ])
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: lorabench: the benchmark configuration cannot run:",
+            f"*{path}: field 'engine.max_lora_rank' has bad value 24*",
+            "*unknown key 'matrix.batch_size': did you mean 'batch_sizes'?*",
+        ]
+    )
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert "engine builds" not in result.stdout.str()
 
@@ -53,7 +62,9 @@ def test_a_weightless_model_folder_is_refused_before_any_engine(bench_dir, tiny_
     (model / "config.json").write_text((builtin.ensure_model("tiny-llama") / "config.json").read_text())
     result = bench_dir.runpytest("--bench-config", str(tiny_config(model=str(model))))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*field 'model': {model} has a config.json but no weight files*engine.load_format*dummy*"])
+    result.stderr.fnmatch_lines(
+        [f"*field 'model': {model} has a config.json but no weight files*engine.load_format*dummy*"]
+    )
     assert "engine builds" not in result.stdout.str() and "Traceback" not in result.stderr.str()
 
 
@@ -96,7 +107,9 @@ def test_builds_are_interleaved_and_overridable(bench_dir, tiny_config):
 
     def ids(*args):
         # One token: a separate path argument would move pytest's rootdir, and with it the ini file.
-        result = bench_dir.runpytest(f"--bench-config={path}", "-k", "multilora and distinct", "--collect-only", "-q", *args)
+        result = bench_dir.runpytest(
+            f"--bench-config={path}", "-k", "multilora and distinct", "--collect-only", "-q", *args
+        )
         return [line.split("[")[1].rstrip("]") for line in result.stdout.lines if "::" in line]
 
     assert ids() == [f"loras{n}-rank16-cpu4-build{b}-distinct-bs2" for b in (0, 1) for n in (1, 2)]
@@ -126,10 +139,12 @@ def test_cases_for_an_absent_device_skip_with_the_reason(bench_dir, tiny_config)
     path = tiny_config(device="npu", model="/models/Llama-2-7b-hf", adapters="/models/adapters.json")
     result = bench_dir.runpytest("--bench-config", str(path), "-rs")
     result.assert_outcomes(skipped=7)
-    result.stdout.fnmatch_lines([
-        "benchmark cases skipped: needs vLLM's npu platform; this host runs cpu",
-        "SKIPPED [[]4[]] test_multilora.py:*: needs vLLM's npu platform; this host runs cpu",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "benchmark cases skipped: needs vLLM's npu platform; this host runs cpu",
+            "SKIPPED [[]4[]] test_multilora.py:*: needs vLLM's npu platform; this host runs cpu",
+        ]
+    )
     assert "engine builds" not in result.stdout.str()
 
 
@@ -152,6 +167,7 @@ def test_device_marks_skip_plain_tests_too(pytester):
     assert [r.nodeid.split("::")[-1] for r in reports if r.when == "call" and r.passed] == ["test_cpu_only"]
 
 
+@pytest.mark.engine
 def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     """Both scenarios with text prompts on real engines: one build per configuration,
     one durable row per case, every latency positive."""
@@ -164,7 +180,9 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     assert "engine builds: 3 (" in out
     # The reaper spares multiprocessing's resource tracker, which serves the whole session.
     assert "resource_tracker" not in out + result.stderr.str()
-    (rss_line,) = [line for line in result.stdout.lines if line.startswith("process tree RSS after each engine shut down")]
+    (rss_line,) = [
+        line for line in result.stdout.lines if line.startswith("process tree RSS after each engine shut down")
+    ]
     rss = [float(v) for v in rss_line.split(":")[1].split(",")]
     assert len(rss) == 3 and max(rss) - min(rss) < 256, f"memory grows across engine builds: {rss}"
     for engine in ("lora-off", "loras1-rank16-cpu4", "loras2-rank16-cpu4"):
@@ -176,8 +194,16 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     assert sorted(rows["scenario"].value_counts().items()) == [("multilora", 4), ("no_lora", 3)]
     assert set(rows.loc[rows.scenario == "multilora", "workload"]) == {"distinct", "identical"}
     assert (rows["rounds"] == 2).all() and (rows["warmup_rounds"] == 1).all()
-    for column in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms", "output_tokens_per_s", "peak_memory_mb",
-                   "kv_cache_tokens"):
+    for column in (
+        "ttft_ms",
+        "prefill_ms",
+        "decode_ms",
+        "e2e_ms",
+        "request_e2e_ms",
+        "output_tokens_per_s",
+        "peak_memory_mb",
+        "kv_cache_tokens",
+    ):
         assert (rows[column] > 0).all(), column
     assert (rows["ttft_ms_p99"] >= rows["ttft_ms_p50"]).all()
     assert rows["device_type"].eq("cpu").all() and rows["model"].eq("builtin:tiny-llama").all()
@@ -199,37 +225,62 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     assert samples["prompt_tokens"].between(2, 64).all(), "text prompts, tokenized by the built-in tokenizer"
 
 
+@pytest.mark.engine
 def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config, tmp_path):
     """A real run of two builds compared with a made-up base far faster than this
     machine: the session prints the comparison and, with --bench-compare-fail, fails."""
     path = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 2})
     rows = pd.read_csv(ROOT / "tests" / "data" / "default-run.csv")
-    base_rows = rows[(rows.workload == "identical") & (rows.batch_size == 4) & (rows.max_loras == 2) & (rows.build < 2)].copy()
+    base_rows = rows[
+        (rows.workload == "identical") & (rows.batch_size == 4) & (rows.max_loras == 2) & (rows.build < 2)
+    ].copy()
     assert sorted(base_rows["build"]) == [0, 1]
-    for column, value in {"batch_size": 2, "input_len": 16, "output_len": 4, "max_loras": 1, "max_cpu_loras": 4}.items():
+    for column, value in {
+        "batch_size": 2,
+        "input_len": 16,
+        "output_len": 4,
+        "max_loras": 1,
+        "max_cpu_loras": 4,
+    }.items():
         base_rows[column] = value
-    fast = [c for c in base_rows.columns if c.split("_p")[0] in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms")]
+    fast = [
+        c
+        for c in base_rows.columns
+        if c.split("_p")[0] in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms")
+    ]
     base_rows[fast] /= 20
     base_rows["output_tokens_per_s"] *= 20
     base = tmp_path / "base.csv"
     base_rows.to_csv(base, index=False)
 
     result = bench_dir.runpytest_subprocess(
-        "--bench-config", str(path), "-k", "multilora", "-p", "no:cacheprovider", "--bench-builds", "2",
-        "--bench-compare", str(base), "--bench-compare-fail", timeout=400,
+        "--bench-config",
+        str(path),
+        "-k",
+        "multilora",
+        "-p",
+        "no:cacheprovider",
+        "--bench-builds",
+        "2",
+        "--bench-compare",
+        str(base),
+        "--bench-compare-fail",
+        timeout=400,
     )
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines([
-        "engine builds: 2 (loras1-rank16-cpu4-build0 *, loras1-rank16-cpu4-build1 *)",
-        "*= lorabench compare =*",
-        f"base: {base}  commit *",
-        "noise between engine builds (sd of one build): ttft_ms *(df 2)*",
-        "workload: identical",
-        "*multilora loras1-rank16-cpu4 bs2 in16 out4  e2e_ms*REGRESSED*",
-        "1 cases compared: 5 regressed, 0 improved*",
-        "* regressions: the session fails (--bench-compare-fail)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "engine builds: 2 (loras1-rank16-cpu4-build0 *, loras1-rank16-cpu4-build1 *)",
+            "*= lorabench compare =*",
+            f"base: {base}  commit *",
+            "noise between engine builds (sd of one build): ttft_ms *(df 2)*",
+            "workload: identical",
+            "*multilora loras1-rank16-cpu4 bs2 in16 out4  e2e_ms*REGRESSED*",
+            "1 cases compared: 5 regressed, 0 improved*",
+            "* regressions: the session fails (--bench-compare-fail)",
+        ]
+    )
     (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
     rows = pd.read_csv(csv)
     assert sorted(rows["build"]) == [0, 1]
@@ -237,31 +288,66 @@ def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config,
     assert rows["kv_cache_tokens"].nunique() == 1 and rows["kv_cache_tokens"].iloc[0] > 0
 
 
+@pytest.mark.engine
 def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
     """A short trace replayed on a real async engine: every request accounted for."""
-    from lorabench import trace
-    from lorabench.config import read_config_file
-
-    from lorabench import cli
+    from lorabench import cli, trace
+    from lorabench.config import online_cases, read_config_file
 
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
     # Adapters as an NPU user makes them: `lorabench adapters generate`, then point the config at adapters.json.
-    assert cli.main(["adapters", "generate", "--base", "builtin:tiny-llama", "--out", str(tmp_path / "loras"),
-                     "--count", "4", "--ranks", "8,16", "--target-modules", "q_proj,v_proj"]) == 0
+    assert (
+        cli.main(
+            [
+                "adapters",
+                "generate",
+                "--base",
+                "builtin:tiny-llama",
+                "--out",
+                str(tmp_path / "loras"),
+                "--count",
+                "4",
+                "--ranks",
+                "8,16",
+                "--target-modules",
+                "q_proj,v_proj",
+            ]
+        )
+        == 0
+    )
     path = tiny_config(
         adapters=str(tmp_path / "loras" / "adapters.json"),
         engine={"max_loras": 2, "max_num_seqs": 32},
-        online={"warmup_s": 1, "suites": [{"name": "smoke", "num_adapters": [4], "alpha": [0.3], "rate": [4],
-                                            "duration": 5, "input_range": [8, 32], "output_range": [4, 12]}]},
+        online={
+            "warmup_s": 1,
+            "suites": [
+                {
+                    "name": "smoke",
+                    "num_adapters": [4],
+                    "alpha": [0.3],
+                    "rate": [4],
+                    "duration": 5,
+                    "input_range": [8, 32],
+                    "output_range": [4, 12],
+                }
+            ],
+        },
     )
     result = pytester.runpytest_subprocess(
-        "--bench-config", str(path), "-k", "online", "-p", "no:cacheprovider",
-        "--bench-output", str(tmp_path / "results" / "online.csv"), timeout=300,
+        "--bench-config",
+        str(path),
+        "-k",
+        "online",
+        "-p",
+        "no:cacheprovider",
+        "--bench-output",
+        str(tmp_path / "results" / "online.csv"),
+        timeout=300,
     )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["engine builds: 1 (loras2-rank16-cpu4-online-build0 *)"])
+    result.stdout.fnmatch_lines(["engine builds: 1 (loras2-rank16-cpu4-build0 *)"])
 
-    (case,) = read_config_file(path).online_cases()
+    (case,) = online_cases(read_config_file(path))
     expected = trace.generate(case.params, [f"dummy-lora-rank-{r}-{i}" for i, r in ((0, 8), (0, 16), (1, 8), (1, 16))])
     (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
     (row,) = pd.read_csv(csv).to_dict("records")

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from lorabench.replay import ReplayedRequest, jain_index, summarize_online, synthetic_prompt
+from lorabench.replay import ReplayedRequest, jain_index, summarize_online
+from lorabench.workload import synthetic_prompt
 
 
 def request(index, adapter, scheduled, sent, tokens, finished=True):
@@ -23,10 +24,10 @@ def test_per_request_times():
 
 def test_slo_attainment_goodput_fairness_and_warmup():
     records = [
-        request(0, "a", 0.5, 0.5, [0.6, 0.7]),          # warm-up: left out of the statistics
-        request(1, "a", 2.0, 2.0, [2.1, 2.2]),          # meets both targets
-        request(2, "a", 3.0, 3.0, [3.5, 3.6]),          # TTFT 500 ms: misses
-        request(3, "b", 4.0, 4.0, [4.1, 4.9]),          # TPOT 800 ms: misses
+        request(0, "a", 0.5, 0.5, [0.6, 0.7]),  # warm-up: left out of the statistics
+        request(1, "a", 2.0, 2.0, [2.1, 2.2]),  # meets both targets
+        request(2, "a", 3.0, 3.0, [3.5, 3.6]),  # TTFT 500 ms: misses
+        request(3, "b", 4.0, 4.0, [4.1, 4.9]),  # TPOT 800 ms: misses
         request(4, "b", 5.0, 5.0, [5.1], finished=False),  # never finished: misses, counted
     ]
     metrics, per_adapter = summarize_online(records, slo_ttft_ms=200, slo_tpot_ms=300, warmup_s=1.0)

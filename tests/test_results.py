@@ -5,18 +5,17 @@ import pandas as pd
 import pytest
 
 from lorabench.device import Platform
-from lorabench.results import COLUMNS, SAMPLE_COLUMNS, ResultsFileError, ResultWriter, format_summary, git_state, provenance
-
-
-def row(**values):
-    return {"scenario": "multilora", "workload": "distinct", "batch_size": 2, "e2e_ms": 1.5, "engine_id": "e", **values}
+from lorabench.results import ResultsFileError, ResultWriter, format_summary, git_state, provenance
+from lorabench.schema import COLUMNS, SAMPLE_COLUMNS
+from tests.helpers import make_row as row
+from tests.helpers import make_sample as sample
 
 
 def test_new_file_per_run_named_by_time_and_commit(tmp_path):
     writer = ResultWriter(tmp_path / "results", None, "abcdef1234567", dirty=True)
     assert writer.path is None, "no file before the first case finishes"
-    writer.append(row(), [{"round": 0, "request": 0, "ttft_ms": 3.0}])
-    writer.append(row(batch_size=4), [{"round": 0, "request": 0, "ttft_ms": 4.0}, {"round": 0, "request": 1}])
+    writer.append(row(), [sample(ttft_ms=3.0)])
+    writer.append(row(batch_size=4), [sample(ttft_ms=4.0), sample(request=1)])
     assert writer.path.parent == tmp_path / "results"
     assert writer.path.name.endswith("-abcdef12-dirty.csv")
     table = pd.read_csv(writer.path)
@@ -53,7 +52,13 @@ def test_git_state_and_provenance(tmp_path):
     assert git_state(tmp_path) == ("", False)
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "f").write_text("1")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "add", "f"], cwd=tmp_path, check=True)
     subprocess.run(["git", "commit", "-qm", "c"], cwd=tmp_path, check=True, env=env)
     commit, dirty = git_state(tmp_path)

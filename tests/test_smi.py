@@ -96,7 +96,9 @@ def test_visible_devices_follow_the_runtime_variable(device_type, value, expecte
 def test_ascend_versions_from_the_installers_files(tmp_path, monkeypatch):
     home = tmp_path / "ascend-toolkit" / "latest"
     (home / "aarch64-linux").mkdir(parents=True)
-    (home / "aarch64-linux" / "ascend_toolkit_install.info").write_text("package_name=Ascend-cann-toolkit\nversion=8.0.RC3\n")
+    (home / "aarch64-linux" / "ascend_toolkit_install.info").write_text(
+        "package_name=Ascend-cann-toolkit\nversion=8.0.RC3\n"
+    )
     (tmp_path / "driver").mkdir()
     (tmp_path / "driver" / "version.info").write_text("Version=24.1.rc2\nascendhal_version=7.35.19\n")
     (tmp_path / "firmware").mkdir()
@@ -104,7 +106,9 @@ def test_ascend_versions_from_the_installers_files(tmp_path, monkeypatch):
     monkeypatch.setattr(smi, "ASCEND_HOME", home)
     monkeypatch.setattr(smi, "ASCEND_ROOT", tmp_path)
     assert smi.ascend_versions() == {
-        "toolkit_version": "8.0.RC3", "driver_version": "24.1.rc2", "firmware_version": "7.5.0.1.129",
+        "toolkit_version": "8.0.RC3",
+        "driver_version": "24.1.rc2",
+        "firmware_version": "7.5.0.1.129",
     }
 
 

@@ -95,8 +95,29 @@ def test_bad_parameters(params, message):
 
 def test_cli_generate_and_stats(tmp_path, capsys):
     out = tmp_path / "t.jsonl"
-    assert cli.main(["trace", "generate", "--out", str(out), "-n", "8", "-R", "20", "--alpha", "0.3",
-                     "--cv", "2", "--duration", "150", "--lengths", "longtail"]) == 0
+    assert (
+        cli.main(
+            [
+                "trace",
+                "generate",
+                "--out",
+                str(out),
+                "-n",
+                "8",
+                "-R",
+                "20",
+                "--alpha",
+                "0.3",
+                "--cv",
+                "2",
+                "--duration",
+                "150",
+                "--lengths",
+                "longtail",
+            ]
+        )
+        == 0
+    )
     assert "wrote" in capsys.readouterr().out
     assert cli.main(["trace", "stats", str(out)]) == 0
     text = capsys.readouterr().out

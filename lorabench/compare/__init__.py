@@ -1,0 +1,44 @@
+"""Compare two benchmark runs: ``load`` reads them, ``analysis`` decides what changed,
+``render`` shows it."""
+
+from lorabench.compare.analysis import (
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD,
+    IMPROVED,
+    NOT_SIGNIFICANT,
+    REGRESSED,
+    TOO_FEW,
+    WITHIN,
+    Comparison,
+    Finding,
+    Noise,
+    compare,
+    parse_thresholds,
+)
+from lorabench.compare.load import METRICS, CompareError, Run, find_runs, load_run, split_paths
+from lorabench.compare.render import RENDERERS, case_label, plot, render_text
+
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_THRESHOLD",
+    "IMPROVED",
+    "METRICS",
+    "NOT_SIGNIFICANT",
+    "REGRESSED",
+    "RENDERERS",
+    "TOO_FEW",
+    "WITHIN",
+    "CompareError",
+    "Comparison",
+    "Finding",
+    "Noise",
+    "Run",
+    "case_label",
+    "compare",
+    "find_runs",
+    "load_run",
+    "parse_thresholds",
+    "plot",
+    "render_text",
+    "split_paths",
+]

@@ -1,0 +1,147 @@
+"""Reading result files into runs: one side of a comparison, one or several runs pooled.
+
+Cases are matched on their key (``lorabench.schema.CASE_KEY``), never on file order or
+test id; a file that holds several runs (a fixed output) is read as its latest run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lorabench.schema import CASE_KEY, ENGINE_KEY, OPTIONAL_COLUMNS
+
+# metric -> True when higher is better
+METRICS = {
+    "ttft_ms": False,
+    "prefill_ms": False,
+    "decode_ms": False,
+    "e2e_ms": False,
+    "output_tokens_per_s": True,
+}
+REQUIRED_KEY = tuple(c for c in CASE_KEY if c not in OPTIONAL_COLUMNS)
+KEY_SEP = "\x1f"  # joins a case's key values into one index label
+
+
+class CompareError(Exception):
+    """Input that cannot be compared; the CLI exits with status 2."""
+
+
+def _norm(value: Any) -> str:
+    """One spelling per key value, whatever dtype pandas chose for the column."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@dataclass
+class Run:
+    """One side of a comparison: one result file, or several runs of the same code pooled."""
+
+    paths: list[Path]
+    rows: pd.DataFrame  # one row per case, indexed by the normalized case key; metrics averaged over builds
+    all_rows: pd.DataFrame  # every build's row, with the run (``_run``) and engine (``_engine``) it came from
+
+    @property
+    def label(self) -> str:
+        return ", ".join(map(str, self.paths))
+
+    def provenance(self, column: str) -> str:
+        values = sorted({_norm(v) for v in self.all_rows[column]}) if column in self.all_rows else []
+        return ", ".join(values)
+
+    @property
+    def commit(self) -> str:
+        commit = ", ".join(c[:12] for c in self.provenance("git_commit").split(", ")) or "unknown"
+        dirty = self.all_rows["git_dirty"].astype(str).str.lower().eq("true").any()
+        runs = f" ({len(self.paths)} runs)" if len(self.paths) > 1 else ""
+        return commit + (" (dirty)" if dirty else "") + runs
+
+
+def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    for column in CASE_KEY:
+        if column not in frame:  # an optional key column, absent from older files
+            frame[column] = ""
+    frame["_key"] = [KEY_SEP.join(_norm(v) for v in values) for values in frame[list(CASE_KEY)].itertuples(index=False)]
+    # The engine configuration a row ran on, as recorded (older files built online
+    # cases on engines of their own, named "...-online-buildN"); builds of one are the
+    # independent draws of the noise.
+    if "engine_id" in frame:
+        frame["_engine"] = frame["engine_id"].astype(str).str.replace(r"-build\d+$", "", regex=True)
+    else:
+        frame["_engine"] = [
+            KEY_SEP.join(_norm(v) for v in values) for values in frame[list(ENGINE_KEY)].itertuples(index=False)
+        ]
+    return frame
+
+
+def case_of(key: str) -> dict[str, str]:
+    return dict(zip(CASE_KEY, key.split(KEY_SEP)))
+
+
+def _load_one(path: Path) -> pd.DataFrame:
+    """The rows of a result file's latest run, one per case and build (a fixed file can hold several runs)."""
+    if not path.is_file():
+        raise CompareError(f"{path}: no such file")
+    try:
+        rows = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise CompareError(f"{path}: not a CSV file ({exc})") from None
+    missing = [c for c in (*REQUIRED_KEY, *METRICS, "timestamp") if c not in rows.columns]
+    if missing:
+        raise CompareError(f"{path}: not a lorabench result file: missing columns {', '.join(missing)}")
+    if rows.empty:
+        raise CompareError(f"{path}: has no result rows")
+    rows = _keyed(rows).sort_values("timestamp")
+    if "run_id" in rows and rows["run_id"].notna().all():
+        rows = rows[rows["run_id"] == rows["run_id"].iloc[-1]]
+    else:  # written before runs had an id: one build per case
+        rows = rows.drop_duplicates("_key", keep="last")
+    rows = rows.drop_duplicates(["_key", "build"] if "build" in rows else "_key", keep="last")
+    return rows.assign(build=rows["build"] if "build" in rows else 0)
+
+
+def split_paths(text: str) -> list[Path]:
+    """``A.csv,B.csv``: several runs of the same code, pooled as one side."""
+    return [Path(part) for part in text.split(",") if part]
+
+
+def load_run(paths: Path | Sequence[Path]) -> Run:
+    """Read one result file, or several runs of the same code to pool as one side.
+
+    Each case's value is the mean over its builds (of every pooled run); the test sees
+    every build, so pooling runs adds builds and with them power.
+    """
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    all_rows = pd.concat([_load_one(p).assign(_run=i) for i, p in enumerate(paths)], ignore_index=True)
+    aggregated = all_rows.groupby("_key").agg(
+        {c: "mean" if c in METRICS else "last" for c in all_rows.columns if c != "_key"}
+    )
+    return Run(paths, aggregated, all_rows)
+
+
+def find_runs(results_dir: Path, commit_prefix: str, *, all_runs: bool = False) -> list[Path]:
+    """The newest run (or every run) in ``results_dir`` whose commit starts with ``commit_prefix``."""
+    found: list[tuple[str, Path]] = []
+    for csv in sorted(Path(results_dir).glob("*.csv")):
+        if csv.name.endswith(".samples.csv"):
+            continue
+        try:
+            head = pd.read_csv(csv, usecols=["git_commit", "timestamp"], dtype=str)
+        except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+            continue
+        if not head.empty and head["git_commit"].fillna("").str.startswith(commit_prefix).any():
+            found.append((head["timestamp"].max(), csv))
+    if not found:
+        raise CompareError(f"{results_dir}: no result file of a commit starting with {commit_prefix!r}")
+    found.sort()
+    return [p for _, p in found] if all_runs else [found[-1][1]]

@@ -1,0 +1,188 @@
+"""Rendering a comparison: text and markdown tables, CSV, JSON, and the ratio plot."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lorabench.compare.analysis import IMPROVED, NOT_SIGNIFICANT, REGRESSED, TOO_FEW, WITHIN, Comparison, Finding
+from lorabench.compare.load import METRICS
+from lorabench.schema import engine_name
+
+
+def case_label(case: dict[str, str]) -> str:
+    lora = engine_name(case["enable_lora"], case["max_loras"], case["max_lora_rank"], case["max_cpu_loras"])
+    if case.get("trace_suite"):
+        return (
+            f"{case['scenario']} {lora} {case['trace_suite']} n{case['trace_num_adapters']} "
+            f"a{case['trace_alpha']} cv{case['trace_cv']} r{case['trace_rate']}"
+        )
+    return f"{case['scenario']} {lora} bs{case['batch_size']} in{case['input_len']} out{case['output_len']}"
+
+
+def _ordered(comparison: Comparison) -> list[tuple[str, list[Finding]]]:
+    """Findings grouped by workload; worst regression first, within and across groups."""
+    groups: dict[str, list[Finding]] = {}
+    for f in comparison.findings:
+        groups.setdefault(f.case["workload"], []).append(f)
+    rank = {REGRESSED: 0, NOT_SIGNIFICANT: 1, TOO_FEW: 1, WITHIN: 2, IMPROVED: 3}
+    for findings in groups.values():
+        findings.sort(key=lambda f: (rank[f.verdict], -f.worse_pct))
+    return sorted(groups.items(), key=lambda item: (rank[item[1][0].verdict], -item[1][0].worse_pct))
+
+
+MARKS = {
+    REGRESSED: "REGRESSED",
+    IMPROVED: "improved",
+    WITHIN: "",
+    NOT_SIGNIFICANT: "? not significant",
+    TOO_FEW: "? too few builds",
+}
+
+
+def _cells(f: Finding) -> list[str]:
+    p = "" if f.p_adjusted is None else f"{f.p_adjusted:.3g}"
+    return [
+        case_label(f.case),
+        f.metric,
+        f"{f.base:.2f}",
+        f"{f.new:.2f}",
+        f"{f.ratio:.3f}",
+        f"{f.change_pct:+.1f}%",
+        p,
+        MARKS[f.verdict],
+    ]
+
+
+HEADER = ["case", "metric", "base", "new", "ratio", "change", "p (BH)", "verdict"]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i < 2 or i == 7 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return [fmt(HEADER), "  ".join("-" * w for w in widths), *(fmt(r).rstrip() for r in rows)]
+
+
+def _preamble(c: Comparison) -> list[str]:
+    lines = [
+        f"base: {c.base.label}  commit {c.base.commit}",
+        f"new:  {c.new.label}  commit {c.new.commit}",
+    ]
+    if c.detectable_pct:
+        noise = ", ".join(f"{m} {nz.pct:.1f}% (df {nz.df})" for m, nz in c.noise.items())
+        lines.append(f"noise between engine builds (sd of one build): {noise}")
+        smallest = ", ".join(f"{m} {lone:.0f}% / {every:.0f}%" for m, (lone, every) in c.detectable_pct.items())
+        lines.append(f"smallest change flagged at this noise, in one case alone / in every case: {smallest}")
+    lines += [f"WARNING: {w}" for w in c.warnings]
+    return lines
+
+
+def _summary_line(c: Comparison) -> str:
+    counts = {v: sum(f.verdict == v for f in c.findings) for v in (REGRESSED, IMPROVED, NOT_SIGNIFICANT, TOO_FEW)}
+    return (
+        f"{len({tuple(f.case.values()) for f in c.findings})} cases compared: {counts[REGRESSED]} regressed, "
+        f"{counts[IMPROVED]} improved, {counts[NOT_SIGNIFICANT]} past the threshold but not significant, "
+        f"{counts[TOO_FEW]} past the threshold with too few builds to test"
+    )
+
+
+def _unmatched(c: Comparison) -> list[str]:
+    lines = []
+    for side, cases in (("base", c.only_base), ("new", c.only_new)):
+        for case in cases:
+            lines.append(f"only in {side}: {case['workload']} {case_label(case)}")
+    return lines
+
+
+def render_text(c: Comparison) -> str:
+    lines = _preamble(c)
+    for workload, findings in _ordered(c):
+        lines += ["", f"workload: {workload}", *_table([_cells(f) for f in findings])]
+    lines += ["", *_unmatched(c), _summary_line(c)]
+    return "\n".join(lines)
+
+
+def render_markdown(c: Comparison) -> str:
+    lines = [f"- {line}" for line in _preamble(c)]
+    for workload, findings in _ordered(c):
+        lines += ["", f"### {workload}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["| " + " | ".join(_cells(f)) + " |" for f in findings]
+    lines += ["", *(f"- {u}" for u in _unmatched(c)), "", _summary_line(c)]
+    return "\n".join(lines)
+
+
+def _records(c: Comparison) -> list[dict[str, Any]]:
+    return [{**f.case, **{k: v for k, v in asdict(f).items() if k != "case"}} for f in c.findings]
+
+
+def render_csv(c: Comparison) -> str:
+    return pd.DataFrame(_records(c)).to_csv(index=False)
+
+
+def render_json(c: Comparison) -> str:
+    return json.dumps(
+        {
+            "base": {"paths": [str(p) for p in c.base.paths], "commit": c.base.commit},
+            "new": {"paths": [str(p) for p in c.new.paths], "commit": c.new.commit},
+            "warnings": c.warnings,
+            "noise": {m: {"sd_pct": nz.pct, "df": nz.df, "builds": nz.builds} for m, nz in c.noise.items()},
+            "detectable_pct": c.detectable_pct,
+            "findings": _records(c),
+            "only_base": c.only_base,
+            "only_new": c.only_new,
+            "regressions": len(c.regressions),
+        },
+        indent=2,
+    )
+
+
+RENDERERS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "json": render_json}
+
+
+def plot(c: Comparison, out: Path) -> None:
+    """One panel per metric: the new/base ratio of every case, regressions in red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.patches
+    import matplotlib.pyplot as plt
+
+    labels = sorted({f"{f.case['workload']} {case_label(f.case)}" for f in c.findings})
+    colors = {
+        REGRESSED: "tab:red",
+        IMPROVED: "tab:green",
+        NOT_SIGNIFICANT: "tab:orange",
+        TOO_FEW: "tab:orange",
+        WITHIN: "tab:gray",
+    }
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(4 * len(METRICS), 0.35 * len(labels) + 1.5), sharey=True)
+    for ax, metric in zip(axes, METRICS):
+        by_label = {f"{f.case['workload']} {case_label(f.case)}": f for f in c.findings if f.metric == metric}
+        ratios = [by_label[label].ratio if label in by_label else np.nan for label in labels]
+        ax.barh(
+            labels,
+            ratios,
+            color=[colors[by_label[label].verdict] if label in by_label else "white" for label in labels],
+        )
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_title(f"{metric} ({'higher' if METRICS[metric] else 'lower'} is better)", fontsize=9)
+        ax.set_xlabel("new / base")
+    axes[0].tick_params(axis="y", labelsize=7)
+    legend = [
+        (REGRESSED, "tab:red"),
+        (IMPROVED, "tab:green"),
+        ("past threshold, untested or not significant", "tab:orange"),
+        (WITHIN, "tab:gray"),
+    ]
+    fig.legend(
+        handles=[matplotlib.patches.Patch(color=c, label=t) for t, c in legend], loc="lower center", ncol=4, fontsize=8
+    )
+    fig.suptitle(f"{c.base.commit} -> {c.new.commit}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

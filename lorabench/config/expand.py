@@ -1,0 +1,128 @@
+"""From a configuration to what runs: engine configurations, online cases, vLLM's arguments.
+
+An engine configuration is one combination of the LoRA knobs (each may be a list in the
+file); the plugin builds each one ``matrix.builds`` times, and one build serves every
+scenario that needs its configuration.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorabench.adapters import Adapter
+from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix
+from lorabench.schema import engine_id, engine_name
+from lorabench.trace import TraceParams
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One build of one engine configuration: what the ``engine`` fixture is parametrized by."""
+
+    enable_lora: bool
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
+    max_cpu_loras: int | None = None
+    # Which of the run's builds of this configuration (matrix.builds) this is.
+    build: int = 0
+
+    @property
+    def name(self) -> str:
+        return engine_name(self.enable_lora, self.max_loras, self.max_lora_rank, self.max_cpu_loras)
+
+    @property
+    def id(self) -> str:
+        return engine_id(self.name, self.build)
+
+    def lora_kwargs(self) -> dict[str, Any]:
+        if not self.enable_lora:
+            return {"enable_lora": False}
+        return {
+            "enable_lora": True,
+            "max_loras": self.max_loras,
+            "max_lora_rank": self.max_lora_rank,
+            "max_cpu_loras": self.max_cpu_loras,
+        }
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def engine_specs(file: ConfigFile, *, with_lora_off: bool, builds: int = 1) -> list[EngineSpec]:
+    """The cross product of the LoRA knobs (and ``lora-off`` first if asked), ``builds``
+    times over, build-major: a configuration's builds are spread over the run."""
+    configurations = [EngineSpec(enable_lora=False)] if with_lora_off else []
+    lists = [as_list(getattr(file.engine, key)) for key in LORA_KEYS]
+    for loras, rank, cpu in itertools.product(*lists):
+        configurations.append(EngineSpec(True, loras, rank, cpu if cpu is not None else loras))
+    return [EngineSpec(**{**s.__dict__, "build": b}) for b in range(builds) for s in configurations]
+
+
+@dataclass(frozen=True)
+class OnlineCase:
+    suite: str
+    params: TraceParams
+
+    @property
+    def id(self) -> str:
+        p = self.params
+        return f"{self.suite}-n{p.num_adapters}-a{p.alpha:g}-cv{p.cv:g}-r{p.rate:g}"
+
+
+def online_cases(file: ConfigFile) -> list[OnlineCase]:
+    """Every combination of each online suite's lists, one trace each."""
+    cases = []
+    for suite in file.online.suites if file.online else ():
+        for n, alpha, cv, rate in itertools.product(suite.num_adapters, suite.alpha, suite.cv, suite.rate):
+            params = TraceParams(
+                num_adapters=n,
+                rate=rate,
+                alpha=alpha,
+                cv=cv,
+                input_range=suite.input_range,
+                output_range=suite.output_range,
+                lengths=suite.lengths,
+                duration=suite.duration,
+                seed=suite.seed,
+            )
+            cases.append(OnlineCase(suite.name, params))
+    return cases
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """A validated configuration with every path resolved and every file read."""
+
+    path: Path
+    file: ConfigFile
+    model: Path
+    tokenizer: Path | None
+    is_builtin_model: bool
+    adapters: tuple[Adapter, ...]
+    prompts: tuple[str, ...]
+    results_dir: Path
+    output: Path | None
+
+    @property
+    def matrix(self) -> Matrix:
+        return self.file.matrix
+
+    def llm_kwargs(self, spec: EngineSpec) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"model": str(self.model), "seed": self.matrix.seed}
+        if self.tokenizer is not None:
+            kwargs["tokenizer"] = str(self.tokenizer)
+        if self.is_builtin_model:
+            kwargs["load_format"] = "dummy"
+        kwargs.update({k: v for k, v in self.file.engine.model_dump().items() if k not in LORA_KEYS})
+        kwargs.update(spec.lora_kwargs())
+        kwargs.update(disable_log_stats=False, enable_prefix_caching=False)
+        return kwargs
+
+    @property
+    def devices_per_engine(self) -> int:
+        extra = self.file.engine.model_extra or {}
+        return int(extra.get("tensor_parallel_size", 1)) * int(extra.get("pipeline_parallel_size", 1))

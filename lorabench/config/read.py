@@ -1,0 +1,122 @@
+"""Read a configuration file and report every problem in it readably, at once.
+
+pydantic's errors name union members and nested paths; here each becomes one line that
+names the file, the field, the bad value and what to do, with a suggestion for a
+misspelt key. Keys starting with ``//`` are comments.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from lorabench.config.expand import engine_specs
+from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile
+
+COMMENT_PREFIX = "//"
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be run; the message lists every problem found."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def _strip_comments(node: Any) -> Any:
+    """Drop keys starting with ``//``: JSON has no comments, these stand in for them."""
+    if isinstance(node, dict):
+        return {k: _strip_comments(v) for k, v in node.items() if not k.startswith(COMMENT_PREFIX)}
+    if isinstance(node, list):
+        return [_strip_comments(v) for v in node]
+    return node
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not part.isidentifier() or part in _UNION_TAGS or part[0].isupper():
+            continue  # pydantic's name for a union member, not a field
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+_UNION_TAGS = {"str", "int", "float", "bool", "list", "dict"}
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    """The valid keys of the object that holds ``loc``'s last part."""
+    model: Any = ConfigFile
+    for part in loc[:-1]:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            continue
+        annotation = field.annotation
+        candidates = [annotation, *getattr(annotation, "__args__", ())]
+        model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), model)
+    return list(getattr(model, "model_fields", {}))
+
+
+def _describe(error: dict[str, Any], file: Path) -> str:
+    loc = tuple(error["loc"])
+    field = _loc(loc)
+    if error["type"] == "extra_forbidden":
+        key = loc[-1]
+        close = difflib.get_close_matches(str(key), _fields_at(loc), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(_fields_at(loc))}"
+        return f"{file}: unknown key '{field}': {hint} (or prefix it with '//' to keep it as a comment)"
+    if error["type"] == "missing":
+        return f"{file}: missing required field '{field}': add it (see config/common.json for an example)"
+    return f"{file}: field '{field}' has bad value {error.get('input')!r}: {error['msg']}"
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError([f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}"]) from None
+
+
+def read_config_file(path: Path) -> ConfigFile:
+    """Parse and schema-check one config file; no other file is touched."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([f"{path}: config file not found: pass an existing file with --bench-config"])
+    raw = read_json(path)
+    if not isinstance(raw, dict):
+        raise ConfigError([f"{path}: the top level must be a JSON object, got {type(raw).__name__}"])
+    try:
+        parsed = ConfigFile.model_validate(_strip_comments(raw))
+    except ValidationError as exc:
+        # A value that matches no member of a union is reported once per member; keep the first.
+        first = {_loc(tuple(e["loc"])): e for e in reversed(exc.errors())}
+        # ...and a list with one bad item is reported at the item, not at the list.
+        deepest = [f for f in first if not any(g.startswith((f + "[", f + ".")) for g in first)]
+        problems = [_describe(first[f], path) for f in reversed(deepest)]
+        raise ConfigError(problems) from None
+    problems = _check_engine_args(parsed, path)
+    if problems:
+        raise ConfigError(problems)
+    return parsed
+
+
+def _check_engine_args(parsed: ConfigFile, path: Path) -> list[str]:
+    problems = []
+    for key, why in RESERVED_ENGINE_KEYS.items():
+        if key in (parsed.engine.model_extra or {}):
+            problems.append(f"{path}: field 'engine.{key}' cannot be set here: {why}")
+    for spec in engine_specs(parsed, with_lora_off=False):
+        if spec.max_cpu_loras < spec.max_loras:
+            problems.append(
+                f"{path}: field 'engine.max_cpu_loras' has bad value {spec.max_cpu_loras}: it is below "
+                f"max_loras={spec.max_loras}; vLLM needs max_cpu_loras >= max_loras"
+            )
+    return problems

@@ -1,0 +1,249 @@
+"""Resolve a configuration's paths, read the files it names and check them before any engine starts.
+
+Everything that can be checked without an engine is checked here, so a typo costs
+seconds instead of an engine start-up: model and adapter folders, ranks against
+``max_lora_rank``, adapters enough for each workload, lengths against the model's limit,
+online suites, engine arguments against vLLM's own, and the result files.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+import os
+from pathlib import Path
+
+from lorabench import builtin
+from lorabench.adapters import Adapter, read_adapters_file, read_rank
+from lorabench.config.expand import BenchConfig, as_list
+from lorabench.config.read import ConfigError, read_json
+from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters
+from lorabench.schema import COLUMNS, SAMPLE_COLUMNS, samples_path_for
+from lorabench.workload import pool_size
+
+
+def _check_against_vllm(parsed: ConfigFile, path: Path) -> list[str]:
+    """Catch typos in engine arguments by comparing them with vLLM's own EngineArgs."""
+    try:
+        from vllm.engine.arg_utils import EngineArgs as VllmEngineArgs
+    except Exception:  # vLLM missing or broken: the engine build will say so itself
+        return []
+    known = set(VllmEngineArgs.__dataclass_fields__)
+    problems = []
+    for key in parsed.engine.model_extra or {}:
+        if key not in known and key not in RESERVED_ENGINE_KEYS:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "see vllm.EngineArgs for the valid names"
+            problems.append(f"{path}: unknown key 'engine.{key}' (not a vllm.LLM argument): {hint}")
+    return problems
+
+
+def _resolve(base: Path, value: str) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (base / p).resolve()
+
+
+def resolve_config(path: Path, parsed: ConfigFile, *, needs_lora: bool, output: str | None = None) -> BenchConfig:
+    """Resolve paths, read the adapter and prompt files and check them against the matrix.
+
+    Built-in models and generated adapters are materialized in the cache on first use.
+    ``output`` comes from the command line, so it is relative to the working directory.
+    """
+    path = Path(path).resolve()
+    base = path.parent
+    problems = _check_against_vllm(parsed, path)
+    model, is_builtin = _model(path, parsed, problems)
+    tokenizer = _resolve(base, parsed.tokenizer) if parsed.tokenizer else None
+    if tokenizer is not None and not tokenizer.exists():
+        problems.append(f"{path}: field 'tokenizer': {tokenizer} does not exist")
+    prompts: list[str] = []
+    try:
+        prompts = _read_prompts(_resolve(base, parsed.prompts))
+    except ConfigError as exc:
+        problems += exc.problems
+    adapters = _adapters(path, parsed, model, prompts, problems)
+    problems += _check_adapters(path, parsed, adapters, needs_lora)
+    problems += _check_lengths(path, parsed, model)
+    problems += _check_online(path, parsed, adapters, model)
+    if output is not None:
+        out_path: Path | None = Path(output).resolve()
+    else:
+        out_path = _resolve(base, parsed.output) if parsed.output else None
+    results_dir = _resolve(base, parsed.results_dir)
+    problems += _check_outputs(path, results_dir, out_path, output is not None)
+    if problems:
+        raise ConfigError(problems)
+    return BenchConfig(
+        path=path,
+        file=parsed,
+        model=model,
+        tokenizer=tokenizer,
+        is_builtin_model=is_builtin,
+        adapters=tuple(adapters),
+        prompts=tuple(prompts),
+        results_dir=results_dir,
+        output=out_path,
+    )
+
+
+def _model(path: Path, parsed: ConfigFile, problems: list[str]) -> tuple[Path, bool]:
+    """The model folder (a built-in one made now), and whether it is built in."""
+    if parsed.model.startswith(builtin.PREFIX):
+        try:
+            return builtin.ensure_model(parsed.model[len(builtin.PREFIX) :]), True
+        except KeyError:
+            raise ConfigError(
+                [
+                    f"{path}: field 'model' has bad value {parsed.model!r}: "
+                    f"built-in models are {', '.join(builtin.PREFIX + m for m in builtin.MODELS)}"
+                ]
+            ) from None
+    model = _resolve(path.parent, parsed.model)
+    if not model.is_dir():
+        problems.append(f"{path}: field 'model': directory {model} does not exist: point it at a local model folder")
+    elif not (model / "config.json").is_file():
+        problems.append(f"{path}: field 'model': {model} has no config.json: point it at a Hugging Face model folder")
+    else:
+        problems += _check_weights(path, parsed, model)
+    return model, False
+
+
+def _adapters(path: Path, parsed: ConfigFile, model: Path, prompts: list[str], problems: list[str]) -> list[Adapter]:
+    if isinstance(parsed.adapters, GeneratedAdapters):
+        return builtin.ensure_dummy_adapters(model, parsed.adapters.generate, prompts) if not problems else []
+    try:
+        return read_adapters_file(_resolve(path.parent, parsed.adapters))
+    except ValueError as exc:
+        problems.append(f"{path}: field 'adapters': {exc}")
+        return []
+
+
+# What vLLM's default loaders read; a folder with none of these fails inside the engine.
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def _check_weights(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
+    """A folder with config.json and no weights runs only with random weights of its shape."""
+    load_format = (parsed.engine.model_extra or {}).get("load_format", "auto")
+    if load_format == "dummy" or any(next(model.glob(p), None) for p in WEIGHT_PATTERNS):
+        return []
+    return [
+        f"{path}: field 'model': {model} has a config.json but no weight files ({', '.join(WEIGHT_PATTERNS)}): "
+        'add the weights, or set engine.load_format to "dummy" to benchmark random weights of this shape'
+    ]
+
+
+def _writable_dir(folder: Path) -> bool:
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    return existing is not None and existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+
+
+def _check_outputs(path: Path, results_dir: Path, output: Path | None, from_cli: bool) -> list[str]:
+    """Result files are written after an engine has run: check now that they can be."""
+    field = "--bench-output" if from_cli else "field 'output'"
+    if output is None:
+        if not _writable_dir(results_dir):
+            return [
+                f"{path}: field 'results_dir': cannot create result files in {results_dir}: choose a writable folder"
+            ]
+        return []
+    if output.is_dir() or not _writable_dir(output.parent):
+        return [f"{path}: {field}: cannot write the CSV file {output}: name a file in a writable folder"]
+    for file, columns in ((output, COLUMNS), (samples_path_for(output), SAMPLE_COLUMNS)):
+        if file.is_file() and file.stat().st_size:
+            with file.open(encoding="utf-8", newline="") as f:
+                header = next(csv.reader(f), [])
+            if tuple(header) != columns:
+                return [
+                    f"{path}: {field}: {file} exists and is not a lorabench results file of this version "
+                    "(other columns): name a new file, or leave 'output' unset for a new file per run"
+                ]
+    return []
+
+
+def _read_prompts(path: Path) -> list[str]:
+    if not path.is_file():
+        raise ConfigError([f"{path}: prompts file not found: fix the 'prompts' field"])
+    prompts = read_json(path)
+    if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise ConfigError([f"{path}: expected a non-empty JSON list of non-empty strings"])
+    return prompts
+
+
+def _check_adapters(path: Path, parsed: ConfigFile, adapters: list[Adapter], needs_lora: bool) -> list[str]:
+    problems = []
+    if needs_lora and not adapters:
+        return [
+            f"{path}: field 'adapters': no adapters, but multi-LoRA cases were selected: add adapters or run -k no_lora"
+        ]
+    for adapter in adapters:
+        try:
+            rank = read_rank(adapter.path)
+        except ValueError as exc:
+            problems.append(f"{path}: adapter '{adapter.name}': {exc}")
+            continue
+        for max_rank in as_list(parsed.engine.max_lora_rank):
+            if rank > max_rank:
+                problems.append(
+                    f"{path}: adapter '{adapter.name}' has rank {rank}, above engine.max_lora_rank={max_rank}: "
+                    f"raise max_lora_rank to at least {rank} or drop the adapter"
+                )
+    biggest = max(parsed.matrix.batch_sizes)
+    for workload in parsed.matrix.workloads if needs_lora else ():
+        need = pool_size(workload, biggest)
+        if len(adapters) < need:
+            problems.append(
+                f"{path}: field 'matrix.batch_sizes': the '{workload}' workload needs {need} adapters "
+                f"at batch size {biggest}, but only {len(adapters)} are configured: "
+                "add adapters or lower the batch size"
+            )
+    return problems
+
+
+def _length_limit(parsed: ConfigFile, model: Path) -> tuple[int | None, str]:
+    limit = (parsed.engine.model_extra or {}).get("max_model_len")
+    if limit is not None:
+        return limit, "engine.max_model_len"
+    try:
+        limit = json.loads((model / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, json.JSONDecodeError):
+        return None, ""
+    return limit, f"{model / 'config.json'} max_position_embeddings"
+
+
+def _check_lengths(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
+    input_len = parsed.matrix.input_len
+    limit, source = _length_limit(parsed, model)
+    if input_len is None or limit is None:
+        return []
+    total = input_len + parsed.matrix.output_len
+    if total > limit:
+        return [
+            f"{path}: field 'matrix.input_len': input_len + output_len = {total} exceeds {source} = {limit}: "
+            f"shorten the requests or raise the limit"
+        ]
+    return []
+
+
+def _check_online(path: Path, parsed: ConfigFile, adapters: list[Adapter], model: Path) -> list[str]:
+    problems = []
+    limit, source = _length_limit(parsed, model)
+    for i, suite in enumerate(parsed.online.suites if parsed.online else ()):
+        field = f"online.suites[{i}]"
+        if max(suite.num_adapters) > len(adapters):
+            problems.append(
+                f"{path}: field '{field}.num_adapters' has bad value {max(suite.num_adapters)}: only "
+                f"{len(adapters)} adapters are configured: add adapters or lower it"
+            )
+        total = suite.input_range[1] + suite.output_range[1]
+        if limit is not None and total > limit:
+            problems.append(
+                f"{path}: field '{field}.input_range': the longest request, {total} tokens, exceeds {source} = {limit}"
+            )
+        if parsed.online.warmup_s >= suite.duration:
+            problems.append(
+                f"{path}: field 'online.warmup_s' has bad value {parsed.online.warmup_s}: it leaves nothing of "
+                f"suite '{suite.name}' ({suite.duration:g} s) to measure"
+            )
+    return problems

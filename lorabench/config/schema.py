@@ -1,0 +1,143 @@
+"""The configuration document (``config/common.json``) as pydantic models: what a file may say.
+
+Checks that need nothing but the document live here, on the models; checks that need
+the files it names, or vLLM, live in ``resolve``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+)
+
+WORKLOADS = ("distinct", "uniform", "identical")
+Workload = Literal["distinct", "uniform", "identical"]
+DeviceType = Literal["cpu", "cuda", "npu"]
+# vLLM rejects any other value of max_lora_rank when the engine starts.
+LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
+LORA_KEYS = ("max_loras", "max_lora_rank", "max_cpu_loras")
+# Set by lorabench itself: the measurements depend on them.
+RESERVED_ENGINE_KEYS = {
+    "model": "set the top-level 'model' field instead",
+    "tokenizer": "set the top-level 'tokenizer' field instead",
+    "enable_lora": "lorabench enables LoRA per engine configuration",
+    "disable_log_stats": "lorabench needs per-request stats and turns them on",
+    "enable_prefix_caching": "lorabench turns prefix caching off so rounds are comparable",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+IntOrList = PositiveInt | list[PositiveInt]
+
+
+class EngineArgs(BaseModel):
+    """Keyword arguments for ``vllm.LLM``; the three LoRA knobs may be lists."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    max_loras: IntOrList = 4
+    max_lora_rank: LoraRank | list[LoraRank] = 16
+    max_cpu_loras: IntOrList | None = None
+
+    @field_validator("max_loras", "max_lora_rank", "max_cpu_loras")
+    @classmethod
+    def _no_repeats(cls, value: Any) -> Any:
+        return _unique(value)
+
+
+class Matrix(_Strict):
+    batch_sizes: list[PositiveInt] = Field(min_length=1)
+    workloads: list[Workload] = Field(default=list(WORKLOADS), min_length=1)
+    # Two tokens at least: decode time is measured between the first and the last.
+    output_len: int = Field(ge=2)
+    input_len: PositiveInt | None = None
+    warmup_rounds: NonNegativeInt = 1
+    rounds: PositiveInt = 3
+    # Each engine configuration is built this many times per run. Builds of the same
+    # code settle at speeds that differ more than rounds within one build do, and
+    # `lorabench compare` needs at least two a side to tell that noise from a change.
+    builds: PositiveInt = 2
+    seed: int = 0
+
+    @field_validator("batch_sizes", "workloads")
+    @classmethod
+    def _no_repeats(cls, value: Any) -> Any:
+        return _unique(value)
+
+
+def _unique(value: Any) -> Any:
+    if isinstance(value, list) and len(set(value)) < len(value):
+        repeated = sorted({v for v in value if value.count(v) > 1}, key=str)
+        raise ValueError(f"{', '.join(map(str, repeated))} listed more than once: each value makes its own cases")
+    return value
+
+
+class DummyAdapterSpec(_Strict):
+    count: PositiveInt = 8
+    ranks: list[PositiveInt] = Field(default=[8, 16], min_length=1)
+    target_modules: list[str] = Field(default=["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
+    seed: int = 0
+
+
+class GeneratedAdapters(_Strict):
+    generate: DummyAdapterSpec
+
+
+class OnlineSuite(_Strict):
+    """One sweep of synthetic traces, as in S-LoRA's experiment suites: every combination
+    of the listed adapter counts, popularity exponents, burstiness and rates is a case."""
+
+    name: str = Field(default="suite", pattern=r"^[A-Za-z0-9_.]+$")
+    num_adapters: list[PositiveInt] = Field(min_length=1)
+    alpha: list[PositiveFloat] = Field(default=[1.0], min_length=1)
+    cv: list[PositiveFloat] = Field(default=[1.0], min_length=1)
+    rate: list[PositiveFloat] = Field(min_length=1)
+    duration: PositiveFloat = 300.0
+    input_range: tuple[PositiveInt, PositiveInt] = (8, 64)
+    output_range: tuple[PositiveInt, PositiveInt] = (8, 64)
+    lengths: Literal["uniform", "longtail"] = "uniform"
+    seed: int = 0
+
+    @field_validator("input_range", "output_range")
+    @classmethod
+    def _ordered(cls, value: tuple[int, int]) -> tuple[int, int]:
+        if value[0] > value[1]:
+            raise ValueError(f"low {value[0]} is above high {value[1]}: write [low, high]")
+        return value
+
+
+class Online(_Strict):
+    suites: list[OnlineSuite] = Field(min_length=1)
+    # S-LoRA's target: first token within 6 s.
+    slo_ttft_ms: PositiveFloat = 6000.0
+    slo_tpot_ms: PositiveFloat = 200.0
+    warmup_s: NonNegativeFloat = 0.0
+    drain_timeout_s: PositiveFloat = 60.0
+
+
+class ConfigFile(_Strict):
+    """The JSON document as written; paths are still relative to its folder."""
+
+    model: str
+    tokenizer: str | None = None
+    device: DeviceType | None = None
+    adapters: str | GeneratedAdapters
+    prompts: str
+    results_dir: str = "results"
+    output: str | None = None
+    engine: EngineArgs = EngineArgs()
+    env: dict[str, str | int | float] = {}
+    matrix: Matrix
+    online: Online | None = None

@@ -1,0 +1,14 @@
+"""The scenarios: what a benchmark test can run on an engine, one module each.
+
+The plugin, the engine and compare know scenarios only through ``SCENARIOS``; adding one
+is a module here that subclasses ``Scenario`` and a line below.
+"""
+
+from __future__ import annotations
+
+from lorabench.scenarios import multilora, no_lora, online
+from lorabench.scenarios.base import Outcome, Parametrization, Scenario
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (no_lora.SCENARIO, multilora.SCENARIO, online.SCENARIO)}
+
+__all__ = ["SCENARIOS", "Outcome", "Parametrization", "Scenario"]

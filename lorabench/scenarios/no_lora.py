@@ -1,0 +1,30 @@
+"""``no_lora``: the batch with no adapter, on the LoRA-disabled engine and on every LoRA
+engine, so the cost of merely enabling LoRA shows."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lorabench.scenarios.base import Outcome, Parametrization, Scenario
+from lorabench.scenarios.batch import COLUMNS, batch_sizes, run_batch
+
+if TYPE_CHECKING:
+    from lorabench.case import BenchCase
+    from lorabench.config import ConfigFile
+    from lorabench.engine import Engine
+
+
+class NoLora(Scenario):
+    name = "no_lora"
+    with_lora_off = True
+    needs_adapters = False
+    columns = COLUMNS
+
+    def parametrize(self, file: ConfigFile) -> list[Parametrization]:
+        return [batch_sizes(file)]
+
+    def run(self, case: BenchCase, engine: Engine, *, batch_size: int) -> Outcome:  # type: ignore[override]
+        return run_batch(case, engine, batch_size, workload=None)
+
+
+SCENARIO = NoLora()

@@ -1,0 +1,107 @@
+"""``online``: synthetic traces (Gamma arrivals, power-law adapter popularity) replayed in
+real time against the engine, one case per trace of the config's online suites."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lorabench import replay, trace
+from lorabench.config.expand import online_cases
+from lorabench.scenarios.base import Outcome, Parametrization, Scenario
+from lorabench.schema import PERCENTILES
+
+if TYPE_CHECKING:
+    from lorabench.case import BenchCase
+    from lorabench.config import ConfigFile, OnlineCase
+    from lorabench.engine import Engine
+
+TRACE_COLUMNS = frozenset(
+    {
+        "trace_suite",
+        "trace_num_adapters",
+        "trace_rate",
+        "trace_alpha",
+        "trace_cv",
+        "trace_duration_s",
+        "trace_lengths",
+        "trace_input_range",
+        "trace_output_range",
+        "trace_seed",
+    }
+)
+ONLINE_COLUMNS = frozenset(
+    {
+        "num_requests",
+        "unfinished",
+        "request_throughput",
+        "slo_ttft_ms",
+        "slo_tpot_ms",
+        "slo_attainment",
+        "goodput_rps",
+        "fairness",
+        "itl_ms_p50",
+        "itl_ms_p99",
+        "send_lag_ms_p50",
+        "send_lag_ms_p99",
+    }
+)
+METRIC_COLUMNS = frozenset(
+    col
+    for name in ("ttft_ms", "decode_ms", "request_e2e_ms", "queue_ms")
+    for col in (name, *(f"{name}_p{p}" for p in PERCENTILES))
+) | {"output_tokens_per_s"}
+
+
+class Online(Scenario):
+    name = "online"
+    columns = TRACE_COLUMNS | ONLINE_COLUMNS | METRIC_COLUMNS
+
+    def parametrize(self, file: ConfigFile) -> list[Parametrization]:
+        cases = online_cases(file)
+        if not cases:
+            return [
+                Parametrization("online_case", [None], ["no-suites"], skip_reason="the config has no 'online' suites")
+            ]
+        return [Parametrization("online_case", cases, [c.id for c in cases])]
+
+    def run(self, case: BenchCase, engine: Engine, *, online_case: OnlineCase) -> Outcome:  # type: ignore[override]
+        online = case.config.file.online
+        p = online_case.params
+        adapters = {a.name: a for a in case.config.adapters[: p.num_adapters]}
+        requests = trace.generate(p, list(adapters))
+        records: list[replay.ReplayedRequest] = []
+
+        def one_replay() -> None:
+            coroutine = replay.replay(engine, requests, adapters, seed=p.seed, drain_timeout_s=online.drain_timeout_s)
+            records[:] = engine.run(coroutine)
+
+        def serve() -> float:
+            load_s = engine.load_adapters(list(adapters.values()))
+            case.benchmark.pedantic(one_replay, rounds=1, warmup_rounds=0, iterations=1)
+            return load_s
+
+        load_s = case.on_engine(engine, serve)
+        metrics, per_adapter = replay.summarize_online(
+            records, slo_ttft_ms=online.slo_ttft_ms, slo_tpot_ms=online.slo_tpot_ms, warmup_s=online.warmup_s
+        )
+        fields = {
+            "workload": "trace",
+            "num_adapters": p.num_adapters,
+            "rounds": 1,
+            "warmup_rounds": 0,
+            "trace_suite": online_case.suite,
+            "trace_num_adapters": p.num_adapters,
+            "trace_rate": p.rate,
+            "trace_alpha": p.alpha,
+            "trace_cv": p.cv,
+            "trace_duration_s": p.duration,
+            "trace_lengths": p.lengths,
+            "trace_input_range": f"{p.input_range[0]}-{p.input_range[1]}",
+            "trace_output_range": f"{p.output_range[0]}-{p.output_range[1]}",
+            "trace_seed": p.seed,
+            **metrics,
+        }
+        return Outcome(fields, replay.samples(records), load_s, extra_info={**metrics, "per_adapter": per_adapter})
+
+
+SCENARIO = Online()

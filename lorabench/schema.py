@@ -1,0 +1,210 @@
+"""The result schema, declared once: every column of the result and samples files.
+
+A result row is a ``ResultRow`` and a per-request sample a ``Sample``. The CSV columns,
+the case key that ``lorabench compare`` matches runs on, the engine-configuration key
+and the engine id are all derived from these declarations. Fields that only some
+scenarios fill default to ``None`` (a blank cell); each scenario declares which of them
+it fills (``Scenario.columns``), and ``check_row`` refuses a row that leaves one of
+those blank or fills one it did not declare. An unknown field name is a ``TypeError``
+when the record is built, so a misspelt column can never become a silent blank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+# Column groups, in file order.
+PROVENANCE, PARAMETER, TRACE, METRIC, ONLINE, ENGINE = "provenance", "parameter", "trace", "metric", "online", "engine"
+PERCENTILES = (50, 90, 99)
+PER_REQUEST_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "request_e2e_ms", "queue_ms")
+
+
+def _col(group: str, *, key: bool = False, engine: bool = False, optional: bool = False) -> Any:
+    """A column: ``key`` columns identify a case across runs, ``engine`` ones an engine configuration."""
+    metadata = {"group": group, "key": key, "engine": engine}
+    return field(default=None, metadata=metadata) if optional else field(metadata=metadata)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultRow:
+    """One case: one build of an engine configuration, one scenario, one set of parameters."""
+
+    timestamp: str = _col(PROVENANCE)
+    run_id: str = _col(PROVENANCE)
+    git_commit: str = _col(PROVENANCE)
+    git_dirty: bool = _col(PROVENANCE)
+    hostname: str = _col(PROVENANCE)
+    device_type: str = _col(PROVENANCE, key=True)
+    device_name: str = _col(PROVENANCE)
+    vllm_version: str = _col(PROVENANCE)
+    vllm_ascend_version: str = _col(PROVENANCE)
+    torch_version: str = _col(PROVENANCE)
+    torch_npu_version: str = _col(PROVENANCE)
+    toolkit_version: str = _col(PROVENANCE)
+    driver_version: str = _col(PROVENANCE)
+    firmware_version: str = _col(PROVENANCE)
+    model: str = _col(PROVENANCE, key=True)
+
+    scenario: str = _col(PARAMETER, key=True)
+    workload: str = _col(PARAMETER, key=True)
+    batch_size: int | None = _col(PARAMETER, key=True, optional=True)
+    input_len: int | None = _col(PARAMETER, key=True, optional=True)
+    output_len: int | None = _col(PARAMETER, key=True, optional=True)
+    num_adapters: int = _col(PARAMETER)
+    enable_lora: bool = _col(PARAMETER, key=True, engine=True)
+    max_loras: int | None = _col(PARAMETER, key=True, engine=True, optional=True)
+    max_lora_rank: int | None = _col(PARAMETER, key=True, engine=True, optional=True)
+    max_cpu_loras: int | None = _col(PARAMETER, key=True, engine=True, optional=True)
+    rounds: int = _col(PARAMETER)
+
+    trace_suite: str | None = _col(TRACE, key=True, optional=True)
+    trace_num_adapters: int | None = _col(TRACE, key=True, optional=True)
+    trace_rate: float | None = _col(TRACE, key=True, optional=True)
+    trace_alpha: float | None = _col(TRACE, key=True, optional=True)
+    trace_cv: float | None = _col(TRACE, key=True, optional=True)
+    trace_duration_s: float | None = _col(TRACE, optional=True)
+    trace_lengths: str | None = _col(TRACE, optional=True)
+    trace_input_range: str | None = _col(TRACE, optional=True)
+    trace_output_range: str | None = _col(TRACE, optional=True)
+    trace_seed: int | None = _col(TRACE, optional=True)
+
+    # Mean and percentiles over requests (over rounds for e2e_ms, which is per batch).
+    ttft_ms: float | None = _col(METRIC, optional=True)
+    ttft_ms_p50: float | None = _col(METRIC, optional=True)
+    ttft_ms_p90: float | None = _col(METRIC, optional=True)
+    ttft_ms_p99: float | None = _col(METRIC, optional=True)
+    prefill_ms: float | None = _col(METRIC, optional=True)
+    prefill_ms_p50: float | None = _col(METRIC, optional=True)
+    prefill_ms_p90: float | None = _col(METRIC, optional=True)
+    prefill_ms_p99: float | None = _col(METRIC, optional=True)
+    decode_ms: float | None = _col(METRIC, optional=True)
+    decode_ms_p50: float | None = _col(METRIC, optional=True)
+    decode_ms_p90: float | None = _col(METRIC, optional=True)
+    decode_ms_p99: float | None = _col(METRIC, optional=True)
+    request_e2e_ms: float | None = _col(METRIC, optional=True)
+    request_e2e_ms_p50: float | None = _col(METRIC, optional=True)
+    request_e2e_ms_p90: float | None = _col(METRIC, optional=True)
+    request_e2e_ms_p99: float | None = _col(METRIC, optional=True)
+    queue_ms: float | None = _col(METRIC, optional=True)
+    queue_ms_p50: float | None = _col(METRIC, optional=True)
+    queue_ms_p90: float | None = _col(METRIC, optional=True)
+    queue_ms_p99: float | None = _col(METRIC, optional=True)
+    e2e_ms: float | None = _col(METRIC, optional=True)
+    e2e_ms_p50: float | None = _col(METRIC, optional=True)
+    e2e_ms_p90: float | None = _col(METRIC, optional=True)
+    e2e_ms_p99: float | None = _col(METRIC, optional=True)
+    output_tokens_per_s: float | None = _col(METRIC, optional=True)
+
+    num_requests: int | None = _col(ONLINE, optional=True)
+    unfinished: int | None = _col(ONLINE, optional=True)
+    request_throughput: float | None = _col(ONLINE, optional=True)
+    slo_ttft_ms: float | None = _col(ONLINE, optional=True)
+    slo_tpot_ms: float | None = _col(ONLINE, optional=True)
+    slo_attainment: float | None = _col(ONLINE, optional=True)
+    goodput_rps: float | None = _col(ONLINE, optional=True)
+    fairness: float | None = _col(ONLINE, optional=True)
+    itl_ms_p50: float | None = _col(ONLINE, optional=True)
+    itl_ms_p99: float | None = _col(ONLINE, optional=True)
+    send_lag_ms_p50: float | None = _col(ONLINE, optional=True)
+    send_lag_ms_p99: float | None = _col(ONLINE, optional=True)
+
+    warmup_rounds: int = _col(ENGINE)
+    engine_id: str = _col(ENGINE)
+    build: int = _col(ENGINE)
+    adapter_load_ms: float = _col(ENGINE)
+    engine_build_s: float = _col(ENGINE)
+    kv_cache_tokens: int = _col(ENGINE)
+    peak_memory_mb: float = _col(ENGINE)
+    memory_source: str = _col(ENGINE)
+    test_id: str = _col(ENGINE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """One request of one measured round (batch scenarios) or of a replayed trace (online)."""
+
+    round: int
+    request: int
+    adapter: str
+    prompt_tokens: int
+    output_tokens: int
+    queue_ms: float
+    ttft_ms: float
+    decode_ms: float
+    request_e2e_ms: float
+    prefill_ms: float | None = None
+    batch_e2e_ms: float | None = None
+    arrival_s: float | None = None
+    send_lag_ms: float | None = None
+    finished: bool | None = None
+
+
+def _names(record: type, test: Any = lambda f: True) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(record) if test(f))
+
+
+COLUMNS = _names(ResultRow)
+OPTIONAL_COLUMNS = frozenset(_names(ResultRow, lambda f: f.default is not MISSING))
+# What identifies a case across runs: compare matches rows on it.
+CASE_KEY = _names(ResultRow, lambda f: f.metadata["key"])
+# What identifies an engine configuration (one build of it is one engine).
+ENGINE_KEY = _names(ResultRow, lambda f: f.metadata["engine"])
+# The optional columns that depend on the scenario, not on the engine.
+SCENARIO_COLUMNS = OPTIONAL_COLUMNS - set(ENGINE_KEY)
+# Enough to find a sample's case row: the run, the engine build and the case key.
+SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))
+SAMPLE_COLUMNS = SAMPLE_KEY + _names(Sample)
+
+
+def samples_path_for(csv_path: Path) -> Path:
+    """The samples file beside a result file: ``run.csv`` -> ``run.samples.csv``."""
+    return csv_path.with_name(csv_path.stem + ".samples.csv")
+
+
+def engine_name(enable_lora: Any, max_loras: Any = None, max_lora_rank: Any = None, max_cpu_loras: Any = None) -> str:
+    """``lora-off`` or ``loras8-rank16-cpu8``: how test ids, the summary and compare name a configuration."""
+    if str(enable_lora).lower() not in ("true", "1"):
+        return "lora-off"
+    return f"loras{max_loras}-rank{max_lora_rank}-cpu{max_cpu_loras}"
+
+
+def engine_id(name: str, build: int) -> str:
+    """One build of a configuration: ``loras8-rank16-cpu8-build1``."""
+    return f"{name}-build{build}"
+
+
+class SchemaError(ValueError):
+    """A row that does not fill exactly the columns its scenario declares."""
+
+
+def check_row(row: ResultRow, declared: Iterable[str]) -> None:
+    """Refuse a blank in a declared column and a value in an undeclared optional one.
+
+    The LoRA knobs are left out: they are blank on the LoRA-disabled engine, whatever the scenario.
+    """
+    declared = set(declared)
+    unknown = declared - SCENARIO_COLUMNS
+    if unknown:
+        raise SchemaError(f"not optional columns of ResultRow: {', '.join(sorted(unknown))}")
+    values = asdict(row)
+    blank = sorted(c for c in declared if _blank(values[c]))
+    extra = sorted(c for c in SCENARIO_COLUMNS - declared if not _blank(values[c]))
+    if blank or extra:
+        raise SchemaError(
+            f"{row.scenario} row {row.test_id}: "
+            + "; ".join(
+                part
+                for part in (
+                    f"declared columns left blank: {', '.join(blank)}" if blank else "",
+                    f"columns filled but not declared: {', '.join(extra)}" if extra else "",
+                )
+                if part
+            )
+        )
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value == "")

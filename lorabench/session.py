@@ -1,0 +1,46 @@
+"""What the plugin keeps for one pytest session, in ``config.stash``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file
+from lorabench.device import Platform
+from lorabench.results import ResultWriter
+
+
+@dataclass
+class BenchState:
+    config_path: Path
+    output: str | None
+    builds: int | None  # --bench-builds: overrides the config's matrix.builds
+    file: ConfigFile | None = None
+    config: BenchConfig | None = None
+    problems: list[str] = field(default_factory=list)
+    platform: Platform | None = None
+    skip_reason: str | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    writer: ResultWriter | None = None
+    built: list[tuple[str, float]] = field(default_factory=list)
+    rss_after_teardown: list[tuple[str, float]] = field(default_factory=list)
+    previous_sigterm: Any = None
+    comparison: list[str] = field(default_factory=list)
+    # Set when an engine's device memory did not come back after shutdown: later builds
+    # would run on a partly held device, so they fail with this reason instead.
+    unreleased: str | None = None
+
+    def read_file(self) -> ConfigFile | None:
+        """The parsed config file, read once; problems are kept for the usage error."""
+        if self.file is None and not self.problems:
+            try:
+                self.file = read_config_file(self.config_path)
+            except ConfigError as exc:
+                self.problems.extend(exc.problems)
+        return self.file
+
+
+STATE = pytest.StashKey[BenchState]()

@@ -1,0 +1,80 @@
+"""Helpers for lorabench's own tests: paths, JSON files, and valid records to vary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lorabench.scenarios.batch import METRIC_COLUMNS
+from lorabench.schema import ResultRow, Sample
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_json(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def make_row(**values: Any) -> ResultRow:
+    """A complete multi-LoRA batch row; ``values`` override any column."""
+    fields: dict[str, Any] = {
+        "timestamp": "2026-11-22T06:00:00Z",
+        "run_id": "run-1",
+        "git_commit": "abc",
+        "git_dirty": False,
+        "hostname": "h",
+        "device_type": "cpu",
+        "device_name": "cpu",
+        "vllm_version": "0.32.0",
+        "vllm_ascend_version": "",
+        "torch_version": "2.13.0",
+        "torch_npu_version": "",
+        "toolkit_version": "",
+        "driver_version": "",
+        "firmware_version": "",
+        "model": "builtin:tiny-llama",
+        "scenario": "multilora",
+        "workload": "distinct",
+        "batch_size": 2,
+        "input_len": 16,
+        "output_len": 4,
+        "num_adapters": 2,
+        "enable_lora": True,
+        "max_loras": 2,
+        "max_lora_rank": 16,
+        "max_cpu_loras": 4,
+        "rounds": 1,
+        **{column: 1.5 for column in METRIC_COLUMNS},
+        "warmup_rounds": 0,
+        "engine_id": "loras2-rank16-cpu4-build0",
+        "build": 0,
+        "adapter_load_ms": 1.0,
+        "engine_build_s": 5.0,
+        "kv_cache_tokens": 1024,
+        "peak_memory_mb": 700.0,
+        "memory_source": "rss",
+        "test_id": "t",
+    }
+    fields.update(values)
+    return ResultRow(**fields)
+
+
+def make_sample(**values: Any) -> Sample:
+    fields: dict[str, Any] = {
+        "round": 0,
+        "request": 0,
+        "adapter": "a",
+        "prompt_tokens": 16,
+        "output_tokens": 4,
+        "queue_ms": 0.1,
+        "ttft_ms": 3.0,
+        "decode_ms": 1.0,
+        "request_e2e_ms": 6.0,
+        "prefill_ms": 2.9,
+        "batch_e2e_ms": 7.0,
+    }
+    fields.update(values)
+    return Sample(**fields)
