@@ -15,6 +15,9 @@ from pathlib import Path
 ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
 WEIGHT_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+B_SCALE = 0.1
+# Changes whenever the dummy weights would; part of the built-in cache's key.
+GENERATOR_VERSION = f"randn-b{B_SCALE}"
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class Adapter:
     name: str
     path: Path
     prompt: str = ""
+    rank: int | None = None  # from adapter_config.json, once the configuration is resolved
 
 
 def read_adapters_file(path: Path) -> list[Adapter]:
@@ -102,7 +106,13 @@ def dummy_name(rank: int, index: int) -> str:
 def write_dummy_adapter(
     out: Path, base_config: dict, rank: int, target_modules: Sequence[str], seed: int, dtype: str = "bfloat16"
 ) -> None:
-    """Write one PEFT adapter with random weights, small enough to keep activations finite."""
+    """Write one PEFT adapter with random weights.
+
+    With A ~ N(0, 1/fan_in) and B ~ N(0, B_SCALE**2 / rank), the update ``B @ A @ x`` of a
+    normalized input has entries of about ``B_SCALE``: large enough that every adapter
+    changes a model's greedy output (the correctness guard checks that it does), small
+    enough to keep activations finite.
+    """
     import torch
     from safetensors.torch import save_file
 
@@ -113,7 +123,7 @@ def write_dummy_adapter(
         for module, (block, fan_in, fan_out) in shapes.items():
             prefix = f"base_model.model.model.layers.{layer}.{block}.{module}"
             tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, fan_in, generator=generator) / fan_in**0.5
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(fan_out, rank, generator=generator) / rank**0.5 * 0.01
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(fan_out, rank, generator=generator) / rank**0.5 * B_SCALE
     out.mkdir(parents=True, exist_ok=True)
     save_file(
         {k: v.to(getattr(torch, dtype)).contiguous() for k, v in tensors.items()},

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lorabench.adapters import Adapter, generate_dummy_adapters, read_adapters_file
+from lorabench.adapters import GENERATOR_VERSION, Adapter, generate_dummy_adapters, read_adapters_file
 
 if TYPE_CHECKING:
     from lorabench.config import DummyAdapterSpec
@@ -26,8 +26,9 @@ SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
 # the logits cost per token should look like a real model's.
 VOCAB_SIZE = 32000
 TOKENIZER_VERSION = "bytelevel-fill-v1"
+WEIGHTS_VERSION = "randn-0.02-v1"
 
-# Weights come from load_format="dummy"; only the shape is described here.
+# The shape; weights are drawn by write_weights.
 MODELS = {
     "tiny-llama": {
         "architectures": ["LlamaForCausalLM"],
@@ -103,21 +104,61 @@ def write_tokenizer(out: Path) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
 
 
+def write_weights(out: Path, config: dict, seed: int = 0) -> None:
+    """Random Llama weights, drawn as Hugging Face initializes them (normal, std 0.02;
+    norms 1). vLLM's dummy loader draws every weight from +-1e-3 instead, which leaves
+    a model this small answering the same whatever it is asked, with or without an
+    adapter: no check of outputs could see anything there."""
+    import torch
+    from safetensors.torch import save_file
+
+    hidden, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    head_dim = hidden // config["num_attention_heads"]
+    kv = config["num_key_value_heads"] * head_dim
+    shapes = {"model.embed_tokens.weight": (vocab, hidden), "lm_head.weight": (vocab, hidden)}
+    for i in range(config["num_hidden_layers"]):
+        layer = f"model.layers.{i}"
+        for module, shape in (
+            ("q_proj", (hidden, hidden)),
+            ("k_proj", (kv, hidden)),
+            ("v_proj", (kv, hidden)),
+            ("o_proj", (hidden, hidden)),
+        ):
+            shapes[f"{layer}.self_attn.{module}.weight"] = shape
+        for module, shape in (
+            ("gate_proj", (inter, hidden)),
+            ("up_proj", (inter, hidden)),
+            ("down_proj", (hidden, inter)),
+        ):
+            shapes[f"{layer}.mlp.{module}.weight"] = shape
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {name: torch.randn(shape, generator=generator) * 0.02 for name, shape in shapes.items()}
+    for name in ["model.norm.weight"] + [
+        f"model.layers.{i}.{norm}.weight"
+        for i in range(config["num_hidden_layers"])
+        for norm in ("input_layernorm", "post_attention_layernorm")
+    ]:
+        tensors[name] = torch.ones(hidden)
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"))
+
+
 def ensure_model(name: str) -> Path:
-    """The folder of built-in model ``name`` (config.json and tokenizer), made if missing."""
+    """The folder of built-in model ``name`` (config.json, tokenizer, random weights), made if missing."""
     config = MODELS[name]
 
     def build(tmp: Path) -> None:
         write_tokenizer(tmp)
+        write_weights(tmp, config)
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
-    return _materialize(cache_dir() / "models" / f"{name}-{_digest(config, TOKENIZER_VERSION)}", build)
+    key = _digest(config, TOKENIZER_VERSION, WEIGHTS_VERSION)
+    return _materialize(cache_dir() / "models" / f"{name}-{key}", build)
 
 
 def ensure_dummy_adapters(model: Path, spec: DummyAdapterSpec, prompts: Sequence[str]) -> list[Adapter]:
     """Dummy adapters for ``model`` as ``spec`` describes, generated once into the cache."""
     base_config = (model / "config.json").read_text()
-    key = _digest(base_config, spec.model_dump(), list(prompts))
+    key = _digest(base_config, spec.model_dump(), list(prompts), GENERATOR_VERSION)
 
     def build(tmp: Path) -> None:
         generate_dummy_adapters(

@@ -84,7 +84,9 @@ def _compare(args: argparse.Namespace) -> int:
     if args.plot:
         cmp.plot(result, Path(args.plot))
         print(f"plot: {args.plot}", file=sys.stderr)
-    return 1 if result.regressions else 0
+    if args.by_rank:
+        print(cmp.render_by_rank(result))
+    return 1 if result.failed else 0
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -185,6 +187,9 @@ def _add_compare(commands: Any) -> None:
     add_compare_arguments(comp.add_argument)
     comp.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     comp.add_argument("--plot", metavar="FILE.png", help="also draw the new/base ratio of every case")
+    comp.add_argument(
+        "--by-rank", action="store_true", help="also compare median TTFT and decode per adapter rank (from the samples)"
+    )
     comp.set_defaults(func=_compare)
 
 

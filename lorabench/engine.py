@@ -56,6 +56,8 @@ class Engine:
         # Set when the engine died while serving: the case it died in, and why.
         self.died: str | None = None
         self._lora_ids = {a.name: i + 1 for i, a in enumerate(config.adapters)}
+        # Facts measured once per build and shared by its cases (no-LoRA baselines, digests).
+        self.memo: dict[Any, Any] = {}
         self._request_ids = itertools.count()
         self._saved_env: dict[str, str | None] = {}
         self._processes: list[psutil.Process] = []
@@ -208,9 +210,18 @@ class Engine:
                 self.run(self.llm.add_lora(self.lora_request(adapter)))
         return time.perf_counter() - start
 
+    def cached_adapters(self) -> set[str]:
+        """The adapters in the engine's CPU cache, by vLLM's own list (``list_loras``)."""
+        ids = self.run(self.llm.list_loras())
+        return {name for name, i in self._lora_ids.items() if i in ids}
+
+    def remove_adapter(self, adapter: Adapter) -> None:
+        """Drop an adapter from the engine's caches, so that its next use loads it from disk."""
+        self.run(self.llm.remove_lora(self._lora_ids[adapter.name]))
+
     @staticmethod
-    def sampling_params(max_tokens: int, *, stream: bool = False) -> Any:
-        """Exactly ``max_tokens`` sampled tokens (``ignore_eos``), as every scenario asks.
+    def sampling_params(max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Any:
+        """Exactly ``max_tokens`` tokens (``ignore_eos``): sampled, or with ``greedy`` the most likely.
 
         ``stream``: each output carries the tokens new since the last; otherwise the
         request yields one final output.
@@ -219,7 +230,10 @@ class Engine:
         from vllm.sampling_params import RequestOutputKind
 
         kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
-        return SamplingParams(n=1, temperature=1.0, top_p=1.0, ignore_eos=True, max_tokens=max_tokens, output_kind=kind)
+        temperature = 0.0 if greedy else 1.0
+        return SamplingParams(
+            n=1, temperature=temperature, top_p=1.0, ignore_eos=True, max_tokens=max_tokens, output_kind=kind
+        )
 
     def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[Any]:
         """One request's outputs as the engine produces them (on this engine's loop)."""
@@ -229,9 +243,11 @@ class Engine:
         lora = self.lora_request(adapter) if self.spec.enable_lora else None
         return self.llm.generate(request, params, request_id=f"req-{next(self._request_ids)}", lora_request=lora)
 
-    def generate(self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int) -> list[Any]:
+    def generate(
+        self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int, *, greedy: bool = False
+    ) -> list[Any]:
         """Serve one batch: every request sent at once, the final outputs gathered in order."""
-        params = self.sampling_params(output_len)
+        params = self.sampling_params(output_len, greedy=greedy)
 
         async def one(prompt: Prompt, adapter: Adapter | None) -> Any:
             final = None

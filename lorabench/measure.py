@@ -57,6 +57,7 @@ def measure_round(round_index: int, e2e_s: float, outputs: Sequence[Any], batch:
                 round=round_index,
                 request=i,
                 adapter=req.adapter.name if req.adapter is not None else "",
+                adapter_rank=req.adapter.rank if req.adapter is not None else None,
                 prompt_tokens=len(out.prompt_token_ids or ()),
                 output_tokens=generated,
                 queue_ms=(m.scheduled_ts - m.queued_ts) * 1000.0,

@@ -26,7 +26,7 @@ from lorabench.config import ConfigError, engine_specs, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform, detect_platform
 from lorabench.engine import Engine, EngineBuildError
 from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
-from lorabench.results import ResultWriter, format_summary, provenance
+from lorabench.results import ResultWriter, format_rank_summary, format_summary, provenance
 from lorabench.scenarios import SCENARIOS, Scenario
 from lorabench.session import STATE, BenchState
 
@@ -166,8 +166,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return
     state.comparison = compare.render_text(result).splitlines()
-    if fail and result.regressions:
-        state.comparison.append(f"{len(result.regressions)} regressions: the session fails (--bench-compare-fail)")
+    if fail and result.failed:
+        state.comparison.append(
+            f"{len(result.regressions)} regressions, {len(result.digest_changes)} changed adapter outputs: "
+            "the session fails (--bench-compare-fail)"
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -226,6 +229,7 @@ def lorabench(request: pytest.FixtureRequest, benchmark: Any) -> BenchCase:
         provenance=state.provenance,
         scenario=_scenario(request.node),
         test_id=request.node.nodeid,
+        digests=state.digests,
     )
 
 
@@ -247,11 +251,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if state.writer is not None and state.writer.log_dir.is_dir():
         lines.append(f"engine logs: {state.writer.log_dir}")
     if state.writer is not None and state.writer.rows:
-        lines += [
-            format_summary(state.writer.rows),
-            f"results: {state.writer.path}",
-            f"samples: {state.writer.samples_path}",
-        ]
+        lines.append(format_summary(state.writer.rows))
+        if state.writer.by_rank:
+            lines.append(format_rank_summary(state.writer.by_rank))
+        lines += [f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
     for title, section in (("lorabench", lines), ("lorabench compare", state.comparison)):
         if section:
             terminalreporter.write_sep("=", title)

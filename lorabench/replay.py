@@ -167,13 +167,14 @@ def summarize_online(
     return metrics, per_adapter
 
 
-def samples(records: Sequence[ReplayedRequest]) -> list[Sample]:
+def samples(records: Sequence[ReplayedRequest], ranks: Mapping[str, int | None]) -> list[Sample]:
     """Every replayed request, finished or not, as a sample row."""
     return [
         Sample(
             round=0,
             request=r.index,
             adapter=r.adapter,
+            adapter_rank=ranks.get(r.adapter),
             prompt_tokens=r.input_len,
             output_tokens=len(r.token_times),
             queue_ms=r.queue_ms,

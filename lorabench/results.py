@@ -21,7 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from lorabench.device import Platform, driver_versions, stack_versions
-from lorabench.schema import COLUMNS, SAMPLE_COLUMNS, SAMPLE_KEY, ResultRow, Sample, samples_path_for
+from lorabench.schema import (
+    COLUMNS,
+    DIGEST_COLUMNS,
+    SAMPLE_COLUMNS,
+    SAMPLE_KEY,
+    DigestRecord,
+    ResultRow,
+    Sample,
+    digests_path_for,
+    samples_path_for,
+)
+from lorabench.stats import percentile
 
 
 class ResultsFileError(RuntimeError):
@@ -104,6 +115,8 @@ class ResultWriter:
         self._stem = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{commit[:8] or 'nogit'}{'-dirty' if dirty else ''}"
         self.path: Path | None = fixed_path
         self.rows: list[ResultRow] = []
+        # (adapter rank, ttft_ms, decode_ms) of every LoRA request written, for the summary.
+        self.by_rank: list[tuple[int, float, float]] = []
 
     @property
     def log_dir(self) -> Path:
@@ -127,6 +140,12 @@ class ResultWriter:
             return candidate
         raise ResultsFileError(f"could not create a new results file in {self.results_dir}")
 
+    def append_digests(self, records: Sequence[DigestRecord]) -> None:
+        """One engine build's adapter digests, beside the run's result file."""
+        if self.path is None:
+            self.path = self._claim_new_file()
+        _append(digests_path_for(self.path), DIGEST_COLUMNS, [asdict(r) for r in records], exclusive=False)
+
     def append(self, row: ResultRow, samples: Sequence[Sample]) -> None:
         """Make one finished case durable: its samples first, then the row that summarizes
         them, so every row on disk has its samples behind it."""
@@ -138,6 +157,7 @@ class ResultWriter:
         _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
         _append(self.path, COLUMNS, [values], exclusive=False)
         self.rows.append(row)
+        self.by_rank += [(s.adapter_rank, s.ttft_ms, s.decode_ms) for s in samples if s.adapter_rank is not None]
 
 
 def _fmt(value: Any) -> str:
@@ -152,17 +172,22 @@ SUMMARY_COLUMNS = (
     ("engine_id", "engine"),
     ("scenario", "scenario"),
     ("workload", "workload"),
+    ("tier", "tier"),
+    ("working_set", "ws"),
     ("batch_size", "bs"),
     ("ttft_ms_p50", "ttft p50 ms"),
     ("prefill_ms_p50", "prefill p50 ms"),
     ("decode_ms_p50", "decode p50 ms"),
     ("e2e_ms", "e2e ms"),
     ("output_tokens_per_s", "out tok/s"),
+    ("lora_overhead", "x no-LoRA"),
+    ("load_share", "disk share"),
     ("adapter_load_ms", "load ms"),
     ("kv_cache_tokens", "kv tokens"),
     ("peak_memory_mb", "peak MiB"),
     ("slo_attainment", "slo met"),
     ("send_lag_ms_p99", "lag p99 ms"),
+    ("digest_mismatches", "wrong out"),
 )
 
 
@@ -177,3 +202,16 @@ def format_summary(rows: Sequence[ResultRow]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def format_rank_summary(by_rank: Sequence[tuple[int, float, float]]) -> str:
+    """Median TTFT and decode of the session's LoRA requests, per adapter rank."""
+    parts = []
+    for rank in sorted({r for r, _, _ in by_rank}):
+        ttft = [t for r, t, _ in by_rank if r == rank]
+        decode = [d for r, _, d in by_rank if r == rank]
+        parts.append(
+            f"rank {rank}: ttft p50 {percentile(ttft, 50):.1f} ms, decode p50 {percentile(decode, 50):.2f} ms "
+            f"({len(ttft)} requests)"
+        )
+    return "by adapter rank: " + "; ".join(parts)

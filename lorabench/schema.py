@@ -22,9 +22,12 @@ PERCENTILES = (50, 90, 99)
 PER_REQUEST_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "request_e2e_ms", "queue_ms")
 
 
-def _col(group: str, *, key: bool = False, engine: bool = False, optional: bool = False) -> Any:
-    """A column: ``key`` columns identify a case across runs, ``engine`` ones an engine configuration."""
-    metadata = {"group": group, "key": key, "engine": engine}
+def _col(
+    group: str, *, key: bool = False, engine: bool = False, optional: bool = False, by_engine: bool = False
+) -> Any:
+    """A column: ``key`` columns identify a case across runs, ``engine`` ones an engine
+    configuration; ``by_engine`` optional columns are filled or not by the engine, not the scenario."""
+    metadata = {"group": group, "key": key, "engine": engine, "by_engine": by_engine or engine}
     return field(default=None, metadata=metadata) if optional else field(metadata=metadata)
 
 
@@ -59,6 +62,9 @@ class ResultRow:
     max_lora_rank: int | None = _col(PARAMETER, key=True, engine=True, optional=True)
     max_cpu_loras: int | None = _col(PARAMETER, key=True, engine=True, optional=True)
     rounds: int = _col(PARAMETER)
+    tier: str | None = _col(PARAMETER, key=True, optional=True)
+    working_set: int | None = _col(PARAMETER, key=True, optional=True)
+    base_share: float | None = _col(PARAMETER, optional=True)
 
     trace_suite: str | None = _col(TRACE, key=True, optional=True)
     trace_num_adapters: int | None = _col(TRACE, key=True, optional=True)
@@ -97,6 +103,17 @@ class ResultRow:
     e2e_ms_p90: float | None = _col(METRIC, optional=True)
     e2e_ms_p99: float | None = _col(METRIC, optional=True)
     output_tokens_per_s: float | None = _col(METRIC, optional=True)
+    # Multi-LoRA batches: e2e against the same batch with no adapter on the same build.
+    baseline_e2e_ms: float | None = _col(METRIC, optional=True)
+    lora_overhead: float | None = _col(METRIC, optional=True)
+    # Mixed batches: base-model and LoRA requests apart.
+    base_ttft_ms: float | None = _col(METRIC, optional=True)
+    lora_ttft_ms: float | None = _col(METRIC, optional=True)
+    base_decode_ms: float | None = _col(METRIC, optional=True)
+    lora_decode_ms: float | None = _col(METRIC, optional=True)
+    # Residency and working sets.
+    disk_load_ms: float | None = _col(METRIC, optional=True)
+    load_share: float | None = _col(METRIC, optional=True)
 
     num_requests: int | None = _col(ONLINE, optional=True)
     unfinished: int | None = _col(ONLINE, optional=True)
@@ -117,6 +134,8 @@ class ResultRow:
     adapter_load_ms: float = _col(ENGINE)
     engine_build_s: float = _col(ENGINE)
     kv_cache_tokens: int = _col(ENGINE)
+    # Adapters whose greedy output on this build differs from the run's first (LoRA engines).
+    digest_mismatches: int | None = _col(ENGINE, optional=True, by_engine=True)
     peak_memory_mb: float = _col(ENGINE)
     memory_source: str = _col(ENGINE)
     test_id: str = _col(ENGINE)
@@ -129,6 +148,7 @@ class Sample:
     round: int
     request: int
     adapter: str
+    adapter_rank: int | None
     prompt_tokens: int
     output_tokens: int
     queue_ms: float
@@ -153,7 +173,7 @@ CASE_KEY = _names(ResultRow, lambda f: f.metadata["key"])
 # What identifies an engine configuration (one build of it is one engine).
 ENGINE_KEY = _names(ResultRow, lambda f: f.metadata["engine"])
 # The optional columns that depend on the scenario, not on the engine.
-SCENARIO_COLUMNS = OPTIONAL_COLUMNS - set(ENGINE_KEY)
+SCENARIO_COLUMNS = OPTIONAL_COLUMNS - set(_names(ResultRow, lambda f: f.metadata["by_engine"]))
 # Enough to find a sample's case row: the run, the engine build and the case key.
 SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))
 SAMPLE_COLUMNS = SAMPLE_KEY + _names(Sample)
@@ -180,18 +200,19 @@ class SchemaError(ValueError):
     """A row that does not fill exactly the columns its scenario declares."""
 
 
-def check_row(row: ResultRow, declared: Iterable[str]) -> None:
-    """Refuse a blank in a declared column and a value in an undeclared optional one.
+def check_row(row: ResultRow, declared: Iterable[str], maybe: Iterable[str] = ()) -> None:
+    """Refuse a blank in a declared column and a value in an optional one neither declared
+    nor ``maybe`` (filled by some cases of the scenario only, such as mixed batches).
 
     The LoRA knobs are left out: they are blank on the LoRA-disabled engine, whatever the scenario.
     """
-    declared = set(declared)
-    unknown = declared - SCENARIO_COLUMNS
+    declared, maybe = set(declared), set(maybe)
+    unknown = (declared | maybe) - SCENARIO_COLUMNS
     if unknown:
         raise SchemaError(f"not optional columns of ResultRow: {', '.join(sorted(unknown))}")
     values = asdict(row)
     blank = sorted(c for c in declared if _blank(values[c]))
-    extra = sorted(c for c in SCENARIO_COLUMNS - declared if not _blank(values[c]))
+    extra = sorted(c for c in SCENARIO_COLUMNS - declared - maybe if not _blank(values[c]))
     if blank or extra:
         raise SchemaError(
             f"{row.scenario} row {row.test_id}: "
@@ -208,3 +229,26 @@ def check_row(row: ResultRow, declared: Iterable[str]) -> None:
 
 def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value == "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigestRecord:
+    """One adapter's greedy output digest on one engine build (``<run>.digests.csv``)."""
+
+    run_id: str
+    model: str
+    device_type: str
+    engine_id: str
+    build: int
+    adapter: str
+    adapter_rank: int | None
+    digest: str
+    base_digest: str
+
+
+DIGEST_COLUMNS = _names(DigestRecord)
+
+
+def digests_path_for(csv_path: Path) -> Path:
+    """The digests file beside a result file: ``run.csv`` -> ``run.digests.csv``."""
+    return csv_path.with_name(csv_path.stem + ".digests.csv")

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file
+from lorabench.correctness import DigestBook
 from lorabench.device import Platform
 from lorabench.results import ResultWriter
 
@@ -32,6 +33,7 @@ class BenchState:
     # Set when an engine's device memory did not come back after shutdown: later builds
     # would run on a partly held device, so they fail with this reason instead.
     unreleased: str | None = None
+    digests: DigestBook = field(default_factory=DigestBook)
 
     def read_file(self) -> ConfigFile | None:
         """The parsed config file, read once; problems are kept for the usage error."""

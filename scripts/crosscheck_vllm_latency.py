@@ -68,8 +68,6 @@ def main() -> int:
             "--seed",
             str(m.seed),
         ]
-        if config.is_builtin_model:
-            vllm_cmd += ["--load-format", "dummy"]
         for key in ("max_model_len", "max_num_seqs", "dtype"):
             if key in engine:
                 vllm_cmd += [f"--{key.replace('_', '-')}", str(engine[key])]

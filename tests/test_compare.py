@@ -343,3 +343,49 @@ def test_same_code_flags_nothing_at_the_stated_rate_and_a_slowdown_is_caught(tmp
         caught += bool(slow.regressions)
     assert false_flags <= 0.12 * trials, f"{false_flags} of {trials} same-code comparisons flagged something"
     assert caught >= 0.9 * trials, f"a 60 % slowdown was caught in only {caught} of {trials}"
+
+
+def write_digests(csv, digests):
+    """A digests file beside ``csv`` for its run: ``{adapter: digest}`` on two builds."""
+    run_id = pd.read_csv(csv)["run_id"].iloc[-1]
+    rows = [
+        {
+            "run_id": run_id,
+            "model": "builtin:tiny-llama",
+            "device_type": "cpu",
+            "engine_id": f"e-build{b}",
+            "build": b,
+            "adapter": adapter,
+            "adapter_rank": 8,
+            "digest": value,
+            "base_digest": "0000",
+        }
+        for b in (0, 1)
+        for adapter, value in digests.items()
+    ]
+    pd.DataFrame(rows).to_csv(csv.with_name(csv.stem + ".digests.csv"), index=False)
+
+
+def test_an_adapter_whose_output_changed_between_runs_fails_the_comparison(tmp_path, capsys):
+    base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
+    write_digests(base, {"a": "1111", "b": "2222"})
+    write_digests(new, {"a": "1111", "b": "2222"})
+    assert run_cli(base, new) == 0
+    write_digests(new, {"a": "1111", "b": "3333"})
+    assert run_cli(base, new) == 1
+    out = capsys.readouterr().out
+    assert "OUTPUT CHANGED: adapter b (builtin:tiny-llama) answers the greedy probe differently: 2222 -> 3333" in out
+    assert "adapter a " not in out
+
+
+def test_lora_overhead_is_compared_and_can_be_gated_on(tmp_path):
+    base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
+    multilora = lambda rows: rows.scenario == "multilora"  # noqa: E731
+    for csv in (base, new):
+        edit_run(csv, lambda rows: rows.assign(lora_overhead=np.where(multilora(rows), rows["e2e_ms"] / 100, np.nan)))
+    edit_run(new, scale("lora_overhead", 1.6, where=multilora))
+    found = verdicts(base, new)
+    overhead = {k: v for k, v in found.items() if k[3] == "lora_overhead"}
+    assert overhead and set(overhead.values()) == {REGRESSED}
+    assert not any(k[3] == "lora_overhead" and k[0] == "none" for k in found), "no-LoRA rows carry no overhead"
+    assert run_cli(base, new, "--threshold", "lora_overhead=100%") == 0

@@ -257,3 +257,22 @@ def test_a_model_folder_without_weights_runs_only_with_dummy_weights(tmp_path, t
     assert config.llm_kwargs(EngineSpec(False))["load_format"] == "dummy"
     (model / "model-00001-of-00002.safetensors").write_bytes(b"")
     assert load(tiny_config(model=str(model))).model == model
+
+
+def test_new_workloads_sections_and_their_checks(tiny_config):
+    path = tiny_config(
+        matrix={"workloads": ["skewed", "mixed"], "skew_alpha": 1.2, "mixed_base_share": 0.25},
+        residency={"requests": 4},
+        working_set={"sizes": [1, 3], "cycles": 1},
+    )
+    config = load(path)
+    assert config.shape.skew_alpha == 1.2 and config.shape.base_share == 0.25
+    assert [a.rank for a in config.adapters] == [8, 16, 8, 16], "ranks are read when the config is resolved"
+    problems = problems_of(tiny_config(working_set={"sizes": [1, 9]}))
+    assert "field 'working_set.sizes' has bad value 9: only 4 adapters are configured" in problems
+    assert "field 'matrix.mixed_base_share' has bad value 1.0" in problems_of(
+        tiny_config(matrix={"mixed_base_share": 1.0})
+    )
+    problems = problems_of(tiny_config(residency={"requests": 0, "tiers": ["slot"]}))
+    assert "field 'residency.requests' has bad value 0" in problems
+    assert "unknown key 'residency.tiers'" in problems

@@ -3,7 +3,15 @@ from pathlib import Path
 import pytest
 
 from lorabench.adapters import Adapter
-from lorabench.workload import assign_adapters, build_batch, ceil_sqrt, pool_size, synthetic_prompts
+from lorabench.workload import (
+    Shape,
+    assign_adapters,
+    build_batch,
+    ceil_sqrt,
+    pool_size,
+    synthetic_prompts,
+    zipf_group_sizes,
+)
 
 ADAPTERS = [Adapter(f"a{i}", Path(f"/a{i}"), prompt=f"prompt {i}") for i in range(16)]
 
@@ -63,3 +71,23 @@ def test_build_batch_uniform_pool_and_same_synthetic_prompts_for_baseline():
     assert len(batch.pool) == 3
     base = build_batch(None, 9, adapters=ADAPTERS, prompts=["p"], input_len=8, vocab_size=1000, seed=3)
     assert [r.prompt for r in batch.requests] == [r.prompt for r in base.requests]
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "alpha", "sizes"),
+    [(8, 1.5, [4, 2, 1, 1]), (4, 1.5, [2, 1, 1]), (1, 1.5, [1]), (16, 1.5, [8, 3, 2, 1, 1, 1]), (8, 0.01, [1] * 8)],
+)
+def test_skewed_groups_fall_off_by_zipf_and_fill_the_batch(batch_size, alpha, sizes):
+    assert zipf_group_sizes(batch_size, alpha) == sizes
+    chosen = assign_adapters("skewed", batch_size, ADAPTERS, seed=0, shape=Shape(skew_alpha=alpha))
+    assert [chosen.count(a) for a in dict.fromkeys(chosen)] == sizes
+    assert pool_size("skewed", batch_size, Shape(skew_alpha=alpha)) == len(sizes)
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "share", "base"), [(8, 0.5, 4), (8, 0.25, 2), (4, 0.1, 1), (4, 0.9, 3), (1, 0.5, 0)]
+)
+def test_mixed_batches_put_base_requests_first_then_distinct_adapters(batch_size, share, base):
+    chosen = assign_adapters("mixed", batch_size, ADAPTERS, seed=0, shape=Shape(base_share=share))
+    assert chosen[:base] == [None] * base
+    assert chosen[base:] == ADAPTERS[: batch_size - base]

@@ -16,7 +16,7 @@ from lorabench.compare.analysis import (
     parse_thresholds,
 )
 from lorabench.compare.load import METRICS, CompareError, Run, find_runs, load_run, split_paths
-from lorabench.compare.render import RENDERERS, case_label, plot, render_text
+from lorabench.compare.render import RENDERERS, case_label, plot, render_by_rank, render_text
 
 __all__ = [
     "DEFAULT_ALPHA",
@@ -39,6 +39,7 @@ __all__ = [
     "load_run",
     "parse_thresholds",
     "plot",
+    "render_by_rank",
     "render_text",
     "split_paths",
 ]

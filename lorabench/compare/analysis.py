@@ -124,10 +124,28 @@ class Comparison:
     only_base: list[dict[str, str]] = field(default_factory=list)
     only_new: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Adapters whose greedy output changed between the runs: (model, adapter, base digests, new digests).
+    digest_changes: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Finding]:
         return [f for f in self.findings if f.verdict == REGRESSED]
+
+    @property
+    def failed(self) -> bool:
+        """A regression, or an adapter that answers differently: what fails a gate."""
+        return bool(self.regressions or self.digest_changes)
+
+
+def digest_changes(base: Run, new: Run) -> list[tuple[str, str, str, str]]:
+    """Adapters of the same model and device whose greedy digests differ between the sides."""
+    if base.digests.empty or new.digests.empty:
+        return []
+    key = ["model", "device_type", "adapter"]
+    sides = [d.groupby(key)["digest"].agg(lambda v: ", ".join(sorted(set(v)))) for d in (base.digests, new.digests)]
+    both = sides[0].to_frame("base").join(sides[1].to_frame("new"), how="inner")
+    changed = both[both["base"] != both["new"]]
+    return [(model, adapter, row.base, row.new) for (model, _, adapter), row in changed.iterrows()]
 
 
 def _t_test(xs: np.ndarray, ys: np.ndarray, noise: Noise) -> float | None:
@@ -159,8 +177,10 @@ def compare(
         raise CompareError(
             f"{base.label} and {new.label} have no case in common: compare runs of the same model, device and matrix"
         )
-    logs = {m: {k: (_log_builds(base, k, m), _log_builds(new, k, m)) for k in common} for m in METRICS}
-    noise = {metric: _noise(base, new, logs[metric], metric) for metric in METRICS}
+    # Metrics both sides measured (older files lack the newer ones).
+    metrics = [m for m in METRICS if base.all_rows[m].notna().any() and new.all_rows[m].notna().any()]
+    logs = {m: {k: (_log_builds(base, k, m), _log_builds(new, k, m)) for k in common} for m in metrics}
+    noise = {metric: _noise(base, new, logs[metric], metric) for metric in metrics}
     findings = _findings(base, new, common, logs, noise, threshold, per_metric or {})
     _judge(findings, alpha)
     result = Comparison(
@@ -173,6 +193,7 @@ def compare(
     )
     result.detectable_pct = _detectable(noise, sum(f.p_value is not None for f in findings), alpha)
     result.warnings = _warnings(base, new, findings)
+    result.digest_changes = digest_changes(base, new)
     return result
 
 
@@ -181,7 +202,7 @@ def _findings(
 ) -> list[Finding]:
     findings = []
     for key in common:
-        for metric in METRICS:
+        for metric in noise:
             b, n = float(base.rows.at[key, metric]), float(new.rows.at[key, metric])
             if math.isnan(b) or math.isnan(n) or b == 0:
                 continue

@@ -7,15 +7,15 @@ test id; a file that holds several runs (a fixed output) is read as its latest r
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from lorabench.schema import CASE_KEY, ENGINE_KEY, OPTIONAL_COLUMNS
+from lorabench.schema import CASE_KEY, ENGINE_KEY, OPTIONAL_COLUMNS, digests_path_for, samples_path_for
 
 # metric -> True when higher is better
 METRICS = {
@@ -24,7 +24,10 @@ METRICS = {
     "decode_ms": False,
     "e2e_ms": False,
     "output_tokens_per_s": True,
+    "lora_overhead": False,
 }
+# What every lorabench result file has had.
+CORE_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "output_tokens_per_s")
 REQUIRED_KEY = tuple(c for c in CASE_KEY if c not in OPTIONAL_COLUMNS)
 KEY_SEP = "\x1f"  # joins a case's key values into one index label
 
@@ -49,6 +52,8 @@ class Run:
     paths: list[Path]
     rows: pd.DataFrame  # one row per case, indexed by the normalized case key; metrics averaged over builds
     all_rows: pd.DataFrame  # every build's row, with the run (``_run``) and engine (``_engine``) it came from
+    # Each adapter's greedy output digests (``<run>.digests.csv``), where the files have them.
+    digests: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def label(self) -> str:
@@ -96,11 +101,14 @@ def _load_one(path: Path) -> pd.DataFrame:
         rows = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise CompareError(f"{path}: not a CSV file ({exc})") from None
-    missing = [c for c in (*REQUIRED_KEY, *METRICS, "timestamp") if c not in rows.columns]
+    missing = [c for c in (*REQUIRED_KEY, *CORE_METRICS, "timestamp") if c not in rows.columns]
     if missing:
         raise CompareError(f"{path}: not a lorabench result file: missing columns {', '.join(missing)}")
     if rows.empty:
         raise CompareError(f"{path}: has no result rows")
+    for metric in METRICS:
+        if metric not in rows:  # measured only by newer versions: nothing to compare
+            rows[metric] = np.nan
     rows = _keyed(rows).sort_values("timestamp")
     if "run_id" in rows and rows["run_id"].notna().all():
         rows = rows[rows["run_id"] == rows["run_id"].iloc[-1]]
@@ -126,7 +134,32 @@ def load_run(paths: Path | Sequence[Path]) -> Run:
     aggregated = all_rows.groupby("_key").agg(
         {c: "mean" if c in METRICS else "last" for c in all_rows.columns if c != "_key"}
     )
-    return Run(paths, aggregated, all_rows)
+    run_ids = set(all_rows["run_id"]) if "run_id" in all_rows else set()
+    return Run(paths, aggregated, all_rows, _beside(paths, digests_path_for, run_ids))
+
+
+def _beside(paths: list[Path], path_for: Callable[[Path], Path], run_ids: set[str]) -> pd.DataFrame:
+    """The rows of the files beside ``paths`` (digests, samples) that belong to the runs read."""
+    text = {"digest": str, "base_digest": str, "run_id": str}
+    frames = [pd.read_csv(path_for(p), dtype=text) for p in paths if path_for(p).is_file()]
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame()
+    frame = pd.concat(frames, ignore_index=True)
+    return frame[frame["run_id"].isin(run_ids)] if "run_id" in frame and run_ids else frame
+
+
+def rank_medians(run: Run) -> pd.DataFrame:
+    """Median TTFT and decode per engine configuration and adapter rank, over the LoRA
+    requests in the samples files beside the run's result files."""
+    run_ids = set(run.all_rows["run_id"]) if "run_id" in run.all_rows else set()
+    samples = _beside(run.paths, samples_path_for, run_ids)
+    if samples.empty or "adapter_rank" not in samples:
+        return pd.DataFrame()
+    samples = samples[samples["adapter_rank"].notna()].copy()
+    samples["engine"] = samples["engine_id"].astype(str).str.replace(r"-build\d+$", "", regex=True)
+    samples["adapter_rank"] = samples["adapter_rank"].astype(int)
+    return samples.groupby(["scenario", "engine", "adapter_rank"])[["ttft_ms", "decode_ms"]].median()
 
 
 def find_runs(results_dir: Path, commit_prefix: str, *, all_runs: bool = False) -> list[Path]:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from lorabench.compare.analysis import IMPROVED, NOT_SIGNIFICANT, REGRESSED, TOO_FEW, WITHIN, Comparison, Finding
-from lorabench.compare.load import METRICS
+from lorabench.compare.load import METRICS, rank_medians
 from lorabench.schema import engine_name
 
 
@@ -22,7 +22,10 @@ def case_label(case: dict[str, str]) -> str:
             f"{case['scenario']} {lora} {case['trace_suite']} n{case['trace_num_adapters']} "
             f"a{case['trace_alpha']} cv{case['trace_cv']} r{case['trace_rate']}"
         )
-    return f"{case['scenario']} {lora} bs{case['batch_size']} in{case['input_len']} out{case['output_len']}"
+    where = "".join(
+        f" {prefix}{case[column]}" for column, prefix in (("tier", ""), ("working_set", "ws")) if case.get(column)
+    )
+    return f"{case['scenario']} {lora}{where} bs{case['batch_size']} in{case['input_len']} out{case['output_len']}"
 
 
 def _ordered(comparison: Comparison) -> list[tuple[str, list[Finding]]]:
@@ -91,6 +94,13 @@ def _summary_line(c: Comparison) -> str:
     )
 
 
+def _digest_lines(c: Comparison) -> list[str]:
+    return [
+        f"OUTPUT CHANGED: adapter {adapter} ({model}) answers the greedy probe differently: {b} -> {n}"
+        for model, adapter, b, n in c.digest_changes
+    ]
+
+
 def _unmatched(c: Comparison) -> list[str]:
     lines = []
     for side, cases in (("base", c.only_base), ("new", c.only_new)):
@@ -103,7 +113,7 @@ def render_text(c: Comparison) -> str:
     lines = _preamble(c)
     for workload, findings in _ordered(c):
         lines += ["", f"workload: {workload}", *_table([_cells(f) for f in findings])]
-    lines += ["", *_unmatched(c), _summary_line(c)]
+    lines += ["", *_unmatched(c), *_digest_lines(c), _summary_line(c)]
     return "\n".join(lines)
 
 
@@ -136,9 +146,26 @@ def render_json(c: Comparison) -> str:
             "only_base": c.only_base,
             "only_new": c.only_new,
             "regressions": len(c.regressions),
+            "digest_changes": [dict(zip(("model", "adapter", "base", "new"), d)) for d in c.digest_changes],
         },
         indent=2,
     )
+
+
+def render_by_rank(c: Comparison) -> str:
+    """Median TTFT and decode per scenario, engine configuration and adapter rank, base and new."""
+    base, new = rank_medians(c.base), rank_medians(c.new)
+    if base.empty or new.empty:
+        return "by adapter rank: the samples files beside the result files carry no adapter_rank"
+    both = base.join(new, lsuffix="_base", rsuffix="_new", how="inner")
+    lines = ["by adapter rank (median over LoRA requests):"]
+    for (scenario, engine, rank), row in both.iterrows():
+        lines.append(
+            f"  {scenario} {engine} rank {rank}: ttft {row.ttft_ms_base:.1f} -> {row.ttft_ms_new:.1f} ms "
+            f"({row.ttft_ms_new / row.ttft_ms_base:.3f}), decode {row.decode_ms_base:.2f} -> "
+            f"{row.decode_ms_new:.2f} ms ({row.decode_ms_new / row.decode_ms_base:.3f})"
+        )
+    return "\n".join(lines)
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "json": render_json}

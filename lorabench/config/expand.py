@@ -16,6 +16,7 @@ from lorabench.adapters import Adapter
 from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix
 from lorabench.schema import engine_id, engine_name
 from lorabench.trace import TraceParams
+from lorabench.workload import Shape
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class EngineSpec:
             "max_lora_rank": self.max_lora_rank,
             "max_cpu_loras": self.max_cpu_loras,
         }
+
+
+def shape_of(file: ConfigFile) -> Shape:
+    return Shape(skew_alpha=file.matrix.skew_alpha, base_share=file.matrix.mixed_base_share)
 
 
 def as_list(value: Any) -> list[Any]:
@@ -115,12 +120,14 @@ class BenchConfig:
         kwargs: dict[str, Any] = {"model": str(self.model), "seed": self.matrix.seed}
         if self.tokenizer is not None:
             kwargs["tokenizer"] = str(self.tokenizer)
-        if self.is_builtin_model:
-            kwargs["load_format"] = "dummy"
         kwargs.update({k: v for k, v in self.file.engine.model_dump().items() if k not in LORA_KEYS})
         kwargs.update(spec.lora_kwargs())
         kwargs.update(disable_log_stats=False, enable_prefix_caching=False)
         return kwargs
+
+    @property
+    def shape(self) -> Shape:
+        return shape_of(self.file)
 
     @property
     def devices_per_engine(self) -> int:

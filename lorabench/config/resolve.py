@@ -12,11 +12,12 @@ import csv
 import difflib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from lorabench import builtin
 from lorabench.adapters import Adapter, read_adapters_file, read_rank
-from lorabench.config.expand import BenchConfig, as_list
+from lorabench.config.expand import BenchConfig, as_list, shape_of
 from lorabench.config.read import ConfigError, read_json
 from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters
 from lorabench.schema import COLUMNS, SAMPLE_COLUMNS, samples_path_for
@@ -177,12 +178,13 @@ def _check_adapters(path: Path, parsed: ConfigFile, adapters: list[Adapter], nee
         return [
             f"{path}: field 'adapters': no adapters, but multi-LoRA cases were selected: add adapters or run -k no_lora"
         ]
-    for adapter in adapters:
+    for i, adapter in enumerate(adapters):
         try:
             rank = read_rank(adapter.path)
         except ValueError as exc:
             problems.append(f"{path}: adapter '{adapter.name}': {exc}")
             continue
+        adapters[i] = replace(adapter, rank=rank)
         for max_rank in as_list(parsed.engine.max_lora_rank):
             if rank > max_rank:
                 problems.append(
@@ -191,13 +193,18 @@ def _check_adapters(path: Path, parsed: ConfigFile, adapters: list[Adapter], nee
                 )
     biggest = max(parsed.matrix.batch_sizes)
     for workload in parsed.matrix.workloads if needs_lora else ():
-        need = pool_size(workload, biggest)
+        need = pool_size(workload, biggest, shape_of(parsed))
         if len(adapters) < need:
             problems.append(
                 f"{path}: field 'matrix.batch_sizes': the '{workload}' workload needs {need} adapters "
                 f"at batch size {biggest}, but only {len(adapters)} are configured: "
                 "add adapters or lower the batch size"
             )
+    if parsed.working_set and needs_lora and max(parsed.working_set.sizes) > len(adapters):
+        problems.append(
+            f"{path}: field 'working_set.sizes' has bad value {max(parsed.working_set.sizes)}: only "
+            f"{len(adapters)} adapters are configured: add adapters or lower it"
+        )
     return problems
 
 

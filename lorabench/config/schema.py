@@ -19,8 +19,8 @@ from pydantic import (
     field_validator,
 )
 
-WORKLOADS = ("distinct", "uniform", "identical")
-Workload = Literal["distinct", "uniform", "identical"]
+WORKLOADS = ("distinct", "uniform", "skewed", "identical", "mixed")
+Workload = Literal["distinct", "uniform", "skewed", "identical", "mixed"]
 DeviceType = Literal["cpu", "cuda", "npu"]
 # vLLM rejects any other value of max_lora_rank when the engine starts.
 LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
@@ -70,6 +70,10 @@ class Matrix(_Strict):
     # `lorabench compare` needs at least two a side to tell that noise from a change.
     builds: PositiveInt = 2
     seed: int = 0
+    # The Zipf exponent of the skewed workload (Punica's default).
+    skew_alpha: PositiveFloat = 1.5
+    # The share of base-model requests (no adapter) in a mixed batch.
+    mixed_base_share: float = Field(default=0.5, gt=0, lt=1)
 
     @field_validator("batch_sizes", "workloads")
     @classmethod
@@ -127,6 +131,28 @@ class Online(_Strict):
     drain_timeout_s: PositiveFloat = 60.0
 
 
+class Residency(_Strict):
+    """Requests whose adapter sits in a device slot, in the CPU cache, or on disk."""
+
+    # Timed requests per tier, each served alone.
+    requests: PositiveInt = 6
+
+
+class WorkingSet(_Strict):
+    """Requests cycling through W adapters, for each W in ``sizes``."""
+
+    sizes: list[PositiveInt] = Field(min_length=1)
+    # Timed requests per size: ``cycles`` times through the set, and at least ``min_requests``.
+    cycles: PositiveInt = 2
+    min_requests: PositiveInt = 8
+    output_len: int = Field(default=8, ge=2)
+
+    @field_validator("sizes")
+    @classmethod
+    def _no_repeats(cls, value: Any) -> Any:
+        return _unique(value)
+
+
 class ConfigFile(_Strict):
     """The JSON document as written; paths are still relative to its folder."""
 
@@ -141,3 +167,5 @@ class ConfigFile(_Strict):
     env: dict[str, str | int | float] = {}
     matrix: Matrix
     online: Online | None = None
+    residency: Residency | None = None
+    working_set: WorkingSet | None = None

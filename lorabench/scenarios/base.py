@@ -33,6 +33,8 @@ class Outcome:
     samples: list[Sample]
     adapter_load_s: float
     extra_info: dict[str, Any] = field(default_factory=dict)
+    # Outputs of this case whose digest differs from their adapter's reference (residency tiers).
+    digest_mismatches: int = 0
 
 
 class Scenario:
@@ -41,13 +43,16 @@ class Scenario:
     ``name`` is what ``@pytest.mark.scenario(NAME)`` names; ``with_lora_off`` adds the
     engine with LoRA disabled to the LoRA configurations it runs on; ``needs_adapters``
     says whether the config must list adapters; ``columns`` are the optional result
-    columns its rows fill (``lorabench.schema.check_row`` holds it to that).
+    columns its rows fill, ``maybe_columns`` those some of its rows fill
+    (``lorabench.schema.check_row`` holds it to that).
     """
 
     name: str = ""
     with_lora_off: bool = False
     needs_adapters: bool = True
     columns: frozenset[str] = frozenset()
+    # Optional columns only some of its cases fill (the mixed workload's base/LoRA split).
+    maybe_columns: frozenset[str] = frozenset()
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         """The test arguments besides ``engine``, from the config."""

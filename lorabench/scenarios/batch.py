@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from lorabench.measure import measure_round, summarize
 from lorabench.scenarios.base import Outcome, Parametrization
-from lorabench.schema import PER_REQUEST_METRICS, PERCENTILES
-from lorabench.workload import build_batch
+from lorabench.schema import PER_REQUEST_METRICS, PERCENTILES, Sample
+from lorabench.workload import Batch, build_batch
 
 if TYPE_CHECKING:
     from lorabench.case import BenchCase
@@ -23,6 +23,8 @@ METRIC_COLUMNS = frozenset(
     col for name in (*PER_REQUEST_METRICS, "e2e_ms") for col in (name, *(f"{name}_p{p}" for p in PERCENTILES))
 ) | {"output_tokens_per_s"}
 COLUMNS = METRIC_COLUMNS | {"batch_size", "input_len", "output_len"}
+OVERHEAD_COLUMNS = frozenset({"baseline_e2e_ms", "lora_overhead"})
+MIXED_COLUMNS = frozenset({"base_share", "base_ttft_ms", "lora_ttft_ms", "base_decode_ms", "lora_decode_ms"})
 
 
 def batch_sizes(file: ConfigFile) -> Parametrization:
@@ -30,10 +32,9 @@ def batch_sizes(file: ConfigFile) -> Parametrization:
     return Parametrization("batch_size", sizes, [f"bs{b}" for b in sizes])
 
 
-def run_batch(case: BenchCase, engine: Engine, batch_size: int, workload: str | None) -> Outcome:
-    """``workload=None``: the same batch with no adapter."""
+def _batch(case: BenchCase, engine: Engine, batch_size: int, workload: str | None) -> Batch:
     m = case.config.matrix
-    batch = build_batch(
+    return build_batch(
         workload,
         batch_size,
         adapters=case.config.adapters,
@@ -41,7 +42,42 @@ def run_batch(case: BenchCase, engine: Engine, batch_size: int, workload: str | 
         input_len=m.input_len,
         vocab_size=engine.vocab_size,
         seed=m.seed,
+        shape=case.config.shape,
     )
+
+
+def baseline_e2e_ms(case: BenchCase, engine: Engine, batch_size: int) -> float:
+    """The mean e2e of the same batch with no adapter, on this build, over the case's rounds;
+    measured once per build and batch size, the first time a multi-LoRA case needs it."""
+    key = ("baseline_e2e_ms", batch_size)
+    if key not in engine.memo:
+        m = case.config.matrix
+        batch = _batch(case, engine, batch_size, None)
+        prompts, adapters = [r.prompt for r in batch.requests], [None] * batch_size
+        times = []
+        for _ in range(m.warmup_rounds + m.rounds):
+            start = time.perf_counter()
+            engine.generate(prompts, adapters, m.output_len)
+            times.append((time.perf_counter() - start) * 1000.0)
+        engine.memo[key] = sum(times[m.warmup_rounds :]) / m.rounds
+    return engine.memo[key]
+
+
+def split_by_adapter(samples: list[Sample]) -> dict[str, float]:
+    """Mean TTFT and decode of base-model and of LoRA requests, apart (mixed batches)."""
+    base = [s for s in samples if s.adapter_rank is None]
+    lora = [s for s in samples if s.adapter_rank is not None]
+    out = {"base_share": len(base) / len(samples)}
+    for prefix, group in (("base", base), ("lora", lora)):
+        for metric in ("ttft_ms", "decode_ms"):
+            out[f"{prefix}_{metric}"] = sum(getattr(s, metric) for s in group) / len(group)
+    return out
+
+
+def run_batch(case: BenchCase, engine: Engine, batch_size: int, workload: str | None) -> Outcome:
+    """``workload=None``: the same batch with no adapter."""
+    m = case.config.matrix
+    batch = _batch(case, engine, batch_size, workload)
     prompts = [r.prompt for r in batch.requests]
     adapters = [r.adapter for r in batch.requests]
     raw: list[tuple[float, list[Any]]] = []
@@ -74,4 +110,9 @@ def run_batch(case: BenchCase, engine: Engine, batch_size: int, workload: str | 
         **metrics,
     }
     samples = [s for rnd in measured for s in rnd.requests]
+    if workload is not None:
+        baseline = case.on_engine(engine, lambda: baseline_e2e_ms(case, engine, batch_size))
+        fields.update(baseline_e2e_ms=baseline, lora_overhead=metrics["e2e_ms"] / baseline)
+    if workload == "mixed":
+        fields.update(split_by_adapter(samples))
     return Outcome(fields, samples, load_s, extra_info=metrics)

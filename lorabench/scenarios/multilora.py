@@ -1,12 +1,13 @@
-"""``multilora``: every request of the batch names an adapter, chosen by the workload
-(distinct, uniform or identical adapters across the batch)."""
+"""``multilora``: the requests of a batch name adapters, chosen by the workload
+(distinct, uniform, skewed, identical, or mixed with base-model requests). Each row
+also carries its overhead against the same batch with no adapter on the same build."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from lorabench.scenarios.base import Outcome, Parametrization, Scenario
-from lorabench.scenarios.batch import COLUMNS, batch_sizes, run_batch
+from lorabench.scenarios.batch import COLUMNS, MIXED_COLUMNS, OVERHEAD_COLUMNS, batch_sizes, run_batch
 
 if TYPE_CHECKING:
     from lorabench.case import BenchCase
@@ -16,7 +17,8 @@ if TYPE_CHECKING:
 
 class MultiLora(Scenario):
     name = "multilora"
-    columns = COLUMNS
+    columns = COLUMNS | OVERHEAD_COLUMNS
+    maybe_columns = MIXED_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         workloads = file.matrix.workloads

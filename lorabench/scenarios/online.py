@@ -101,7 +101,12 @@ class Online(Scenario):
             "trace_seed": p.seed,
             **metrics,
         }
-        return Outcome(fields, replay.samples(records), load_s, extra_info={**metrics, "per_adapter": per_adapter})
+        return Outcome(
+            fields,
+            replay.samples(records, {a.name: a.rank for a in adapters.values()}),
+            load_s,
+            extra_info={**metrics, "per_adapter": per_adapter},
+        )
 
 
 SCENARIO = Online()

@@ -1,0 +1,91 @@
+"""``working_set``: requests cycling through W adapters, for each W of ``working_set.sizes``,
+so the cliffs at ``max_loras`` (adapters that share a step) and at ``max_cpu_loras``
+(adapters the CPU cache holds) show in throughput and TTFT.
+
+The engine starts each size cold (every adapter removed), serves the W adapters once,
+untimed, then sends the timed requests in waves of ``max_loras`` (request i uses adapter
+i mod W), one wave after the other. Before each wave, vLLM's own list of cached adapters
+(``list_loras``, outside the timing) says which of the wave's requests have to load
+their adapter from disk: ``load_share`` is their share of all timed requests. Below
+``max_cpu_loras`` it is 0; past it, the cache evicts each adapter before its next turn.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from lorabench.measure import RoundSample, measure_round, summarize
+from lorabench.scenarios.base import Outcome, Parametrization, Scenario
+from lorabench.scenarios.batch import METRIC_COLUMNS
+from lorabench.workload import Batch, Request, synthetic_prompt
+
+if TYPE_CHECKING:
+    from lorabench.adapters import Adapter
+    from lorabench.case import BenchCase
+    from lorabench.config import ConfigFile
+    from lorabench.engine import Engine
+
+DEFAULT_INPUT_LEN = 32
+
+
+class WorkingSet(Scenario):
+    name = "working_set"
+    columns = METRIC_COLUMNS | {"batch_size", "input_len", "output_len", "working_set", "load_share"}
+
+    def parametrize(self, file: ConfigFile) -> list[Parametrization]:
+        if file.working_set is None:
+            return [Parametrization("working_set", [None], ["no-sweep"], skip_reason="the config has no 'working_set'")]
+        sizes = file.working_set.sizes
+        return [Parametrization("working_set", sizes, [f"ws{w}" for w in sizes])]
+
+    def run(self, case: BenchCase, engine: Engine, *, working_set: int) -> Outcome:  # type: ignore[override]
+        sweep, m = case.config.file.working_set, case.config.matrix
+        pool = list(case.config.adapters[:working_set])
+        wave = engine.spec.max_loras
+        count = -(-max(sweep.cycles * working_set, sweep.min_requests) // wave) * wave
+        input_len = m.input_len or DEFAULT_INPUT_LEN
+        prompts = [synthetic_prompt(i, input_len, engine.vocab_size, m.seed) for i in range(wave)]
+        rounds: list[RoundSample] = []
+        loads = 0
+
+        def measure() -> None:
+            nonlocal loads
+            by_name = {a.name: a for a in case.config.adapters}
+            for name in engine.cached_adapters():
+                engine.remove_adapter(by_name[name])
+            for start in range(0, working_set, wave):
+                chunk = pool[start : start + wave]
+                engine.generate(prompts[: len(chunk)], chunk, 2)
+            for w, first in enumerate(range(working_set, working_set + count, wave)):
+                adapters = [pool[i % working_set] for i in range(first, first + wave)]
+                cached = engine.cached_adapters()
+                loads += sum(a.name not in cached for a in adapters)
+                rounds.append(_timed_wave(engine, w, prompts, adapters, sweep.output_len))
+
+        case.on_engine(engine, lambda: case.benchmark.pedantic(measure, rounds=1, warmup_rounds=0, iterations=1))
+        metrics = summarize(rounds)
+        fields: dict[str, Any] = {
+            "workload": "cycle",
+            "working_set": working_set,
+            "load_share": loads / count,
+            "batch_size": wave,
+            "input_len": input_len,
+            "output_len": sweep.output_len,
+            "num_adapters": working_set,
+            "rounds": len(rounds),
+            "warmup_rounds": 0,
+            **metrics,
+        }
+        samples = [s for r in rounds for s in r.requests]
+        return Outcome(fields, samples, 0.0, extra_info={**metrics, "load_share": fields["load_share"]})
+
+
+def _timed_wave(engine: Engine, index: int, prompts: list, adapters: list[Adapter], output_len: int) -> RoundSample:
+    batch = Batch(tuple(Request(p, a) for p, a in zip(prompts, adapters)), tuple(adapters))
+    start = time.perf_counter()
+    outputs = engine.generate(prompts, adapters, output_len)
+    return measure_round(index, time.perf_counter() - start, outputs, batch, output_len)
+
+
+SCENARIO = WorkingSet()

@@ -1,0 +1,103 @@
+"""The multi-LoRA scenarios on real CPU engines: residency tiers, working sets, skewed and
+mixed batches, LoRA overhead, adapter ranks and the output digests."""
+
+import pandas as pd
+import pytest
+
+from lorabench import cli
+from tests.helpers import ROOT
+
+pytestmark = pytest.mark.engine
+
+MODULES = ("test_multilora.py", "test_multilora_residency.py", "test_multilora_working_set.py")
+
+
+def result_files(folder):
+    (csv,) = [p for p in folder.glob("*.csv") if p.name.count(".") == 1]
+    return csv, pd.read_csv(csv), pd.read_csv(csv.with_name(csv.stem + ".samples.csv"))
+
+
+def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_path):
+    for name in MODULES:
+        pytester.makepyfile(**{name[:-3]: (ROOT / "bench" / name).read_text()})
+    path = tiny_config(
+        engine={"max_loras": 1, "max_lora_rank": 16, "max_cpu_loras": 2, "max_model_len": 128, "max_num_seqs": 8},
+        matrix={"batch_sizes": [4], "workloads": ["skewed", "mixed"], "input_len": 16, "output_len": 4, "rounds": 1},
+        residency={"requests": 3},
+        working_set={"sizes": [1, 2, 3], "cycles": 1, "min_requests": 2},
+    )
+    result = pytester.runpytest_subprocess("--bench-config", str(path), "-p", "no:cacheprovider", timeout=600)
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["by adapter rank: rank 8: ttft p50 * ms, decode p50 * ms (* requests); rank 16: *"])
+    csv, rows, samples = result_files(tmp_path / "results")
+
+    batch = rows[rows.scenario == "multilora"].set_index("workload")
+    assert (batch["lora_overhead"] > 0).all() and (batch["baseline_e2e_ms"] > 0).all()
+    assert batch.at["skewed", "num_adapters"] == 3, "batch 4 at alpha 1.5: groups of 2, 1, 1"
+    assert batch.at["mixed", "base_share"] == 0.5 and batch.at["mixed", "base_ttft_ms"] > 0
+    assert pd.isna(batch.at["skewed", "base_ttft_ms"])
+
+    tiers = rows[rows.scenario == "residency"].set_index("tier")
+    assert sorted(tiers.index) == ["cpu", "disk", "slot"]
+    assert (tiers["rounds"] == 3).all() and (tiers["ttft_ms_p50"] > 0).all()
+    assert tiers["disk_load_ms"].notna().tolist() == [t == "disk" for t in tiers.index]
+
+    sweep = rows[rows.scenario == "working_set"].set_index("working_set")
+    assert sweep["load_share"].to_dict() == {1: 0.0, 2: 0.0, 3: 1.0}, "past max_cpu_loras=2 every request loads"
+    assert (sweep["output_tokens_per_s"] > 0).all()
+
+    assert rows["digest_mismatches"].eq(0).all(), "the same adapter answers the same everywhere"
+    digests = pd.read_csv(csv.with_name(csv.stem + ".digests.csv"), dtype=str)
+    assert sorted(digests["adapter"].unique()) == sorted(f"dummy-lora-rank-{r}-{i}" for i in (0, 1) for r in (8, 16))
+    assert (digests["digest"] != digests["base_digest"]).all()
+    assert set(samples["adapter_rank"].dropna()) == {8, 16}
+    mixed = samples[(samples.scenario == "multilora") & (samples.workload == "mixed")]
+    assert mixed["adapter_rank"].isna().sum() == 2, "the mixed batch's base-model requests have no rank"
+
+
+def test_an_adapter_whose_weights_changed_between_runs_is_flagged(pytester, tiny_config, tmp_path):
+    pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
+
+    def run(seed, *args):
+        assert (
+            cli.main(
+                [
+                    "adapters",
+                    "generate",
+                    "--base",
+                    "builtin:tiny-llama",
+                    "--out",
+                    str(tmp_path / "loras"),
+                    "--count",
+                    "2",
+                    "--ranks",
+                    "8",
+                    "--target-modules",
+                    "q_proj,v_proj",
+                    "--seed",
+                    str(seed),
+                ]
+            )
+            == 0
+        )
+        path = tiny_config(
+            adapters=str(tmp_path / "loras" / "adapters.json"),
+            engine={"max_loras": 1, "max_lora_rank": 8, "max_cpu_loras": 2, "max_model_len": 128},
+            matrix={"batch_sizes": [1], "workloads": ["identical"], "input_len": 8, "output_len": 2, "rounds": 1},
+        )
+        out = tmp_path / f"run{seed}.csv"
+        return out, pytester.runpytest_subprocess(
+            "--bench-config", str(path), "-p", "no:cacheprovider", "--bench-output", str(out), *args, timeout=300
+        )
+
+    first, result = run(0)
+    result.assert_outcomes(passed=1)
+    _, result = run(1, "--bench-compare", str(first), "--bench-compare-fail")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "OUTPUT CHANGED: adapter dummy-lora-rank-8-0 (builtin:tiny-llama) answers the greedy probe differently: *",
+            "0 regressions, 2 changed adapter outputs: the session fails (--bench-compare-fail)",
+        ]
+    )
