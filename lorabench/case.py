@@ -32,6 +32,8 @@ class BenchCase:
     scenario: Scenario
     test_id: str
     digests: DigestBook
+    # Writes a line to the terminal while the case runs (progress of a long replay).
+    progress: Callable[[str], None] | None = None
 
     def on_engine(self, engine: Engine, work: Callable[[], float]) -> float:
         """Run ``work`` on ``engine``. A dead engine fails this case with the reason, and

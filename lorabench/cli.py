@@ -86,7 +86,24 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"plot: {args.plot}", file=sys.stderr)
     if args.by_rank:
         print(cmp.render_by_rank(result))
+    if args.report:
+        from lorabench.report.comparison import write_comparison_report
+
+        print(f"report: {write_comparison_report(result, Path(args.report))}", file=sys.stderr)
     return 1 if result.failed else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from lorabench.compare import CompareError
+    from lorabench.report import write_report
+
+    try:
+        page = write_report([Path(p) for p in args.results], Path(args.out))
+    except CompareError as exc:
+        print(f"lorabench report: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {page}")
+    return 0
 
 
 def _range(text: str) -> tuple[int, int]:
@@ -146,7 +163,7 @@ def _trace_stats(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lorabench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_adapters, _add_compare, _add_trace):
+    for add in (_add_adapters, _add_compare, _add_report, _add_trace):
         add(commands)
     return parser
 
@@ -187,10 +204,20 @@ def _add_compare(commands: Any) -> None:
     add_compare_arguments(comp.add_argument)
     comp.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     comp.add_argument("--plot", metavar="FILE.png", help="also draw the new/base ratio of every case")
+    comp.add_argument("--report", metavar="DIR", help="also write the comparison as a page: DIR/index.html")
     comp.add_argument(
         "--by-rank", action="store_true", help="also compare median TTFT and decode per adapter rank (from the samples)"
     )
     comp.set_defaults(func=_compare)
+
+
+def _add_report(commands: Any) -> None:
+    report = commands.add_parser(
+        "report", help="draw result files as a page of figures: DIR/index.html; exit 2 on bad input"
+    )
+    report.add_argument("results", nargs="+", help="result CSV files, one run each, drawn side by side")
+    report.add_argument("--out", required=True, help="folder for index.html and its PNG figures")
+    report.set_defaults(func=_report)
 
 
 def _add_trace(commands: Any) -> None:

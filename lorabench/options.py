@@ -82,6 +82,12 @@ OPTIONS = {
         Option("bench_compare_fail", "fail the session when --bench-compare finds a regression", flag=True),
         Option("bench_compare_threshold", THRESHOLD_HELP, "[METRIC=]PCT", repeat=True),
         Option("bench_compare_alpha", ALPHA_HELP, "ALPHA", convert=_alpha),
+        Option(
+            "bench_report",
+            "at the end, draw this run's results as a page of figures in DIR/index.html",
+            "DIR",
+            path=True,
+        ),
     )
 }
 

@@ -26,6 +26,7 @@ from lorabench.config import ConfigError, engine_specs, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform, detect_platform
 from lorabench.engine import Engine, EngineBuildError
 from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
+from lorabench.progress import RunProgress
 from lorabench.results import ResultWriter, format_rank_summary, format_summary, provenance
 from lorabench.scenarios import SCENARIOS, Scenario
 from lorabench.session import STATE, BenchState
@@ -121,6 +122,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         state.config = resolve_config(state.config_path, state.file, needs_lora=needs_lora, output=state.output)
     except ConfigError as exc:
         raise _usage_error(exc.problems) from None
+    state.progress = _run_progress(runnable)
+    _say(config, state.progress.first_guess())
+
+
+def _run_progress(items: list[pytest.Item]) -> RunProgress:
+    params = [item.callspec.params for item in items]
+    traces = sum(p["online_case"].params.duration for p in params if p.get("online_case") is not None)
+    return RunProgress(builds=len({p[ENGINE_FIXTURE] for p in params}), cases=len(items), trace_s=traces)
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """A line on the terminal now, whatever pytest captures (progress of a long run)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.ensure_newline()
+        reporter.write_line(line)
 
 
 def _usage_error(problems: list[str]) -> pytest.UsageError:
@@ -147,8 +164,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     state = config.stash[STATE]
+    if state.writer is None or state.writer.path is None:
+        return
+    report = options.value(config, "bench_report")
+    if report:
+        from lorabench.report import write_report
+
+        state.report = write_report([state.writer.path], Path(report), title=f"lorabench run {state.writer.path.stem}")
     base = options.value(config, "bench_compare")
-    if not base or state.writer is None or state.writer.path is None:
+    if not base:
         return
     fail = options.value(config, "bench_compare_fail")
     try:
@@ -216,6 +240,8 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         except DeviceNotReleased as exc:
             state.unreleased = f"the device memory of {spec.id} was not released: {exc}"
         state.rss_after_teardown.append((spec.id, tree_rss_bytes() / MIB))
+        if state.progress is not None:
+            _say(request.config, state.progress.build_done())
 
 
 @pytest.fixture
@@ -230,6 +256,7 @@ def lorabench(request: pytest.FixtureRequest, benchmark: Any) -> BenchCase:
         scenario=_scenario(request.node),
         test_id=request.node.nodeid,
         digests=state.digests,
+        progress=lambda line: _say(request.config, line),
     )
 
 
@@ -255,6 +282,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         if state.writer.by_rank:
             lines.append(format_rank_summary(state.writer.by_rank))
         lines += [f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
+    if state.report is not None:
+        lines.append(f"report: {state.report}")
     for title, section in (("lorabench", lines), ("lorabench compare", state.comparison)):
         if section:
             terminalreporter.write_sep("=", title)

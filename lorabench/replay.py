@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -72,8 +72,12 @@ async def replay(
     *,
     seed: int = 0,
     drain_timeout_s: float = 60.0,
+    progress: Callable[[int, int, float | None], None] | None = None,
 ) -> list[ReplayedRequest]:
     """Send ``requests`` to ``engine`` on schedule, each with the adapter its trace names.
+
+    ``progress(sent, finished, elapsed_s)`` is called after each send, outside the timings,
+    and with ``elapsed_s=None`` once everything is sent.
 
     After the last arrival, requests still running get ``drain_timeout_s`` to finish;
     the rest are aborted and reported unfinished.
@@ -101,6 +105,10 @@ async def replay(
         if delay > 0:
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(serve(record, prompt)))
+        if progress is not None:
+            progress(len(tasks), sum(r.finished for r in records), time.perf_counter() - start)
+    if progress is not None and records:
+        progress(len(tasks), sum(r.finished for r in records), None)
     if tasks:
         _, pending = await asyncio.wait(tasks, timeout=drain_timeout_s)
         for task in pending:

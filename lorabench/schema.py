@@ -168,6 +168,11 @@ def _names(record: type, test: Any = lambda f: True) -> tuple[str, ...]:
 
 COLUMNS = _names(ResultRow)
 OPTIONAL_COLUMNS = frozenset(_names(ResultRow, lambda f: f.default is not MISSING))
+PROVENANCE_COLUMNS = _names(ResultRow, lambda f: f.metadata["group"] == PROVENANCE)
+# Provenance that should match between runs compared: the machine and its software stack.
+STACK_COLUMNS = tuple(
+    c for c in PROVENANCE_COLUMNS if c not in ("timestamp", "run_id", "git_commit", "git_dirty", "model")
+)
 # What identifies a case across runs: compare matches rows on it.
 CASE_KEY = _names(ResultRow, lambda f: f.metadata["key"])
 # What identifies an engine configuration (one build of it is one engine).

@@ -11,6 +11,7 @@ import pytest
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file
 from lorabench.correctness import DigestBook
 from lorabench.device import Platform
+from lorabench.progress import RunProgress
 from lorabench.results import ResultWriter
 
 
@@ -34,6 +35,8 @@ class BenchState:
     # would run on a partly held device, so they fail with this reason instead.
     unreleased: str | None = None
     digests: DigestBook = field(default_factory=DigestBook)
+    report: Path | None = None  # the page --bench-report wrote
+    progress: RunProgress | None = None
 
     def read_file(self) -> ConfigFile | None:
         """The parsed config file, read once; problems are kept for the usage error."""

@@ -389,3 +389,13 @@ def test_lora_overhead_is_compared_and_can_be_gated_on(tmp_path):
     assert overhead and set(overhead.values()) == {REGRESSED}
     assert not any(k[3] == "lora_overhead" and k[0] == "none" for k in found), "no-LoRA rows carry no overhead"
     assert run_cli(base, new, "--threshold", "lora_overhead=100%") == 0
+
+
+def test_the_comparison_as_a_page(tmp_path, capsys):
+    base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
+    edit_run(new, scale("decode_ms", 1.5))
+    assert run_cli(base, new, "--report", tmp_path / "cmp") == 1
+    page = (tmp_path / "cmp" / "index.html").read_text()
+    assert (tmp_path / "cmp" / "ratios.png").stat().st_size > 0 and "src='ratios.png'" in page
+    assert page.count("<tr class='regressed'>") == 12, "every regressed case-metric, marked"
+    assert "noise between engine builds" in page

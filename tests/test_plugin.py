@@ -26,9 +26,19 @@ def test_options_and_ini_twins_are_registered(pytester):
             "*--bench-config=PATH*",
             "*--bench-output=PATH*",
             "*--bench-builds=N*",
+            "*--bench-compare=BASE*",
+            "*--bench-compare-fail*",
+            "*--bench-compare-threshold=*",
+            "*--bench-compare-alpha=ALPHA*",
+            "*--bench-report=DIR*",
             "*bench_config*",
             "*bench_output*",
             "*bench_builds*",
+            "*bench_compare*",
+            "*bench_compare_fail*",
+            "*bench_compare_threshold*",
+            "*bench_compare_alpha*",
+            "*bench_report*",
         ]
     )
 
@@ -334,6 +344,8 @@ def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
         },
     )
     result = pytester.runpytest_subprocess(
+        "--bench-report",
+        str(tmp_path / "report"),
         "--bench-config",
         str(path),
         "-k",
@@ -345,7 +357,23 @@ def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
         timeout=300,
     )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["engine builds: 1 (loras2-rank16-cpu4-build0 *)"])
+    result.stdout.fnmatch_lines(
+        [
+            "lorabench: 1 engine builds, 1 cases, 5 s of online traces: about * (a first guess*",
+            "trace smoke-n4-a0.3-cv1-r4: 10% (* of 5 s): */* sent, * finished, about * s of arrivals to go",
+            "trace smoke-n4-a0.3-cv1-r4: 90% *",
+            "trace smoke-n4-a0.3-cv1-r4: all * requests sent, * finished; waiting for the rest",
+            "lorabench: 1 of 1 engine builds done, * elapsed, about 0 s to go",
+            "engine builds: 1 (loras2-rank16-cpu4-build0 *)",
+            f"report: {tmp_path / 'report' / 'index.html'}",
+        ]
+    )
+    # A report of a real run: the trace's figures from its samples, none of the batch ones.
+    assert {p.name for p in (tmp_path / "report").glob("*.png")} == {
+        "online_cdf.png",
+        "online_adapters.png",
+        "memory.png",
+    }
 
     (case,) = online_cases(read_config_file(path))
     expected = trace.generate(case.params, [f"dummy-lora-rank-{r}-{i}" for i, r in ((0, 8), (0, 16), (1, 8), (1, 16))])

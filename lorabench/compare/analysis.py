@@ -28,19 +28,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lorabench.compare.load import METRICS, CompareError, Run, case_of
+from lorabench.schema import STACK_COLUMNS
 
-PROVENANCE_CHECKED = (
-    "device_type",
-    "device_name",
-    "hostname",
-    "vllm_version",
-    "vllm_ascend_version",
-    "torch_version",
-    "torch_npu_version",
-    "toolkit_version",
-    "driver_version",
-    "firmware_version",
-)
+PROVENANCE_CHECKED = STACK_COLUMNS
 DEFAULT_THRESHOLD = 0.10
 DEFAULT_ALPHA = 0.05
 

@@ -100,7 +100,7 @@ def _load_one(path: Path) -> pd.DataFrame:
     try:
         rows = pd.read_csv(path)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise CompareError(f"{path}: not a CSV file ({exc})") from None
+        raise CompareError(f"{path}: not a CSV file ({' '.join(str(exc).split())})") from None
     missing = [c for c in (*REQUIRED_KEY, *CORE_METRICS, "timestamp") if c not in rows.columns]
     if missing:
         raise CompareError(f"{path}: not a lorabench result file: missing columns {', '.join(missing)}")
@@ -135,10 +135,10 @@ def load_run(paths: Path | Sequence[Path]) -> Run:
         {c: "mean" if c in METRICS else "last" for c in all_rows.columns if c != "_key"}
     )
     run_ids = set(all_rows["run_id"]) if "run_id" in all_rows else set()
-    return Run(paths, aggregated, all_rows, _beside(paths, digests_path_for, run_ids))
+    return Run(paths, aggregated, all_rows, beside(paths, digests_path_for, run_ids))
 
 
-def _beside(paths: list[Path], path_for: Callable[[Path], Path], run_ids: set[str]) -> pd.DataFrame:
+def beside(paths: list[Path], path_for: Callable[[Path], Path], run_ids: set[str]) -> pd.DataFrame:
     """The rows of the files beside ``paths`` (digests, samples) that belong to the runs read."""
     text = {"digest": str, "base_digest": str, "run_id": str}
     frames = [pd.read_csv(path_for(p), dtype=text) for p in paths if path_for(p).is_file()]
@@ -153,7 +153,7 @@ def rank_medians(run: Run) -> pd.DataFrame:
     """Median TTFT and decode per engine configuration and adapter rank, over the LoRA
     requests in the samples files beside the run's result files."""
     run_ids = set(run.all_rows["run_id"]) if "run_id" in run.all_rows else set()
-    samples = _beside(run.paths, samples_path_for, run_ids)
+    samples = beside(run.paths, samples_path_for, run_ids)
     if samples.empty or "adapter_rank" not in samples:
         return pd.DataFrame()
     samples = samples[samples["adapter_rank"].notna()].copy()

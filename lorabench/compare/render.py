@@ -48,7 +48,7 @@ MARKS = {
 }
 
 
-def _cells(f: Finding) -> list[str]:
+def cells(f: Finding) -> list[str]:
     p = "" if f.p_adjusted is None else f"{f.p_adjusted:.3g}"
     return [
         case_label(f.case),
@@ -71,7 +71,7 @@ def _table(rows: list[list[str]]) -> list[str]:
     return [fmt(HEADER), "  ".join("-" * w for w in widths), *(fmt(r).rstrip() for r in rows)]
 
 
-def _preamble(c: Comparison) -> list[str]:
+def preamble(c: Comparison) -> list[str]:
     lines = [
         f"base: {c.base.label}  commit {c.base.commit}",
         f"new:  {c.new.label}  commit {c.new.commit}",
@@ -110,18 +110,18 @@ def _unmatched(c: Comparison) -> list[str]:
 
 
 def render_text(c: Comparison) -> str:
-    lines = _preamble(c)
+    lines = preamble(c)
     for workload, findings in _ordered(c):
-        lines += ["", f"workload: {workload}", *_table([_cells(f) for f in findings])]
+        lines += ["", f"workload: {workload}", *_table([cells(f) for f in findings])]
     lines += ["", *_unmatched(c), *_digest_lines(c), _summary_line(c)]
     return "\n".join(lines)
 
 
 def render_markdown(c: Comparison) -> str:
-    lines = [f"- {line}" for line in _preamble(c)]
+    lines = [f"- {line}" for line in preamble(c)]
     for workload, findings in _ordered(c):
         lines += ["", f"### {workload}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-        lines += ["| " + " | ".join(_cells(f)) + " |" for f in findings]
+        lines += ["| " + " | ".join(cells(f)) + " |" for f in findings]
     lines += ["", *(f"- {u}" for u in _unmatched(c)), "", _summary_line(c)]
     return "\n".join(lines)
 

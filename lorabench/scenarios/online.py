@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from lorabench import replay, trace
 from lorabench.config.expand import online_cases
+from lorabench.progress import trace_reporter
 from lorabench.scenarios.base import Outcome, Parametrization, Scenario
 from lorabench.schema import PERCENTILES
 
@@ -72,7 +73,10 @@ class Online(Scenario):
         records: list[replay.ReplayedRequest] = []
 
         def one_replay() -> None:
-            coroutine = replay.replay(engine, requests, adapters, seed=p.seed, drain_timeout_s=online.drain_timeout_s)
+            report = trace_reporter(case.progress, online_case.id, p.duration, len(requests)) if case.progress else None
+            coroutine = replay.replay(
+                engine, requests, adapters, seed=p.seed, drain_timeout_s=online.drain_timeout_s, progress=report
+            )
             records[:] = engine.run(coroutine)
 
         def serve() -> float:
