@@ -12,6 +12,7 @@ The plugin is installed for every pytest run in the environment, so it stays ine
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from collections.abc import Iterator
@@ -135,8 +136,13 @@ def _run_progress(items: list[pytest.Item]) -> RunProgress:
 def _say(config: pytest.Config, line: str) -> None:
     """A line on the terminal now, whatever pytest captures (progress of a long run)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.ensure_newline()
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        # After a test's progress dot the line is not empty, whatever ensure_newline knows.
+        if reporter._tw.width_of_current_line:
+            reporter._tw.line()
         reporter.write_line(line)
 
 

@@ -12,6 +12,11 @@ from lorabench.schema import ResultRow, Sample
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def result_files(folder: Path) -> list[Path]:
+    """The result CSVs in ``folder``, without the samples and digests files beside them."""
+    return sorted(p for p in folder.glob("*.csv") if p.name.count(".") == 1)
+
+
 def write_json(path: Path, data: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
@@ -48,6 +53,8 @@ def make_row(**values: Any) -> ResultRow:
         "max_cpu_loras": 4,
         "rounds": 1,
         **{column: 1.5 for column in METRIC_COLUMNS},
+        "baseline_e2e_ms": 1.0,
+        "lora_overhead": 1.5,
         "warmup_rounds": 0,
         "engine_id": "loras2-rank16-cpu4-build0",
         "build": 0,
@@ -67,6 +74,7 @@ def make_sample(**values: Any) -> Sample:
         "round": 0,
         "request": 0,
         "adapter": "a",
+        "adapter_rank": 8,
         "prompt_tokens": 16,
         "output_tokens": 4,
         "queue_ms": 0.1,

@@ -79,7 +79,8 @@ def test_builtin_model_and_generated_adapters(tiny_config):
     ]
     assert all((a.path / "adapter_model.safetensors").is_file() for a in config.adapters)
     kwargs = config.llm_kwargs(EngineSpec(True, 2, 16, 4))
-    assert kwargs["load_format"] == "dummy"
+    # The built-in model ships real (random) weights, so vLLM loads them: no dummy loader.
+    assert "load_format" not in kwargs and (config.model / "model.safetensors").is_file()
     assert kwargs["disable_log_stats"] is False and kwargs["enable_prefix_caching"] is False
     assert (kwargs["max_loras"], kwargs["max_lora_rank"], kwargs["max_cpu_loras"]) == (2, 16, 4)
     assert config.llm_kwargs(EngineSpec(False))["enable_lora"] is False

@@ -14,11 +14,11 @@ import pytest
 
 from lorabench.results import ResultWriter
 from lorabench.schema import COLUMNS
-from tests.helpers import ROOT, make_row, make_sample
+from tests.helpers import ROOT, make_row, make_sample, result_files
 
 
 def _read_rows(results):
-    csvs = [p for p in results.glob("*.csv") if not p.name.endswith(".samples.csv")]
+    csvs = result_files(results)
     return (csvs[0], pd.read_csv(csvs[0])) if csvs else (None, None)
 
 

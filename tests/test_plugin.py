@@ -5,7 +5,7 @@ import os
 import pandas as pd
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, result_files
 
 BENCH_MODULES = ("test_no_lora.py", "test_multilora.py")
 
@@ -198,7 +198,7 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     for engine in ("lora-off", "loras1-rank16-cpu4", "loras2-rank16-cpu4"):
         assert out.count(f"{engine}-build0 ") >= 2  # in the build line and the summary table
 
-    (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
+    (csv,) = result_files(tmp_path / "results")
     rows = pd.read_csv(csv)
     assert len(rows) == 7
     assert sorted(rows["scenario"].value_counts().items()) == [("multilora", 4), ("no_lora", 3)]
@@ -288,10 +288,10 @@ def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config,
             "workload: identical",
             "*multilora loras1-rank16-cpu4 bs2 in16 out4  e2e_ms*REGRESSED*",
             "1 cases compared: 5 regressed, 0 improved*",
-            "* regressions: the session fails (--bench-compare-fail)",
+            "5 regressions, 0 changed adapter outputs: the session fails (--bench-compare-fail)",
         ]
     )
-    (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
+    (csv,) = result_files(tmp_path / "results")
     rows = pd.read_csv(csv)
     assert sorted(rows["build"]) == [0, 1]
     # The KV cache a configuration gets does not depend on the build.
@@ -377,7 +377,7 @@ def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
 
     (case,) = online_cases(read_config_file(path))
     expected = trace.generate(case.params, [f"dummy-lora-rank-{r}-{i}" for i, r in ((0, 8), (0, 16), (1, 8), (1, 16))])
-    (csv,) = [p for p in (tmp_path / "results").glob("*.csv") if not p.name.endswith(".samples.csv")]
+    (csv,) = result_files(tmp_path / "results")
     (row,) = pd.read_csv(csv).to_dict("records")
     assert row["scenario"] == "online" and row["trace_suite"] == "smoke" and row["trace_rate"] == 4
     assert row["unfinished"] == 0

@@ -5,15 +5,15 @@ import pandas as pd
 import pytest
 
 from lorabench import cli
-from tests.helpers import ROOT
+from tests.helpers import ROOT, result_files
 
 pytestmark = pytest.mark.engine
 
 MODULES = ("test_multilora.py", "test_multilora_residency.py", "test_multilora_working_set.py")
 
 
-def result_files(folder):
-    (csv,) = [p for p in folder.glob("*.csv") if p.name.count(".") == 1]
+def read_run(folder):
+    (csv,) = result_files(folder)
     return csv, pd.read_csv(csv), pd.read_csv(csv.with_name(csv.stem + ".samples.csv"))
 
 
@@ -29,7 +29,7 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     result = pytester.runpytest_subprocess("--bench-config", str(path), "-p", "no:cacheprovider", timeout=600)
     result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines(["by adapter rank: rank 8: ttft p50 * ms, decode p50 * ms (* requests); rank 16: *"])
-    csv, rows, samples = result_files(tmp_path / "results")
+    csv, rows, samples = read_run(tmp_path / "results")
 
     batch = rows[rows.scenario == "multilora"].set_index("workload")
     assert (batch["lora_overhead"] > 0).all() and (batch["baseline_e2e_ms"] > 0).all()
