@@ -16,6 +16,10 @@ import pytest
 GROUP = ("lorabench", "multi-LoRA benchmarks on vLLM")
 THRESHOLD_HELP = "smallest change that counts, default 10%%; repeat per metric, e.g. decode_ms=5%%"
 ALPHA_HELP = "significance level after adjustment: the chance that two same-code runs flag anything (default 0.05)"
+NOISE_FROM_HELP = (
+    "earlier runs of one commit (a folder of result CSVs, or A.csv,B.csv): when each side is one run, "
+    "the spread between them is a floor under the noise, so drift between runs is not called a change"
+)
 
 
 def _builds(text: str) -> int:
@@ -82,6 +86,7 @@ OPTIONS = {
         Option("bench_compare_fail", "fail the session when --bench-compare finds a regression", flag=True),
         Option("bench_compare_threshold", THRESHOLD_HELP, "[METRIC=]PCT", repeat=True),
         Option("bench_compare_alpha", ALPHA_HELP, "ALPHA", convert=_alpha),
+        Option("bench_compare_noise_from", NOISE_FROM_HELP, "RUNS", path=True),
         Option(
             "bench_report",
             "at the end, draw this run's results as a page of figures in DIR/index.html",
@@ -127,7 +132,10 @@ def value(config: pytest.Config, name: str) -> Any:
         raise pytest.UsageError(f"lorabench: {source}: {exc}") from None
 
 
-def add_compare_arguments(add: Callable[..., Any], prefix: str = "--") -> None:
-    """The comparison's options, for argparse (``lorabench compare``)."""
+def add_compare_arguments(add: Callable[..., Any], prefix: str = "--", runs: bool = True) -> None:
+    """The comparison's options, for argparse (``lorabench compare``; ``lorabench ab``, which
+    compares pairs, not runs, without ``runs``)."""
     add(f"{prefix}threshold", action="append", default=[], metavar="[METRIC=]PCT", help=THRESHOLD_HELP)
     add(f"{prefix}alpha", type=float, default=0.05, help=ALPHA_HELP)
+    if runs:
+        add(f"{prefix}noise-from", metavar="RUNS", help=NOISE_FROM_HELP)

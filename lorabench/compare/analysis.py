@@ -3,31 +3,41 @@
 Cases are matched on their key (model, device, scenario, workload, batch size,
 lengths, LoRA settings), never on file order or test id. A case-metric is a
 regression or an improvement only when its change passes the threshold *and* it is
-significant against the noise between engine builds.
+significant against the noise of the level the runs vary at.
 
-Why builds and not rounds: rounds within one engine build agree closely, but builds of
-the same code settle at speeds up to 20 % or more apart on a shared CPU, so a test on
-rounds calls that offset a change. The unit of the test is therefore one build of a
-case (its row). Each metric's build-to-build spread is pooled over all shared cases
-(in log space, as the noise is relative) with degrees of freedom counted per engine
-build, not per case, since a build's offset moves all its cases together. Each
-case-metric gets a t-test on its builds' mean log values, and the p-values are
-adjusted over every case-metric (Benjamini-Hochberg): when nothing changed, as between
-two runs of the same code, the chance of flagging anything is alpha; when things did
-change, about alpha of the flags are expected to be false. With one build a side there
-is no noise estimate and nothing is tested: the output says so.
+Noise has levels: run, engine build, round (Kalibera and Jones, "Rigorous Benchmarking
+in Reasonable Time", 2013). Rounds within one build agree closely; builds of one run
+settle at speeds 5-20 % apart on a shared CPU; and whole runs of the same code drift
+apart by as much again, as the machine's state changes between them. The unit of the
+test is the highest level that repeats on a side:
+
+- several runs on a side: each run's mean (over its builds) of a case is one draw, and
+  the spread between runs, which holds the build spread within it, is the noise;
+- one run a side, with earlier runs of one commit given (``noise_from``): the spread
+  between those runs' means is a floor under the noise;
+- one run a side and nothing more: builds are the draws; that cannot see drift between
+  runs, and the comparison says that it assumes none (``lorabench ab`` measures both
+  sides in alternation instead: ``lorabench.compare.paired``).
+
+Each metric's spread is pooled over all shared cases (in log space, as the noise is
+relative), with degrees of freedom counted per draw (engine build or run), not per case,
+since a draw's offset moves all its cases together. Each case-metric gets a t-test on
+its draws' mean log values, and the p-values are adjusted over every case-metric
+(Benjamini-Hochberg): when nothing changed, the chance of flagging anything is alpha;
+when things did change, about alpha of the flags are expected to be false. With one
+build a side and no run noise there is no noise estimate and nothing is tested.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from lorabench.compare.load import METRICS, CompareError, Run, case_of
+from lorabench.compare.noise import BUILDS, Noise, detectable, estimate_noise, log_draws, raise_to_run_floor
 from lorabench.schema import STACK_COLUMNS
 
 PROVENANCE_CHECKED = STACK_COLUMNS
@@ -36,50 +46,6 @@ DEFAULT_ALPHA = 0.05
 
 REGRESSED, IMPROVED = "regressed", "improved"
 WITHIN, NOT_SIGNIFICANT, TOO_FEW = "within threshold", "not significant", "too few builds"
-
-
-def _log_builds(run: Run, key: str, metric: str) -> np.ndarray:
-    """log(value) of every build of a case: the noise is relative, so it is additive in logs."""
-    values = run.all_rows.loc[run.all_rows["_key"] == key, metric].to_numpy(dtype=float)
-    return np.log(values[np.isfinite(values) & (values > 0)])
-
-
-@dataclass
-class Noise:
-    """One metric's spread between builds of the same case, pooled over the shared cases."""
-
-    sd: float  # standard deviation of log(value) of one build; nan when no case has 2 builds a side
-    df: int  # degrees of freedom: engine builds, not cases, are the independent draws
-    builds: int  # typical builds per case and side
-
-    @property
-    def pct(self) -> float:
-        return (math.exp(self.sd) - 1.0) * 100.0
-
-
-def _noise(base: Run, new: Run, logs: dict[str, tuple[np.ndarray, np.ndarray]], metric: str) -> Noise:
-    """Pool the spread of each case's builds around the case's mean, on both sides.
-
-    The spread is estimated from every case, but its degrees of freedom come from the
-    builds behind it: all cases of one build share that build's offset.
-    """
-    squares, case_df, counts = 0.0, 0, []
-    for y in (y for pair in logs.values() for y in pair):
-        if len(y):
-            squares += float(((y - y.mean()) ** 2).sum())
-            case_df += len(y) - 1
-            counts.append(len(y))
-    keys = list(logs)
-    df = 0
-    for run in (base, new):
-        shared = run.all_rows[run.all_rows["_key"].isin(keys) & run.all_rows[metric].notna()]
-        df += sum(
-            max(n - 1, 0)
-            for n in shared.groupby("_engine")[["_run", "build"]].apply(lambda g: len(g.drop_duplicates()))
-        )
-    sd = math.sqrt(squares / case_df) if case_df else math.nan
-    builds = Counter(counts).most_common(1)[0][0] if counts else 0
-    return Noise(sd, df, builds)
 
 
 @dataclass
@@ -91,8 +57,8 @@ class Finding:
     ratio: float
     change_pct: float
     threshold_pct: float
-    builds: tuple[int, int]  # builds behind base and new
-    p_value: float | None  # t-test on the builds' log values, before adjustment
+    builds: tuple[int, int]  # draws behind base and new: builds, runs or A/B pairs
+    p_value: float | None  # t-test on the draws' log values, before adjustment
     p_adjusted: float | None  # Benjamini-Hochberg over every tested case-metric; decides the verdict
     verdict: str
 
@@ -114,6 +80,8 @@ class Comparison:
     only_base: list[dict[str, str]] = field(default_factory=list)
     only_new: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # How the comparison was made and what it assumes, for the header.
+    notes: list[str] = field(default_factory=list)
     # Adapters whose greedy output changed between the runs: (model, adapter, base digests, new digests).
     digest_changes: list[tuple[str, str, str, str]] = field(default_factory=list)
 
@@ -151,15 +119,8 @@ def _t_test(xs: np.ndarray, ys: np.ndarray, noise: Noise) -> float | None:
     return float(2 * t.sf(abs(diff) / se, noise.df))
 
 
-def compare(
-    base: Run,
-    new: Run,
-    *,
-    threshold: float = DEFAULT_THRESHOLD,
-    per_metric: dict[str, float] | None = None,
-    alpha: float = DEFAULT_ALPHA,
-) -> Comparison:
-    """Every shared case-metric with its verdict, the noise it was judged against, and warnings."""
+def shared_cases(base: Run, new: Run, alpha: float) -> tuple[list[str], list[str]]:
+    """The case keys both sides have, and the metrics both measured (older files lack the newer ones)."""
     if not 0 < alpha < 1:
         raise CompareError(f"--alpha {alpha}: a significance level lies between 0 and 1, such as 0.05")
     common = [k for k in new.rows.index if k in base.rows.index]
@@ -167,12 +128,31 @@ def compare(
         raise CompareError(
             f"{base.label} and {new.label} have no case in common: compare runs of the same model, device and matrix"
         )
-    # Metrics both sides measured (older files lack the newer ones).
-    metrics = [m for m in METRICS if base.all_rows[m].notna().any() and new.all_rows[m].notna().any()]
-    logs = {m: {k: (_log_builds(base, k, m), _log_builds(new, k, m)) for k in common} for m in metrics}
-    noise = {metric: _noise(base, new, logs[metric], metric) for metric in metrics}
+    return common, [m for m in METRICS if base.all_rows[m].notna().any() and new.all_rows[m].notna().any()]
+
+
+def compare(
+    base: Run,
+    new: Run,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    per_metric: dict[str, float] | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    noise_from: Run | None = None,
+) -> Comparison:
+    """Every shared case-metric with its verdict, the noise it was judged against, and warnings.
+
+    ``noise_from``: earlier runs of one commit, whose spread is a floor under the noise
+    when each side is a single run.
+    """
+    common, metrics = shared_cases(base, new, alpha)
+    by_run = len(base.paths) > 1 or len(new.paths) > 1
+    logs = {m: {k: (log_draws(base, k, m, by_run), log_draws(new, k, m, by_run)) for k in common} for m in metrics}
+    noise = {metric: estimate_noise(base, new, logs[metric], metric, by_run) for metric in metrics}
+    if not by_run and noise_from is not None:
+        raise_to_run_floor(noise, logs, noise_from, common)
     findings = _findings(base, new, common, logs, noise, threshold, per_metric or {})
-    _judge(findings, alpha)
+    judge(findings, alpha)
     result = Comparison(
         base,
         new,
@@ -181,10 +161,25 @@ def compare(
         only_base=[case_of(k) for k in base.rows.index if k not in new.rows.index],
         only_new=[case_of(k) for k in new.rows.index if k not in base.rows.index],
     )
-    result.detectable_pct = _detectable(noise, sum(f.p_value is not None for f in findings), alpha)
+    result.detectable_pct = detectable(noise, sum(f.p_value is not None for f in findings), alpha)
     result.warnings = _warnings(base, new, findings)
+    result.notes = _notes(by_run, noise, noise_from)
     result.digest_changes = digest_changes(base, new)
     return result
+
+
+def _notes(by_run: bool, noise: dict[str, Noise], noise_from: Run | None) -> list[str]:
+    if by_run:
+        return ["several runs a side: each run's mean is one draw, so drift between runs counts as noise"]
+    if any(nz.level != BUILDS for nz in noise.values()):
+        return [
+            f"one run a side: noise no smaller than the spread of {len(noise_from.paths)} earlier runs of one commit"
+        ]
+    return [
+        "one run a side: verdicts assume no drift between runs (on a shared machine, runs of the same code can "
+        "drift 15 % apart); measure both sides in alternation with `lorabench ab`, or give --noise-from "
+        "with repeated runs of the base commit"
+    ]
 
 
 def _findings(
@@ -204,7 +199,7 @@ def _findings(
     return findings
 
 
-def _judge(findings: list[Finding], alpha: float) -> None:
+def judge(findings: list[Finding], alpha: float) -> None:
     """Adjust the p-values over every tested case-metric, then give each its verdict."""
     from scipy.stats import false_discovery_control
 
@@ -221,18 +216,6 @@ def _judge(findings: list[Finding], alpha: float) -> None:
             f.verdict = NOT_SIGNIFICANT
         else:
             f.verdict = REGRESSED if f.worse_pct > 0 else IMPROVED
-
-
-def _detectable(noise: dict[str, Noise], tested: int, alpha: float) -> dict[str, tuple[float, float]]:
-    """Per metric, the smallest change flagged in one case alone, and in every case at once."""
-    from scipy.stats import t
-
-    out = {}
-    for metric, nz in noise.items():
-        if nz.df >= 1 and tested:
-            lone, every = (t.ppf(1 - a / 2, nz.df) * nz.sd * math.sqrt(2 / nz.builds) for a in (alpha / tested, alpha))
-            out[metric] = ((math.exp(lone) - 1.0) * 100.0, (math.exp(every) - 1.0) * 100.0)
-    return out
 
 
 def _warnings(base: Run, new: Run, findings: list[Finding]) -> list[str]:

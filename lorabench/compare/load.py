@@ -123,6 +123,23 @@ def split_paths(text: str) -> list[Path]:
     return [Path(part) for part in text.split(",") if part]
 
 
+def result_files(folder: Path) -> list[Path]:
+    """The result files in a folder, without the samples and digests files beside them."""
+    beside = (samples_path_for(Path("x.csv")).name[1:], digests_path_for(Path("x.csv")).name[1:])
+    return [p for p in sorted(Path(folder).glob("*.csv")) if not p.name.endswith(beside)]
+
+
+def load_noise_runs(text: str) -> Run:
+    """``--noise-from``: a folder of runs of one commit, or ``A.csv,B.csv``; at least 2 runs."""
+    paths = result_files(Path(text)) if Path(text).is_dir() else split_paths(text)
+    if len(paths) < 2:
+        raise CompareError(
+            f"--noise-from {text}: {len(paths)} result file there; the spread between runs needs at least 2 "
+            "runs of one commit"
+        )
+    return load_run(paths)
+
+
 def load_run(paths: Path | Sequence[Path]) -> Run:
     """Read one result file, or several runs of the same code to pool as one side.
 
@@ -165,9 +182,7 @@ def rank_medians(run: Run) -> pd.DataFrame:
 def find_runs(results_dir: Path, commit_prefix: str, *, all_runs: bool = False) -> list[Path]:
     """The newest run (or every run) in ``results_dir`` whose commit starts with ``commit_prefix``."""
     found: list[tuple[str, Path]] = []
-    for csv in sorted(Path(results_dir).glob("*.csv")):
-        if csv.name.endswith(".samples.csv"):
-            continue
+    for csv in result_files(results_dir):
         try:
             head = pd.read_csv(csv, usecols=["git_commit", "timestamp"], dtype=str)
         except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):

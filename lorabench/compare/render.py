@@ -76,9 +76,11 @@ def preamble(c: Comparison) -> list[str]:
         f"base: {c.base.label}  commit {c.base.commit}",
         f"new:  {c.new.label}  commit {c.new.commit}",
     ]
+    lines += c.notes
     if c.detectable_pct:
-        noise = ", ".join(f"{m} {nz.pct:.1f}% (df {nz.df})" for m, nz in c.noise.items())
-        lines.append(f"noise between engine builds (sd of one build): {noise}")
+        for level in dict.fromkeys(nz.level for nz in c.noise.values()):
+            noise = ", ".join(f"{m} {nz.pct:.1f}% (df {nz.df})" for m, nz in c.noise.items() if nz.level == level)
+            lines.append(f"noise between {level}: {noise}")
         smallest = ", ".join(f"{m} {lone:.0f}% / {every:.0f}%" for m, (lone, every) in c.detectable_pct.items())
         lines.append(f"smallest change flagged at this noise, in one case alone / in every case: {smallest}")
     lines += [f"WARNING: {w}" for w in c.warnings]
@@ -140,7 +142,10 @@ def render_json(c: Comparison) -> str:
             "base": {"paths": [str(p) for p in c.base.paths], "commit": c.base.commit},
             "new": {"paths": [str(p) for p in c.new.paths], "commit": c.new.commit},
             "warnings": c.warnings,
-            "noise": {m: {"sd_pct": nz.pct, "df": nz.df, "builds": nz.builds} for m, nz in c.noise.items()},
+            "notes": c.notes,
+            "noise": {
+                m: {"sd_pct": nz.pct, "df": nz.df, "draws": nz.draws, "level": nz.level} for m, nz in c.noise.items()
+            },
             "detectable_pct": c.detectable_pct,
             "findings": _records(c),
             "only_base": c.only_base,

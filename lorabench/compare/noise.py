@@ -1,0 +1,124 @@
+"""The noise a change is judged against, at the level the draws repeat: engine builds,
+runs, or a floor from earlier runs of one commit (A/B pairs: ``paired``).
+
+All in log space: the noise is relative, so it is additive in logs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from lorabench.compare.load import Run
+
+BUILDS = "engine builds (sd of one build)"
+RUNS = "runs (sd of one run's mean)"
+
+
+def log_draws(run: Run, key: str, metric: str, by_run: bool) -> np.ndarray:
+    """log(value) of every build of a case, or with ``by_run`` each run's mean of them:
+    the noise is relative, so it is additive in logs."""
+    rows = run.all_rows[run.all_rows["_key"] == key]
+    values = rows[metric].to_numpy(dtype=float)
+    kept = np.isfinite(values) & (values > 0)
+    logs = np.log(values[kept])
+    if not by_run:
+        return logs
+    runs = rows["_run"].to_numpy()[kept]
+    return np.array([logs[runs == r].mean() for r in np.unique(runs)])
+
+
+@dataclass
+class Noise:
+    """One metric's spread between draws (builds, runs or A/B pairs) of a case, pooled over cases."""
+
+    sd: float  # standard deviation of log(value) of one draw; nan when no case has 2 draws a side
+    df: int  # degrees of freedom: draws (builds, runs, pairs), not cases, are independent
+    draws: int  # typical draws per case and side
+    level: str = BUILDS
+    scale: float = math.nan  # a case's change has standard error sd * scale; nan: two-sample, sqrt(2 / draws)
+
+    @property
+    def pct(self) -> float:
+        return (math.exp(self.sd) - 1.0) * 100.0
+
+    @property
+    def se(self) -> float:
+        """Standard error of a typical case's change, in log units."""
+        scale = self.scale if not math.isnan(self.scale) else math.sqrt(2 / self.draws) if self.draws else math.nan
+        return self.sd * scale
+
+
+def pooled(logs: dict[str, tuple[np.ndarray, ...]]) -> tuple[float, int]:
+    """The spread of each case's draws around the case's mean, pooled; and the typical draw count."""
+    squares, case_df, counts = 0.0, 0, []
+    for y in (y for group in logs.values() for y in group):
+        if len(y):
+            squares += float(((y - y.mean()) ** 2).sum())
+            case_df += len(y) - 1
+            counts.append(len(y))
+    sd = math.sqrt(squares / case_df) if case_df else math.nan
+    return sd, Counter(counts).most_common(1)[0][0] if counts else 0
+
+
+def estimate_noise(
+    base: Run, new: Run, logs: dict[str, tuple[np.ndarray, np.ndarray]], metric: str, by_run: bool
+) -> Noise:
+    """Pool the spread of each case's draws around the case's mean, on both sides.
+
+    The spread is estimated from every case, but its degrees of freedom come from the
+    draws behind it: all cases of one build (or run) share that build's offset.
+    """
+    sd, draws = pooled(logs)
+    keys = list(logs)
+    df = 0
+    for run in (base, new):
+        shared = run.all_rows[run.all_rows["_key"].isin(keys) & run.all_rows[metric].notna()]
+        if by_run:
+            df += max(shared["_run"].nunique() - 1, 0)
+            continue
+        df += sum(
+            max(n - 1, 0)
+            for n in shared.groupby("_engine")[["_run", "build"]].apply(lambda g: len(g.drop_duplicates()))
+        )
+    return Noise(sd, df, draws, RUNS if by_run else BUILDS)
+
+
+def run_floor(runs: Run, keys: list[str], metric: str) -> Noise | None:
+    """The spread between the means of earlier runs of one commit: how far one run's mean
+    of a case strays, drift between runs included; None with fewer than 2 runs."""
+    if len(runs.paths) < 2:
+        return None
+    logs = {k: (log_draws(runs, k, metric, by_run=True),) for k in keys}
+    sd, _ = pooled(logs)
+    if math.isnan(sd):
+        return None
+    level = f"runs, floor from {len(runs.paths)} earlier runs of one commit (sd of one run's mean)"
+    return Noise(sd, len(runs.paths) - 1, 1, level)
+
+
+def raise_to_run_floor(noise: dict[str, Noise], logs: dict, runs: Run, common: list[str]) -> None:
+    """Where earlier runs stray more than this run's builds do, test each side's mean against that."""
+    for metric in noise:
+        floor, current = run_floor(runs, common, metric), noise[metric].se
+        if floor is None or (not math.isnan(current) and floor.se <= current):
+            continue
+        noise[metric] = floor
+        logs[metric] = {
+            k: tuple(y[:0] if not len(y) else np.array([y.mean()]) for y in xy) for k, xy in logs[metric].items()
+        }
+
+
+def detectable(noise: dict[str, Noise], tested: int, alpha: float) -> dict[str, tuple[float, float]]:
+    """Per metric, the smallest change flagged in one case alone, and in every case at once."""
+    from scipy.stats import t
+
+    out = {}
+    for metric, nz in noise.items():
+        if nz.df >= 1 and tested:
+            lone, every = (t.ppf(1 - a / 2, nz.df) * nz.se for a in (alpha / tested, alpha))
+            out[metric] = ((math.exp(lone) - 1.0) * 100.0, (math.exp(every) - 1.0) * 100.0)
+    return out
