@@ -62,24 +62,28 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from lorabench import compare as cmp
+    from lorabench.compare.select import run_comparison
 
     try:
-        if args.results_dir:
-            base_paths = cmp.find_runs(Path(args.results_dir), args.base, all_runs=args.all_runs)
-            new_paths = cmp.find_runs(Path(args.results_dir), args.new, all_runs=args.all_runs)
-        else:
-            base_paths, new_paths = cmp.split_paths(args.base), cmp.split_paths(args.new)
-        threshold, per_metric = cmp.parse_thresholds(args.threshold)
-        result = cmp.compare(
-            cmp.load_run(base_paths),
-            cmp.load_run(new_paths),
-            threshold=threshold,
-            per_metric=per_metric,
+        result = run_comparison(
+            args.base,
+            args.new,
+            thresholds=args.threshold,
             alpha=args.alpha,
+            noise_from=args.noise_from,
+            results_dir=args.results_dir,
+            all_runs=args.all_runs,
         )
     except cmp.CompareError as exc:
         print(f"lorabench compare: {exc}", file=sys.stderr)
         return 2
+    return show_comparison(result, args)
+
+
+def show_comparison(result: Any, args: argparse.Namespace) -> int:
+    """Print the comparison in the chosen format, draw what was asked; the exit status."""
+    from lorabench import compare as cmp
+
     print(cmp.RENDERERS[args.format](result))
     if args.plot:
         cmp.plot(result, Path(args.plot))
@@ -163,7 +167,7 @@ def _trace_stats(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lorabench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_adapters, _add_compare, _add_report, _add_trace):
+    for add in (_add_ab, _add_adapters, _add_compare, _add_report, _add_trace):
         add(commands)
     return parser
 
@@ -196,9 +200,13 @@ def _add_compare(commands: Any) -> None:
         "(a t-test on the builds' log values, Benjamini-Hochberg-adjusted over every case and metric).",
     )
     comp.add_argument(
-        "base", help="base result CSV, or several runs to pool as A.csv,B.csv (with --results-dir: a commit prefix)"
+        "base",
+        help="base result CSV, or several runs to pool as A.csv,B.csv (with --results-dir: a commit prefix; "
+        "lorabench ab's OUT/base folder: compared pair by pair)",
     )
-    comp.add_argument("new", help="new result CSV, or several runs to pool (with --results-dir: a commit prefix)")
+    comp.add_argument(
+        "new", help="new result CSV, or several runs to pool (with --results-dir: a commit prefix; OUT/new of ab)"
+    )
     comp.add_argument("--results-dir", help="pick the latest run of each commit prefix in this folder")
     comp.add_argument("--all-runs", action="store_true", help="with --results-dir: pool every run of each commit")
     add_compare_arguments(comp.add_argument)
@@ -209,6 +217,23 @@ def _add_compare(commands: Any) -> None:
         "--by-rank", action="store_true", help="also compare median TTFT and decode per adapter rank (from the samples)"
     )
     comp.set_defaults(func=_compare)
+
+
+def _add_ab(commands: Any) -> None:
+    from lorabench.ab import runner
+
+    ab = commands.add_parser(
+        "ab",
+        help="measure two environments in alternation on one node and compare them pair by pair; "
+        "exit 0: no regression, 1: a regression, 2: bad input",
+        description="Run the same pytest selection and config in two environments (interpreter, folder, "
+        "variables), one engine build of each configuration a turn, in the order ABBA..., then compare the "
+        "pairs: drift of the machine over the session cancels. "
+        "Example: lorabench ab --base-python ~/vllm-a/bin/python --new-python ~/vllm-b/bin/python --out ab/ "
+        '-- bench -k "multilora and identical"',
+    )
+    runner.add_cli_args(ab)
+    ab.set_defaults(func=runner.main)
 
 
 def _add_report(commands: Any) -> None:

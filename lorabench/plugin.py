@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 
 from lorabench import compare, options
+from lorabench.ab import pair_from_env
 from lorabench.case import BenchCase
+from lorabench.compare.select import run_comparison
 from lorabench.config import ConfigError, engine_specs, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform, detect_platform
 from lorabench.engine import Engine, EngineBuildError
@@ -50,6 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
         builds=options.value(config, "bench_builds"),
     )
     options.value(config, "bench_compare_alpha")  # a bad value is a usage error now, not after the run
+    try:
+        pair_from_env()
+    except ValueError as exc:
+        raise pytest.UsageError(f"lorabench: {exc}") from None
 
 
 def _scenario(item: pytest.Item, problems: list[str] | None = None) -> Scenario | None:
@@ -182,13 +188,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     fail = options.value(config, "bench_compare_fail")
     try:
-        threshold, per_metric = compare.parse_thresholds(options.value(config, "bench_compare_threshold") or [])
-        result = compare.compare(
-            compare.load_run(compare.split_paths(base)),
-            compare.load_run(state.writer.path),
-            threshold=threshold,
-            per_metric=per_metric,
-            alpha=options.value(config, "bench_compare_alpha") or compare.DEFAULT_ALPHA,
+        result = run_comparison(
+            base,
+            str(state.writer.path),
+            thresholds=options.value(config, "bench_compare_threshold") or [],
+            alpha=options.value(config, "bench_compare_alpha"),
+            noise_from=options.value(config, "bench_compare_noise_from"),
         )
     except compare.CompareError as exc:
         state.comparison = [f"cannot compare with {base}: {exc}"]

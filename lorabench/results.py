@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lorabench.ab import pair_from_env
 from lorabench.device import Platform, driver_versions, stack_versions
 from lorabench.schema import (
     COLUMNS,
@@ -70,6 +71,7 @@ def provenance(root: Path, platform: Platform, model: str) -> dict[str, Any]:
         **stack_versions(),
         **driver_versions(platform.device_type),
         "model": model,
+        "ab_pair": pair_from_env(),
     }
 
 

@@ -131,6 +131,8 @@ class ResultRow:
     warmup_rounds: int = _col(ENGINE)
     engine_id: str = _col(ENGINE)
     build: int = _col(ENGINE)
+    # The pair this build belongs to when ``lorabench ab`` ran the session; blank otherwise.
+    ab_pair: int | None = _col(ENGINE, optional=True, by_engine=True)
     adapter_load_ms: float = _col(ENGINE)
     engine_build_s: float = _col(ENGINE)
     kv_cache_tokens: int = _col(ENGINE)

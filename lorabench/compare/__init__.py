@@ -15,7 +15,8 @@ from lorabench.compare.analysis import (
     compare,
     parse_thresholds,
 )
-from lorabench.compare.load import METRICS, CompareError, Run, find_runs, load_run, split_paths
+from lorabench.compare.load import METRICS, CompareError, Run, find_runs, load_noise_runs, load_run, split_paths
+from lorabench.compare.paired import compare_pairs, is_ab_side
 from lorabench.compare.render import RENDERERS, case_label, plot, render_by_rank, render_text
 
 __all__ = [
@@ -35,7 +36,10 @@ __all__ = [
     "Run",
     "case_label",
     "compare",
+    "compare_pairs",
     "find_runs",
+    "is_ab_side",
+    "load_noise_runs",
     "load_run",
     "parse_thresholds",
     "plot",

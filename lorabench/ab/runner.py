@@ -1,0 +1,193 @@
+"""``lorabench ab``: run the turns of an A/B session in alternation, then compare pair by pair.
+
+Layout of ``--out``: ``base/pair-NNN.csv`` and ``new/pair-NNN.csv`` (ordinary result
+files, with their samples and digests beside them), ``logs/pair-NNN-SIDE.log`` (each
+turn's pytest output), ``ab.json`` (the plan and each finished turn) and
+``comparison.txt``. A turn writes under ``SIDE/running/`` and moves up only when its
+pytest session has passed, so an interrupted or failed turn never counts; every
+finished pair does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lorabench.ab import PAIR_ENV
+from lorabench.ab.plan import (
+    BASE,
+    NEW,
+    ABError,
+    Side,
+    alternation,
+    check_selection,
+    make_side,
+    pytest_command,
+)
+from lorabench.options import add_compare_arguments
+
+DEFAULT_PAIRS = 6
+PYTEST_USAGE = (4, 5)  # pytest: usage error, no tests collected
+
+
+class TurnFailed(Exception):
+    """A turn's pytest session did not pass; its message says why and where the log is."""
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    for side in (BASE, NEW):
+        parser.add_argument(f"--{side}-python", required=True, metavar="PY", help=f"the {side} side's interpreter")
+        parser.add_argument(f"--{side}-dir", metavar="DIR", help=f"folder the {side} side's pytest runs in (default .)")
+        parser.add_argument(
+            f"--{side}-env",
+            action="append",
+            default=[],
+            metavar="K=V",
+            help=f"environment variable for the {side} side",
+        )
+    parser.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help=f"pairs of turns (default {DEFAULT_PAIRS})")
+    parser.add_argument("--config", default="config/common.json", help="the benchmark configuration both sides run")
+    parser.add_argument("--out", required=True, help="folder for both sides' result files, logs and the comparison")
+    add_compare_arguments(parser.add_argument, runs=False)
+    parser.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest selection and options")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        sides, config, out = _prepare(args)
+        versions = {name: _versions(side) for name, side in sides.items()}
+    except ABError as exc:
+        print(f"lorabench ab: {exc}", file=sys.stderr)
+        return 2
+    pytest_args = _selection(args.pytest_args)
+    record = {"pytest_args": pytest_args, "config": str(config), "pairs": args.pairs, "turns": []}
+    record["sides"] = {
+        s.name: {"python": str(s.python), "dir": str(s.folder), "env": s.env, "versions": versions[s.name]}
+        for s in sides.values()
+    }
+    for name, side in sides.items():
+        print(f"lorabench ab: {name}: {side.python} in {side.folder}: {versions[name]}", file=sys.stderr)
+    print(f"lorabench ab: {args.pairs} pairs, {2 * args.pairs} turns, into {out}", file=sys.stderr)
+    try:
+        _run_turns(sides, pytest_args, config, out, args.pairs, record)
+    except ABError as exc:
+        print(f"lorabench ab: {exc}", file=sys.stderr)
+        return 2
+    except TurnFailed as exc:
+        print(f"lorabench ab: {exc}; comparing the pairs finished before it", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("lorabench ab: interrupted; comparing the pairs finished before it", file=sys.stderr)
+    return _compare(out, args)
+
+
+def _selection(args: list[str]) -> list[str]:
+    return args[1:] if args[:1] == ["--"] else args
+
+
+def _prepare(args: argparse.Namespace) -> tuple[dict[str, Side], Path, Path]:
+    sides = {
+        name: make_side(
+            name, getattr(args, f"{name}_python"), getattr(args, f"{name}_dir"), getattr(args, f"{name}_env")
+        )
+        for name in (BASE, NEW)
+    }
+    config = check_selection(_selection(args.pytest_args), args.pairs, args.config)
+    out = Path(args.out).expanduser().resolve()
+    if any(any((out / side).glob("pair-*.csv")) for side in (BASE, NEW)):
+        raise ABError(f"--out {args.out}: holds an earlier A/B session's results; give a new folder")
+    return sides, config, out
+
+
+def _versions(side: Side) -> str:
+    """What the side's interpreter imports: its vLLM and lorabench, checked before any turn."""
+    probe = "import lorabench, vllm; print(f'vllm {vllm.__version__}, lorabench {lorabench.__version__}')"
+    done = subprocess.run(
+        [str(side.python), "-c", probe],
+        cwd=side.folder,
+        env={**os.environ, **side.env},
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ABError(f"--{side.name}-python {side.python}: cannot import vllm and lorabench there: {reason}")
+    return done.stdout.strip()
+
+
+def _run_turns(
+    sides: dict[str, Side], pytest_args: list[str], config: Path, out: Path, pairs: int, record: dict
+) -> None:
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    turns = alternation(pairs)
+    for number, (pair, name) in enumerate(turns, 1):
+        seconds = _run_turn(sides[name], pair, pytest_args, config, out)
+        record["turns"].append({"pair": pair, "side": name, "seconds": round(seconds, 1)})
+        (out / "ab.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+        print(f"lorabench ab: turn {number}/{len(turns)}: pair {pair} {name}, {seconds:.0f} s", file=sys.stderr)
+
+
+def _run_turn(side: Side, pair: int, pytest_args: list[str], config: Path, out: Path) -> float:
+    """One pytest session of one side; its files move into place only when it passed."""
+    running = out / side.name / "running"
+    shutil.rmtree(running, ignore_errors=True)
+    running.mkdir(parents=True)
+    name = f"pair-{pair:03d}"
+    log = out / "logs" / f"{name}-{side.name}.log"
+    command = pytest_command(side, pytest_args, config, running / f"{name}.csv")
+    env = {**os.environ, **side.env, PAIR_ENV: str(pair)}
+    started = time.monotonic()
+    with log.open("w", encoding="utf-8") as sink:
+        sink.write(" ".join(command) + "\n")
+        sink.flush()
+        rc = _wait(subprocess.Popen(command, cwd=side.folder, env=env, stdout=sink, stderr=subprocess.STDOUT))
+    if rc:
+        reason = _last_line(log)
+        if rc in PYTEST_USAGE and pair == 0:
+            raise ABError(f"the {side.name} side's pytest stopped (exit {rc}): {reason}; see {log}")
+        raise TurnFailed(f"pair {pair}, {side.name} side: pytest exit {rc}: {reason}; see {log}")
+    for path in running.iterdir():
+        path.rename(out / side.name / path.name)
+    running.rmdir()
+    return time.monotonic() - started
+
+
+def _wait(process: subprocess.Popen) -> int:
+    """The turn's exit status. On Ctrl-C the turn gets SIGINT too (or is sent it) and is
+    given time to shut its engine down, so no engine process outlives the session."""
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        raise
+
+
+def _last_line(log: Path) -> str:
+    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    return lines[-1].strip("= ") if lines else "no output"
+
+
+def _compare(out: Path, args: argparse.Namespace) -> int:
+    from lorabench.cli import show_comparison
+    from lorabench.compare import CompareError, compare_pairs, parse_thresholds, render_text
+
+    try:
+        threshold, per_metric = parse_thresholds(args.threshold)
+        result = compare_pairs(out / BASE, out / NEW, threshold=threshold, per_metric=per_metric, alpha=args.alpha)
+    except CompareError as exc:
+        print(f"lorabench ab: nothing to compare: {exc}", file=sys.stderr)
+        return 2
+    (out / "comparison.txt").write_text(render_text(result) + "\n", encoding="utf-8")
+    print(f"lorabench ab: comparison of {len(result.base.paths)} pairs in {out / 'comparison.txt'}", file=sys.stderr)
+    return show_comparison(result, argparse.Namespace(format=args.format, plot=None, by_rank=False, report=None))
