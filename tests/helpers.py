@@ -6,15 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lorabench.compare.load import result_files  # noqa: F401  (the tests' way to find a run's files)
 from lorabench.scenarios.batch import METRIC_COLUMNS
 from lorabench.schema import ResultRow, Sample
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def result_files(folder: Path) -> list[Path]:
-    """The result CSVs in ``folder``, without the samples and digests files beside them."""
-    return sorted(p for p in folder.glob("*.csv") if p.name.count(".") == 1)
 
 
 def write_json(path: Path, data: object) -> Path:

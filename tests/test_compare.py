@@ -412,3 +412,38 @@ def test_the_comparison_as_a_page(tmp_path, capsys):
     assert (tmp_path / "cmp" / "ratios.png").stat().st_size > 0 and "src='ratios.png'" in page
     assert page.count("<tr class='regressed'>") == 12, "every regressed case-metric, marked"
     assert "noise between engine builds" in page
+
+
+def drifted_runs(tmp_path, factors, commit="aaa"):
+    """Runs of one commit whose every case drifted by a factor: what separate runs on a
+    shared machine look like."""
+    tmp_path.mkdir(exist_ok=True)
+    runs = []
+    for i, factor in enumerate(factors):
+        csv = copy_run(tmp_path, f"{commit}-{i}", DATA if i % 2 == 0 else DATA2)
+        edit_run(csv, slower(factor))
+        edit_run(csv, set_columns(git_commit=commit, timestamp=f"2026-11-2{i}T00:00:00Z", run_id=f"{commit}-{i}"))
+        runs.append(csv)
+    return runs
+
+
+def test_a_noise_floor_from_earlier_runs_keeps_drift_from_being_called_a_change(tmp_path, capsys):
+    base = copy_run(tmp_path, "base")
+    new = copy_run(tmp_path, "new", DATA2)
+    edit_run(new, slower(1.3))  # the whole machine 30 % slower: drift, or a change?
+    assert run_cli(base, new) == 1
+    assert "verdicts assume no drift between runs" in capsys.readouterr().out
+    earlier = drifted_runs(tmp_path / "earlier", [1.0, 1.25, 0.8, 1.1])
+    assert run_cli(base, new, "--noise-from", tmp_path / "earlier") == 0
+    out = capsys.readouterr().out
+    assert "noise no smaller than the spread of 4 earlier runs of one commit" in out
+    assert "noise between runs, floor from 4 earlier runs of one commit" in out
+    assert run_cli(base, new, "--noise-from", earlier[0]) == 2
+    assert "needs at least 2 runs of one commit" in capsys.readouterr().err
+
+
+def test_results_dir_takes_the_floor_from_every_run_of_the_base_commit(tmp_path, capsys):
+    drifted_runs(tmp_path, [1.0, 1.25, 0.8], commit="aaa")
+    drifted_runs(tmp_path, [1.3], commit="bbb")
+    assert run_cli("aaa", "bbb", "--results-dir", tmp_path) == 0
+    assert "spread of 3 earlier runs of one commit" in capsys.readouterr().out

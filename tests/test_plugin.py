@@ -30,6 +30,7 @@ def test_options_and_ini_twins_are_registered(pytester):
             "*--bench-compare-fail*",
             "*--bench-compare-threshold=*",
             "*--bench-compare-alpha=ALPHA*",
+            "*--bench-compare-noise-from=RUNS*",
             "*--bench-report=DIR*",
             "*bench_config*",
             "*bench_output*",
@@ -38,6 +39,7 @@ def test_options_and_ini_twins_are_registered(pytester):
             "*bench_compare_fail*",
             "*bench_compare_threshold*",
             "*bench_compare_alpha*",
+            "*bench_compare_noise_from*",
             "*bench_report*",
         ]
     )

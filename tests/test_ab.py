@@ -1,0 +1,256 @@
+"""lorabench ab: the alternation, the paired statistics (on result files with planted drift
+and planted changes), the runner's bookkeeping (with a stand-in interpreter) and a real
+A/B session on the CPU engine."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lorabench import cli
+from lorabench.ab.plan import BASE, NEW, alternation
+from lorabench.compare import IMPROVED, REGRESSED, compare_pairs
+from lorabench.compare.paired import fit_pairs, pair_file, pair_files
+from tests.helpers import ROOT
+
+DATA = ROOT / "tests" / "data" / "default-run.csv"
+LATENCIES = ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms", "queue_ms")
+
+
+def test_alternation_is_abba_and_cancels_linear_drift():
+    turns = alternation(4)
+    assert [side[0] for _, side in turns] == list("bnnbbnnb")
+    assert [pair for pair, _ in turns] == [0, 0, 1, 1, 2, 2, 3, 3]
+    # A drift linear in the turn's position: over every two pairs, each side gets as much.
+    position = {BASE: 0, NEW: 0}
+    for slot, (_, side) in enumerate(turns):
+        position[side] += slot
+    assert position[BASE] == position[NEW]
+
+
+def test_fit_removes_a_linear_drift_exactly():
+    order = np.array([1.0, -1.0, 1.0, -1.0, 1.0])  # 5 pairs: the drift does not cancel in the mean
+    d = math.log(1.1) + 0.08 * order
+    fit = fit_pairs(d, order)
+    assert fit.df == 3 and fit.estimate == pytest.approx(math.log(1.1)) and fit.sd == pytest.approx(0, abs=1e-12)
+    assert fit.p_value < 1e-9
+    plain = fit_pairs(d, np.ones(5))  # one order only: the mean, n - 1 degrees of freedom
+    assert plain.df == 4 and plain.estimate != pytest.approx(math.log(1.1))
+    assert fit_pairs(d[:1], order[:1]) is None
+
+
+def write_session(folder, pairs, *, drift=0.0, factor=1.0, turn_sd=0.03, rng=None, new_pairs=None):
+    """An A/B session's pair files made from build 0 of a real run: every turn's latencies
+    scaled by exp(drift * its position) (the machine getting slower, both sides alike) and a
+    random speed of its own (shared by its cases), the new side's by ``factor`` too."""
+    rng = rng or np.random.default_rng(0)
+    rows = pd.read_csv(DATA)
+    rows = rows[rows["build"] == 0]
+    for slot, (pair, side) in enumerate(alternation(pairs)):
+        if side == NEW and new_pairs is not None and pair >= new_pairs:
+            continue
+        speed = math.exp(drift * slot) * rng.lognormal(0, turn_sd) * (factor if side == NEW else 1.0)
+        turn = rows.copy()
+        for metric in LATENCIES:
+            columns = [c for c in turn.columns if c == metric or c.startswith(metric + "_p")]
+            turn[columns] = turn[columns] * speed * rng.lognormal(0, 0.01, (len(turn), 1))
+        turn["output_tokens_per_s"] /= speed
+        turn["timestamp"] = f"2026-11-23T10:{slot:02d}:00Z"
+        turn["run_id"], turn["ab_pair"] = f"{side}-{pair}", pair
+        (folder / side).mkdir(parents=True, exist_ok=True)
+        turn.to_csv(pair_file(folder / side, pair), index=False)
+    return folder / BASE, folder / NEW
+
+
+def flagged(result):
+    return [f for f in result.findings if f.verdict in (REGRESSED, IMPROVED)]
+
+
+def test_a_strong_drift_shared_by_both_sides_is_not_a_change(tmp_path):
+    """The machine slows 4 % a turn (60 % over the session): both sides alike, nothing flagged."""
+    base, new = write_session(tmp_path, 7, drift=0.04)
+    result = compare_pairs(base, new, threshold=0.1, alpha=0.05)
+    assert not flagged(result)
+    assert "7 complete pairs, run in the order ABBAABBAABBAAB" in result.notes[0]
+    e2e = [f for f in result.findings if f.metric == "e2e_ms"]
+    assert all(abs(f.change_pct) < 6 for f in e2e), [round(f.change_pct, 1) for f in e2e]
+
+
+def test_a_planted_slowdown_is_caught_under_drift_and_its_size_reported(tmp_path):
+    base, new = write_session(tmp_path, 6, drift=0.04, factor=1.25)
+    result = compare_pairs(base, new, threshold=0.1, alpha=0.05)
+    batch = [f for f in result.findings if f.metric == "e2e_ms"]
+    assert batch and {f.verdict for f in batch} == {REGRESSED}
+    assert all(abs(f.ratio - 1.25) < 0.06 for f in batch)
+    assert {f.verdict for f in result.findings if f.metric == "output_tokens_per_s"} == {REGRESSED}
+    assert cli.main(["compare", str(base), str(new)]) == 1
+
+
+def test_same_code_sessions_flag_something_at_about_alpha(tmp_path):
+    rng = np.random.default_rng(3)
+    trials = 20
+    false_flags = 0
+    for trial in range(trials):
+        base, new = write_session(tmp_path / str(trial), 6, drift=0.02, rng=rng)
+        false_flags += bool(flagged(compare_pairs(base, new, threshold=0.02, alpha=0.05)))
+    assert false_flags <= 3, f"{false_flags} of {trials} same-code A/B sessions flagged something"
+
+
+def test_only_complete_pairs_count_and_pairs_are_found_by_their_column(tmp_path):
+    base, new = write_session(tmp_path, 4, new_pairs=3)
+    pair_file(new, 2).rename(new / "pair-777.csv")  # the rows still say pair 2
+    assert sorted(pair_files(new)) == [0, 1, 2] and sorted(pair_files(base)) == [0, 1, 2, 3]
+    result = compare_pairs(base, new, threshold=0.1, alpha=0.05)
+    assert "3 complete pairs, run in the order ABBAAB" in result.notes[0]
+    assert len(result.base.paths) == len(result.new.paths) == 3
+
+
+def test_fewer_than_three_pairs_are_said_and_not_tested(tmp_path, capsys):
+    base, new = write_session(tmp_path, 2, factor=1.5)
+    result = compare_pairs(base, new, threshold=0.1, alpha=0.05)
+    assert any("only 2 complete pairs" in w for w in result.warnings)
+    assert cli.main(["compare", str(base), str(new)]) in (0, 1)
+    assert "WARNING: only 2 complete pairs" in capsys.readouterr().out
+
+
+def run_ab(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "lorabench", "ab", *map(str, args)], capture_output=True, text=True, cwd=ROOT
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "selection", "message"),
+    [
+        ({"--base-python": "/nonexistent/python"}, [], "--base-python /nonexistent/python: no executable file there"),
+        ({"--base-env": "NOEQUALS"}, [], "--base-env 'NOEQUALS': expected NAME=VALUE"),
+        ({"--pairs": "0"}, [], "--pairs 0: run at least 1 pair"),
+        ({"--config": "missing.json"}, [], "--config missing.json: no such file"),
+        ({}, ["bench", "--bench-builds", "3"], "--bench-builds: lorabench ab sets"),
+    ],
+)
+def test_bad_input_exits_2_before_any_turn(tmp_path, options, selection, message):
+    given = {"--base-python": sys.executable, "--new-python": sys.executable, "--out": tmp_path / "ab", **options}
+    done = run_ab(*(part for pair in given.items() for part in pair), "--", *selection)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "ab" / "logs").exists()
+
+
+FAKE_PYTHON = '''#!{python}
+"""A stand-in interpreter for lorabench ab's bookkeeping: answers the version probe, and
+for "-m pytest" writes build 0 of a real run to --bench-output, as a turn would."""
+import os, sys, time
+import pandas as pd
+
+if sys.argv[1] == "-c":
+    print("vllm fake, lorabench fake")
+    sys.exit(0)
+pair = int(os.environ["LORABENCH_AB_PAIR"])
+if os.environ.get("FAKE_SLOW_PAIR") == str(pair):
+    time.sleep(60)
+rows = pd.read_csv("{data}")
+rows = rows[rows["build"] == 0].copy()
+scale = float(os.environ.get("FAKE_SCALE", "1"))
+for column in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms"):
+    rows[column] *= scale
+rows["output_tokens_per_s"] /= scale
+rows["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%S") + "%.6fZ" % (time.time() % 1)
+rows["run_id"], rows["ab_pair"] = "run-%s" % time.time(), pair
+time.sleep(0.05)
+rows.to_csv(sys.argv[sys.argv.index("--bench-output") + 1], index=False)
+sys.exit(1 if os.environ.get("FAKE_FAIL_PAIR") == str(pair) else 0)
+'''
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    path = tmp_path / "fake-python"
+    path.write_text(FAKE_PYTHON.format(python=sys.executable, data=DATA))
+    path.chmod(0o755)
+    return path
+
+
+def ab_args(fake, out, pairs, *extra):
+    return ["--base-python", fake, "--new-python", fake, "--pairs", pairs, "--out", out, *extra, "--", "bench"]
+
+
+def test_turns_alternate_record_their_pair_and_reach_the_sides_environment(tmp_path, fake_python):
+    out = tmp_path / "ab"
+    done = run_ab(*ab_args(fake_python, out, 3, "--new-env", "FAKE_SCALE=1.5"))
+    assert done.returncode == 1, done.stderr
+    record = json.loads((out / "ab.json").read_text())
+    assert [(t["pair"], t["side"]) for t in record["turns"]] == alternation(3)
+    assert record["sides"]["new"]["env"] == {"FAKE_SCALE": "1.5"}
+    for side in (BASE, NEW):
+        assert sorted(pair_files(out / side)) == [0, 1, 2]
+        assert [pd.read_csv(pair_file(out / side, p))["ab_pair"].unique().tolist() for p in range(3)] == [[0], [1], [2]]
+    text = (out / "comparison.txt").read_text()
+    assert "3 complete pairs, run in the order ABBAAB" in text and "REGRESSED" in text and "+50.0%" in text
+    assert "turn 6/6: pair 2 new" in done.stderr
+
+
+def test_a_failed_turn_stops_the_session_and_keeps_the_finished_pairs(tmp_path, fake_python):
+    out = tmp_path / "ab"
+    done = run_ab(*ab_args(fake_python, out, 4, "--new-env", "FAKE_FAIL_PAIR=2"))
+    assert "pair 2, new side: pytest exit 1" in done.stderr and "comparing the pairs finished before it" in done.stderr
+    assert sorted(pair_files(out / NEW)) == [0, 1] and sorted(pair_files(out / BASE)) == [0, 1, 2]
+    assert "comparison of 2 pairs" in done.stderr and done.returncode == 0
+    assert (out / "logs" / "pair-002-new.log").read_text().split()[1:3] == ["-m", "pytest"]
+
+
+def test_ctrl_c_keeps_every_finished_pair(tmp_path, fake_python):
+    out = tmp_path / "ab"
+    ab = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lorabench",
+            "ab",
+            *map(str, ab_args(fake_python, out, 3, "--new-env", "FAKE_SLOW_PAIR=1")),
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (out / NEW / "running").exists() or not pair_files(out / NEW):
+        assert time.monotonic() < deadline and ab.poll() is None
+        time.sleep(0.2)
+    time.sleep(1)  # pair 1's new turn is asleep
+    ab.send_signal(signal.SIGINT)
+    _, err = ab.communicate(timeout=60)
+    assert "interrupted; comparing the pairs finished before it" in err and "comparison of 1 pairs" in err
+    assert sorted(pair_files(out / NEW)) == [0] and ab.returncode == 0
+
+
+@pytest.mark.engine
+def test_a_real_ab_session_of_one_environment_on_the_cpu_engine(tmp_path, tiny_config):
+    """Both sides the project's own interpreter: three pairs of real turns, each one build
+    of one configuration, alternated and compared pair by pair."""
+    config = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "rounds": 2})
+    out = tmp_path / "ab"
+    done = run_ab(
+        "--base-python", sys.executable, "--new-python", sys.executable, "--pairs", 3, "--config", config,
+        "--out", out, "--", "bench", "-k", "multilora and identical",
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    for side in (BASE, NEW):
+        for pair, path in pair_files(out / side).items():
+            rows = pd.read_csv(path)
+            assert rows["ab_pair"].tolist() == [pair] and rows["build"].tolist() == [0]
+            assert rows["engine_id"].tolist() == ["loras1-rank16-cpu4-build0"]
+    started = {
+        side: [pd.read_csv(pair_file(out / side, p))["timestamp"].min() for p in range(3)] for side in (BASE, NEW)
+    }
+    assert [b < n for b, n in zip(started[BASE], started[NEW])] == [True, False, True]
+    text = (out / "comparison.txt").read_text()
+    assert "A/B: 3 complete pairs, run in the order ABBAAB" in text and "noise between A/B pairs" in text
+    assert ("REGRESSED" in text) == (done.returncode == 1)
