@@ -184,6 +184,7 @@ SUMMARY_COLUMNS = (
     ("output_tokens_per_s", "out tok/s"),
     ("lora_overhead", "x no-LoRA"),
     ("load_share", "disk share"),
+    ("tier_extra_ttft_ms", "tier +ms"),
     ("adapter_load_ms", "load ms"),
     ("kv_cache_tokens", "kv tokens"),
     ("peak_memory_mb", "peak MiB"),

@@ -113,6 +113,9 @@ class ResultRow:
     lora_decode_ms: float | None = _col(METRIC, optional=True)
     # Residency and working sets.
     disk_load_ms: float | None = _col(METRIC, optional=True)
+    # Residency: a tier's request's TTFT less that of the same request sent again right
+    # after (its adapter then in a slot), median over pairs: the tier's cost, free of drift.
+    tier_extra_ttft_ms: float | None = _col(METRIC, optional=True)
     load_share: float | None = _col(METRIC, optional=True)
 
     num_requests: int | None = _col(ONLINE, optional=True)

@@ -41,6 +41,9 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     assert sorted(tiers.index) == ["cpu", "disk", "slot"]
     assert (tiers["rounds"] == 3).all() and (tiers["ttft_ms_p50"] > 0).all()
     assert tiers["disk_load_ms"].notna().tolist() == [t == "disk" for t in tiers.index]
+    assert tiers["tier_extra_ttft_ms"].notna().all()
+    tier_samples = samples[samples.scenario == "residency"]
+    assert tier_samples.groupby("tier").size().to_dict() == {"cpu": 3, "disk": 3, "slot": 3}, "repeats are no samples"
 
     sweep = rows[rows.scenario == "working_set"].set_index("working_set")
     assert sweep["load_share"].to_dict() == {1: 0.0, 2: 0.0, 3: 1.0}, "past max_cpu_loras=2 every request loads"
