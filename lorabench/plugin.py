@@ -21,10 +21,9 @@ from typing import Any
 
 import pytest
 
-from lorabench import compare, options
+from lorabench import options
 from lorabench.ab import pair_from_env
 from lorabench.case import BenchCase
-from lorabench.compare.select import run_comparison
 from lorabench.config import ConfigError, engine_specs, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform, detect_platform
 from lorabench.engine import Engine, EngineBuildError
@@ -33,6 +32,7 @@ from lorabench.progress import RunProgress
 from lorabench.results import ResultWriter, format_rank_summary, format_summary, provenance
 from lorabench.scenarios import SCENARIOS, Scenario
 from lorabench.session import STATE, BenchState
+from lorabench.session_end import finish_session
 
 ENGINE_FIXTURE = "engine"
 
@@ -174,39 +174,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before the terminal reporter prints its summary
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    config = session.config
-    state = config.stash[STATE]
-    if state.writer is None or state.writer.path is None:
-        return
-    report = options.value(config, "bench_report")
-    if report:
-        from lorabench.report import write_report
-
-        state.report = write_report([state.writer.path], Path(report), title=f"lorabench run {state.writer.path.stem}")
-    base = options.value(config, "bench_compare")
-    if not base:
-        return
-    fail = options.value(config, "bench_compare_fail")
-    try:
-        result = run_comparison(
-            base,
-            str(state.writer.path),
-            thresholds=options.value(config, "bench_compare_threshold") or [],
-            alpha=options.value(config, "bench_compare_alpha"),
-            noise_from=options.value(config, "bench_compare_noise_from"),
-        )
-    except compare.CompareError as exc:
-        state.comparison = [f"cannot compare with {base}: {exc}"]
-        if fail:
-            session.exitstatus = pytest.ExitCode.USAGE_ERROR
-        return
-    state.comparison = compare.render_text(result).splitlines()
-    if fail and result.failed:
-        state.comparison.append(
-            f"{len(result.regressions)} regressions, {len(result.digest_changes)} changed adapter outputs: "
-            "the session fails (--bench-compare-fail)"
-        )
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    finish_session(session)
 
 
 def _state_for_run(config: pytest.Config) -> BenchState:

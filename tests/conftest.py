@@ -6,7 +6,25 @@ from pathlib import Path
 
 import pytest
 
+# pytester's in-process runs drop the modules they imported, and torch (imported when the
+# plugin asks vLLM for the platform's device type, no device touched) cannot be imported
+# twice in one process: the second import fails, and the interpreter crashes at exit.
+# Imported once here, it stays for every in-process run.
+import torch  # noqa: F401
+
+from lorabench import builtin
 from tests.helpers import write_json
+
+# Where the built-in model and adapters are cached for this user, read before pytester
+# points HOME at its temporary folder.
+USER_CACHE = builtin.cache_dir()
+
+
+@pytest.fixture(autouse=True)
+def _user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep in-process pytester runs on the user's cache: under pytester's HOME they would
+    build the model again, importing torch anew after pytester dropped it from sys.modules."""
+    monkeypatch.setenv("LORABENCH_CACHE_DIR", str(USER_CACHE))
 
 
 @pytest.fixture
