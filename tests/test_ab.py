@@ -219,6 +219,8 @@ def test_ctrl_c_keeps_every_finished_pair(tmp_path, fake_python):
         cwd=ROOT,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell's background job ignores SIGINT, and children inherit that: give ab the default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while not (out / NEW / "running").exists() or not pair_files(out / NEW):
