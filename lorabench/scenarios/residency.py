@@ -72,8 +72,9 @@ class Residency(Scenario):
             nonlocal wrong
             start = time.perf_counter()
             outputs = engine.generate([batch.requests[0].prompt], [target], OUTPUT_LEN, greedy=True)
+            elapsed = time.perf_counter() - start
             wrong += not case.digests.matches(target, outputs[0].outputs[0].token_ids)
-            return measure_round(i, time.perf_counter() - start, outputs, batch, OUTPUT_LEN)
+            return measure_round(i, elapsed, outputs, batch, OUTPUT_LEN)
 
         def measure() -> None:
             if tier == "slot":
