@@ -2,8 +2,8 @@
 
 The device type comes from vLLM itself (``current_platform.device_type``, a class
 attribute), so lorabench agrees with the engine; nothing else of the platform is
-called, since its device calls initialize the runtime in this process (on Ascend,
-``get_device_name`` is ``torch.npu.get_device_name``). Device names and driver versions
+called, since its device calls initialize the runtime in this process (on Ascend, the
+platform's device-name call goes to torch_npu). Device names and driver versions
 come from the management tools, out of process (``lorabench.smi``). vllm-ascend's
 platform plugin imports torch_npu, which fails on hosts without CANN; any failure
 here means "no accelerator", never a crash.

@@ -135,6 +135,7 @@ def run_ab(*args):
         ({"--pairs": "0"}, [], "--pairs 0: run at least 1 pair"),
         ({"--config": "missing.json"}, [], "--config missing.json: no such file"),
         ({}, ["bench", "--bench-builds", "3"], "--bench-builds: lorabench ab sets"),
+        ({"--out": str(ROOT / "README.md")}, [], "README.md: a file is there; give a folder"),
     ],
 )
 def test_bad_input_exits_2_before_any_turn(tmp_path, options, selection, message):

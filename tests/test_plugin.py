@@ -237,11 +237,8 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     assert samples["prompt_tokens"].between(2, 64).all(), "text prompts, tokenized by the built-in tokenizer"
 
 
-@pytest.mark.engine
-def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config, tmp_path):
-    """A real run of two builds compared with a made-up base far faster than this
-    machine: the session prints the comparison and, with --bench-compare-fail, fails."""
-    path = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 2})
+def fast_base(path, speedup=20):
+    """Two builds of a made-up run of the compare tests' small matrix, far faster than this machine."""
     rows = pd.read_csv(ROOT / "tests" / "data" / "default-run.csv")
     base_rows = rows[
         (rows.workload == "identical") & (rows.batch_size == 4) & (rows.max_loras == 2) & (rows.build < 2)
@@ -260,10 +257,19 @@ def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config,
         for c in base_rows.columns
         if c.split("_p")[0] in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms")
     ]
-    base_rows[fast] /= 20
-    base_rows["output_tokens_per_s"] *= 20
-    base = tmp_path / "base.csv"
-    base_rows.to_csv(base, index=False)
+    base_rows[fast] /= speedup
+    base_rows["output_tokens_per_s"] *= speedup
+    base_rows["run_id"] = f"fast-{speedup}"
+    base_rows.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.engine
+def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config, tmp_path):
+    """A real run of two builds compared with a made-up base far faster than this
+    machine: the session prints the comparison and, with --bench-compare-fail, fails."""
+    path = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 2})
+    base = fast_base(tmp_path / "base.csv")
 
     result = bench_dir.runpytest_subprocess(
         "--bench-config",
@@ -299,6 +305,27 @@ def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config,
     assert sorted(rows["build"]) == [0, 1]
     # The KV cache a configuration gets does not depend on the build.
     assert rows["kv_cache_tokens"].nunique() == 1 and rows["kv_cache_tokens"].iloc[0] > 0
+
+
+@pytest.mark.engine
+def test_bench_compare_takes_a_noise_floor_from_earlier_runs(bench_dir, tiny_config, tmp_path):
+    """The same comparison with --bench-compare-noise-from two earlier runs of the base that
+    strayed 20-fold apart: against that floor nothing is significant, and the session passes."""
+    path = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 2})
+    base, slow = fast_base(tmp_path / "base.csv"), fast_base(tmp_path / "slow.csv", speedup=1)
+    result = bench_dir.runpytest_subprocess(
+        "--bench-config", str(path), "-k", "multilora", "-p", "no:cacheprovider", "--bench-builds", "2",
+        "--bench-compare", str(base), "--bench-compare-fail", "--bench-compare-noise-from", f"{base},{slow}",
+        timeout=400,
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*one run a side: noise no smaller than the spread of 2 earlier runs of one commit",
+            "noise between runs, floor from 2 earlier runs of one commit (sd of one run's mean): ttft_ms *(df 1)*",
+            "1 cases compared: 0 regressed, 0 improved*",
+        ]
+    )
 
 
 @pytest.mark.engine

@@ -101,6 +101,8 @@ def _prepare(args: argparse.Namespace) -> tuple[dict[str, Side], Path, Path]:
     }
     config = check_selection(_selection(args.pytest_args), args.pairs, args.config)
     out = Path(args.out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise ABError(f"--out {args.out}: a file is there; give a folder for the session's results")
     if any(any((out / side).glob("pair-*.csv")) for side in (BASE, NEW)):
         raise ABError(f"--out {args.out}: holds an earlier A/B session's results; give a new folder")
     return sides, config, out

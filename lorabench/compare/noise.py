@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from lorabench.compare.load import Run
 
@@ -18,17 +19,21 @@ BUILDS = "engine builds (sd of one build)"
 RUNS = "runs (sd of one run's mean)"
 
 
+def _logs(run: Run, key: str, metric: str) -> pd.Series:
+    rows = run.all_rows[(run.all_rows["_key"] == key) & (run.all_rows[metric] > 0)]
+    return np.log(rows[metric].astype(float))
+
+
+def run_means(run: Run, key: str, metric: str) -> pd.Series:
+    """Each run's mean of log(value) over its builds of a case, indexed by run."""
+    logs = _logs(run, key, metric)
+    return logs.groupby(run.all_rows.loc[logs.index, "_run"]).mean()
+
+
 def log_draws(run: Run, key: str, metric: str, by_run: bool) -> np.ndarray:
     """log(value) of every build of a case, or with ``by_run`` each run's mean of them:
     the noise is relative, so it is additive in logs."""
-    rows = run.all_rows[run.all_rows["_key"] == key]
-    values = rows[metric].to_numpy(dtype=float)
-    kept = np.isfinite(values) & (values > 0)
-    logs = np.log(values[kept])
-    if not by_run:
-        return logs
-    runs = rows["_run"].to_numpy()[kept]
-    return np.array([logs[runs == r].mean() for r in np.unique(runs)])
+    return (run_means(run, key, metric) if by_run else _logs(run, key, metric)).to_numpy()
 
 
 @dataclass

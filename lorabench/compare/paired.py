@@ -25,16 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lorabench.compare.analysis import (
-    Comparison,
-    Finding,
-    Noise,
-    detectable,
-    digest_changes,
-    judge,
-    shared_cases,
-)
+from lorabench.compare.analysis import Comparison, Finding, digest_changes, judge, shared_cases
 from lorabench.compare.load import CompareError, Run, case_of, load_run
+from lorabench.compare.noise import Noise, detectable, run_means
 
 PAIRS = "A/B pairs (sd of one pair's log ratio new/base, drift removed)"
 PAIR_NAME = re.compile(r"pair-(\d+)\.csv")
@@ -59,7 +52,8 @@ def pair_files(side_dir: Path) -> dict[int, Path]:
 
 
 def is_ab_side(path: Path) -> bool:
-    return Path(path).is_dir() and bool(pair_files(path))
+    """A folder of A/B pair files (its files are read by ``pair_files``, once)."""
+    return Path(path).is_dir() and any(PAIR_NAME.fullmatch(p.name) for p in Path(path).glob("pair-*.csv"))
 
 
 def load_pairs(base_dir: Path, new_dir: Path) -> tuple[Run, Run, np.ndarray]:
@@ -116,11 +110,6 @@ def fit_pairs(d: np.ndarray, order: np.ndarray) -> PairFit | None:
     return PairFit(float(beta[0]), math.sqrt(float(residual @ residual) / df), df, scale, n)
 
 
-def _pair_logs(run: Run, key: str, metric: str) -> pd.Series:
-    rows = run.all_rows[(run.all_rows["_key"] == key) & (run.all_rows[metric] > 0)]
-    return np.log(rows[metric].astype(float)).groupby(rows["_run"]).mean()
-
-
 def compare_pairs(
     base_dir: Path,
     new_dir: Path,
@@ -135,7 +124,7 @@ def compare_pairs(
     findings, fits = [], {m: [] for m in metrics}
     for key in common:
         for metric in metrics:
-            b, n = _pair_logs(base, key, metric), _pair_logs(new, key, metric)
+            b, n = run_means(base, key, metric), run_means(new, key, metric)
             pairs = b.index.intersection(n.index)
             if not len(pairs):
                 continue
