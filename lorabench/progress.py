@@ -16,7 +16,7 @@ GUESS_BUILD_S = 35.0
 GUESS_CASE_S = 5.0
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     minutes, secs = divmod(int(round(seconds)), 60)
     return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
 
@@ -33,7 +33,7 @@ class RunProgress:
         guess = self.builds * GUESS_BUILD_S + self.cases * GUESS_CASE_S + self.trace_s
         return (
             f"lorabench: {self.builds} engine builds, {self.cases} cases, {self.trace_s:g} s of online traces: "
-            f"about {_duration(guess)} (a first guess; refined after each build)"
+            f"about {duration(guess)} (a first guess; refined after each build)"
         )
 
     def build_done(self) -> str:
@@ -41,8 +41,8 @@ class RunProgress:
         elapsed = time.monotonic() - self.started
         left = elapsed / self.done * (self.builds - self.done)
         return (
-            f"lorabench: {self.done} of {self.builds} engine builds done, {_duration(elapsed)} elapsed, "
-            f"about {_duration(left)} to go"
+            f"lorabench: {self.done} of {self.builds} engine builds done, {duration(elapsed)} elapsed, "
+            f"about {duration(left)} to go"
         )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -195,7 +196,8 @@ def test_turns_alternate_record_their_pair_and_reach_the_sides_environment(tmp_p
         assert [pd.read_csv(pair_file(out / side, p))["ab_pair"].unique().tolist() for p in range(3)] == [[0], [1], [2]]
     text = (out / "comparison.txt").read_text()
     assert "3 complete pairs, run in the order ABBAAB" in text and "REGRESSED" in text and "+50.0%" in text
-    assert "turn 6/6: pair 2 new" in done.stderr
+    assert "turn 1/6: pair 0 base" in done.stderr and "turn 6/6: pair 2 new" in done.stderr
+    assert re.search(r"turn 1/6: .*; about \d+ s to go", done.stderr) and "about 0 s to go" in done.stderr
 
 
 def test_a_failed_turn_stops_the_session_and_keeps_the_finished_pairs(tmp_path, fake_python):

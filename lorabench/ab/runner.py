@@ -32,6 +32,7 @@ from lorabench.ab.plan import (
     pytest_command,
 )
 from lorabench.options import add_compare_arguments
+from lorabench.progress import duration
 
 DEFAULT_PAIRS = 6
 PYTEST_USAGE = (4, 5)  # pytest: usage error, no tests collected
@@ -129,11 +130,15 @@ def _run_turns(
 ) -> None:
     (out / "logs").mkdir(parents=True, exist_ok=True)
     turns = alternation(pairs)
+    spent = 0.0
     for number, (pair, name) in enumerate(turns, 1):
         seconds = _run_turn(sides[name], pair, pytest_args, config, out)
+        spent += seconds
         record["turns"].append({"pair": pair, "side": name, "seconds": round(seconds, 1)})
         (out / "ab.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
-        print(f"lorabench ab: turn {number}/{len(turns)}: pair {pair} {name}, {seconds:.0f} s", file=sys.stderr)
+        left = spent / number * (len(turns) - number)
+        where = f"turn {number}/{len(turns)}: pair {pair} {name}"
+        print(f"lorabench ab: {where}, {seconds:.0f} s; about {duration(left)} to go", file=sys.stderr)
 
 
 def _run_turn(side: Side, pair: int, pytest_args: list[str], config: Path, out: Path) -> float:
