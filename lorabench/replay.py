@@ -110,14 +110,20 @@ async def replay(
     if progress is not None and records:
         progress(len(tasks), sum(r.finished for r in records), None)
     if tasks:
-        _, pending = await asyncio.wait(tasks, timeout=drain_timeout_s)
-        for task in pending:
-            task.cancel()  # vLLM aborts a request whose stream is cancelled
-        await asyncio.gather(*pending, return_exceptions=True)
-        for task in tasks:
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()
+        await _drain(tasks, drain_timeout_s)
     return records
+
+
+async def _drain(tasks: list[asyncio.Task], timeout_s: float) -> None:
+    """Wait for the requests still running; abort those past the timeout (so they are
+    reported unfinished rather than holding the engine), and raise the first real error."""
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        task.cancel()  # vLLM aborts a request whose stream is cancelled
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()
 
 
 def jain_index(values: Sequence[float]) -> float:

@@ -1,10 +1,14 @@
-"""Online aggregates from replayed requests (pure logic; the real replay runs in test_plugin.py)."""
+"""Online aggregates from replayed requests, and the replay's end with a small fake engine
+(pure logic; the real replay runs in test_plugin.py)."""
 
+import asyncio
 import math
+from types import SimpleNamespace
 
 import pytest
 
-from lorabench.replay import ReplayedRequest, jain_index, summarize_online
+from lorabench.replay import ReplayedRequest, jain_index, replay, summarize_online
+from lorabench.trace import TraceRequest
 from lorabench.workload import synthetic_prompt
 
 
@@ -54,3 +58,44 @@ def test_synthetic_prompts_have_exact_lengths():
     assert len(synthetic_prompt(3, 57, vocab_size=32000, seed=0)) == 57
     assert synthetic_prompt(3, 57, 32000, 0) == synthetic_prompt(3, 57, 32000, 0)
     assert synthetic_prompt(3, 57, 32000, 0) != synthetic_prompt(4, 57, 32000, 0)
+
+
+class FakeEngine:
+    """Streams one finished chunk for adapter "ok"; never finishes for "stuck"; fails for "bad"."""
+
+    vocab_size = 100
+
+    def __init__(self):
+        self.cancelled = 0
+
+    def sampling_params(self, output_len, stream):
+        return None
+
+    async def stream(self, prompt, params, adapter):
+        if adapter == "bad":
+            raise RuntimeError("engine died: out of blocks")
+        if adapter == "stuck":
+            try:
+                yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1])], finished=False)
+                await asyncio.sleep(3600)
+            finally:
+                self.cancelled += 1
+        yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1, 2])], finished=True)
+
+
+def run_replay(engine, adapters):
+    requests = [TraceRequest(0.01 * i, name, 4, 2) for i, name in enumerate(adapters)]
+    return asyncio.run(replay(engine, requests, {name: name for name in adapters}, drain_timeout_s=0.2))
+
+
+def test_requests_past_the_drain_timeout_are_aborted_and_reported_unfinished():
+    engine = FakeEngine()
+    records = run_replay(engine, ["ok", "stuck", "ok"])
+    assert [r.finished for r in records] == [True, False, True]
+    assert [len(r.token_times) for r in records] == [2, 1, 2]
+    assert engine.cancelled == 1 and math.isnan(records[1].e2e_ms)
+
+
+def test_an_engine_error_during_replay_is_raised_not_counted_as_unfinished():
+    with pytest.raises(RuntimeError, match="out of blocks"):
+        run_replay(FakeEngine(), ["ok", "bad"])
