@@ -56,11 +56,8 @@ class Residency(Scenario):
     def run(self, case: BenchCase, engine: Engine, *, tier: str) -> Outcome:  # type: ignore[override]
         spec, adapters = engine.spec, case.config.adapters
         target, others = adapters[0], list(adapters[1 : 1 + spec.max_loras])
-        if tier == "cpu" and (spec.max_cpu_loras <= spec.max_loras or len(others) < spec.max_loras):
-            pytest.skip(
-                f"tier cpu needs max_cpu_loras > max_loras and {spec.max_loras + 1} adapters "
-                f"({engine.id} has max_cpu_loras {spec.max_cpu_loras}, the config {len(adapters)} adapters)"
-            )
+        if tier == "cpu":
+            _check_cpu_tier(engine, len(adapters))
         n = case.config.file.residency.requests
         batch = Batch((Request(probe_prompt(engine), target),), (target,))
         rounds: list[RoundSample] = []
@@ -104,6 +101,17 @@ class Residency(Scenario):
             fields["disk_load_ms"] = sum(loads) / len(loads) * 1000.0
         samples = [s for r in rounds for s in r.requests]
         return Outcome(fields, samples, 0.0, extra_info=metrics, digest_mismatches=wrong)
+
+
+def _check_cpu_tier(engine: Engine, adapters: int) -> None:
+    """An adapter is warm in the CPU cache only when the cache outlives the slots, and
+    evicting it from every slot takes max_loras other adapters."""
+    spec = engine.spec
+    if spec.max_cpu_loras <= spec.max_loras or adapters < spec.max_loras + 1:
+        pytest.skip(
+            f"tier cpu needs max_cpu_loras > max_loras and {spec.max_loras + 1} adapters "
+            f"({engine.id} has max_cpu_loras {spec.max_cpu_loras}, the config {adapters} adapters)"
+        )
 
 
 def _set_up(engine: Engine, tier: str, target: Adapter, others: list[Adapter]) -> None:
