@@ -1,13 +1,15 @@
 """Measure lorabench ab on this machine: false alarms, detection and the smallest change it flags.
 
-Runs A/B sessions of the small matrix in scripts/ab/small.json, alternating two kinds:
-"same" (the project's .venv on both sides) and "busy" (the new side's interpreter runs a
-busy loop beside it, scripts/ab/busy-python), then separate plain runs of the same code
-compared one run a side, as `lorabench compare` does. Writes each outcome to
-OUT/outcomes.jsonl as it finishes and the figures to OUT/summary.md. A benchmark, not a
-test: it takes about 7 minutes a session on a 2-core Xeon.
+Runs A/B sessions of a matrix (``--config``; by default the small one in
+scripts/ab/small.json), alternating two kinds: "same" (the project's .venv on both sides)
+and "busy" (the new side's interpreter runs a busy loop beside it, scripts/ab/busy-python),
+then separate plain runs of the same code compared one run a side, as `lorabench compare`
+does. Writes each outcome to OUT/outcomes.jsonl as it finishes and the figures to
+OUT/summary.md. A benchmark, not a test: a session of the small matrix takes about
+7 minutes on a 2-core Xeon, of the default (config/common.json) about twice that.
 
     python scripts/measure_ab.py --sessions 5 --runs 6 --out /tmp/ab-measure
+    python scripts/measure_ab.py --sessions 2 --config config/common.json --out /tmp/ab-default
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=int, default=5, help="A/B sessions of each kind (same, busy)")
     parser.add_argument("--pairs", type=int, default=6, help="pairs a session (lorabench ab's default: 6)")
     parser.add_argument("--runs", type=int, default=0, help="separate plain runs, compared one run a side")
+    parser.add_argument("--config", type=Path, default=CONFIG, help="the matrix both sides run (default: small.json)")
     parser.add_argument("--out", required=True, type=Path)
 
 
-def ab_session(kind: str, index: int, pairs: int, out: Path) -> dict:
+def ab_session(kind: str, index: int, pairs: int, config: Path, out: Path) -> dict:
     folder = out / f"{kind}-{index}"
     command = [str(PYTHON), "-m", "lorabench", "ab", "--base-python", str(PYTHON)]
-    command += ["--new-python", str(NEW_PYTHON[kind]), "--pairs", str(pairs), "--config", str(CONFIG)]
+    command += ["--new-python", str(NEW_PYTHON[kind]), "--pairs", str(pairs), "--config", str(config)]
     command += ["--out", str(folder), "--format", "json", "--", *SELECTION]
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -55,11 +58,11 @@ def ab_session(kind: str, index: int, pairs: int, out: Path) -> dict:
     return outcome
 
 
-def plain_runs(count: int, out: Path) -> list[Path]:
+def plain_runs(count: int, config: Path, out: Path) -> list[Path]:
     paths = []
     for i in range(count):
         csv = out / "runs" / f"run-{i}.csv"
-        command = [str(PYTHON), "-m", "pytest", *SELECTION, "--bench-config", str(CONFIG), "--bench-builds", "2"]
+        command = [str(PYTHON), "-m", "pytest", *SELECTION, "--bench-config", str(config), "--bench-builds", "2"]
         subprocess.run(
             [*command, "--bench-output", str(csv), "-p", "no:cacheprovider", "-q"],
             cwd=ROOT,
@@ -97,8 +100,8 @@ def compare_runs(paths: list[Path]) -> list[dict]:
     return outcomes
 
 
-def summary(outcomes: list[dict]) -> str:
-    lines = [f"# lorabench ab on {cpu_model()}", ""]
+def summary(outcomes: list[dict], config: Path) -> str:
+    lines = [f"# lorabench ab on {cpu_model()}, matrix {config.name}", ""]
     for kind in ("same", "busy", "separate", "separate+floor"):
         done = [o for o in outcomes if o["kind"] == kind]
         if not done:
@@ -132,17 +135,17 @@ def main(args: argparse.Namespace) -> int:
     outcomes = []
     for index in range(args.sessions):
         for kind in ("same", "busy"):
-            outcomes.append(ab_session(kind, index, args.pairs, args.out))
+            outcomes.append(ab_session(kind, index, args.pairs, args.config.resolve(), args.out))
             with log.open("a") as sink:
                 sink.write(json.dumps(outcomes[-1]) + "\n")
-            (args.out / "summary.md").write_text(summary(outcomes), encoding="utf-8")
+            (args.out / "summary.md").write_text(summary(outcomes, args.config), encoding="utf-8")
     if args.runs >= 2:
-        for outcome in compare_runs(plain_runs(args.runs, args.out)):
+        for outcome in compare_runs(plain_runs(args.runs, args.config.resolve(), args.out)):
             outcomes.append(outcome)
             with log.open("a") as sink:
                 sink.write(json.dumps(outcome) + "\n")
-    (args.out / "summary.md").write_text(summary(outcomes), encoding="utf-8")
-    print(summary(outcomes))
+    (args.out / "summary.md").write_text(summary(outcomes, args.config), encoding="utf-8")
+    print(summary(outcomes, args.config))
     return 0
 
 
