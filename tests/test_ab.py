@@ -168,7 +168,8 @@ rows["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%S") + "%.6fZ" % (time.time() 
 rows["run_id"], rows["ab_pair"] = "run-%s" % time.time(), pair
 time.sleep(0.05)
 rows.to_csv(sys.argv[sys.argv.index("--bench-output") + 1], index=False)
-sys.exit(1 if os.environ.get("FAKE_FAIL_PAIR") == str(pair) else 0)
+failing = os.path.exists(os.environ.get("FAKE_FAIL_WHILE", "/"))  # a file: fail only while it exists
+sys.exit(1 if os.environ.get("FAKE_FAIL_PAIR") == str(pair) and failing else 0)
 '''
 
 
@@ -207,6 +208,49 @@ def test_a_failed_turn_stops_the_session_and_keeps_the_finished_pairs(tmp_path, 
     assert sorted(pair_files(out / NEW)) == [0, 1] and sorted(pair_files(out / BASE)) == [0, 1, 2]
     assert "comparison of 2 pairs" in done.stderr and done.returncode == 0
     assert (out / "logs" / "pair-002-new.log").read_text().split()[1:3] == ["-m", "pytest"]
+
+
+def test_resume_keeps_complete_pairs_and_runs_a_half_done_pair_again_whole(tmp_path, fake_python):
+    out, flag = tmp_path / "ab", tmp_path / "failing"
+    flag.touch()
+    env = ["--new-env", "FAKE_SCALE=1.5", "--new-env", f"FAKE_FAIL_WHILE={flag}", "--new-env", "FAKE_FAIL_PAIR=2"]
+    first = run_ab(*ab_args(fake_python, out, 3, *env))
+    assert "(the same command with --resume continues the session)" in first.stderr
+    assert sorted(pair_files(out / BASE)) == [0, 1, 2] and sorted(pair_files(out / NEW)) == [0, 1]
+    kept, half = pair_file(out / BASE, 0).read_bytes(), pair_file(out / BASE, 2).read_bytes()
+    again = run_ab(*ab_args(fake_python, out, 3, *env))
+    assert again.returncode == 2 and "add --resume to continue it" in again.stderr
+    flag.unlink()
+    done = run_ab(*ab_args(fake_python, out, 4, *env, "--resume"))
+    assert "resuming" in done.stderr and "2 complete pairs kept" in done.stderr, done.stderr
+    assert "4 turns of 4 pairs to run" in done.stderr and done.returncode == 1
+    assert pair_file(out / BASE, 0).read_bytes() == kept, "a complete pair is not run again"
+    assert pair_file(out / BASE, 2).read_bytes() != half, "the half-done pair ran again whole"
+    record = json.loads((out / "ab.json").read_text())
+    assert [(t["pair"], t["side"]) for t in record["turns"]] == alternation(4)
+    assert "4 complete pairs, run in the order ABBAABBA" in (out / "comparison.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("options", "selection", "message"),
+    [
+        (["--new-env", "FAKE_SCALE=2"], ["bench"], "the new side's env is {'FAKE_SCALE': '2'}, the session in"),
+        (["--config", ROOT / "scripts" / "ab" / "small.json"], ["bench"], "--resume: config is"),
+        ([], ["bench", "-k", "other"], "--resume: pytest_args is ['bench', '-k', 'other'], the session in"),
+    ],
+)
+def test_resume_refuses_a_different_session(tmp_path, fake_python, options, selection, message):
+    out = tmp_path / "ab"
+    assert run_ab(*ab_args(fake_python, out, 1)).returncode == 0
+    sides = ["--base-python", fake_python, "--new-python", fake_python]
+    done = run_ab(*sides, "--pairs", 2, "--out", out, "--resume", *options, "--", *selection)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert sorted(pair_files(out / NEW)) == [0]
+
+
+def test_resume_needs_a_session(tmp_path, fake_python):
+    done = run_ab(*ab_args(fake_python, tmp_path / "ab", 2, "--resume"))
+    assert done.returncode == 2 and "holds no A/B session (no ab.json); leave out --resume" in done.stderr
 
 
 def test_ctrl_c_keeps_every_finished_pair(tmp_path, fake_python):

@@ -5,7 +5,8 @@ files, with their samples and digests beside them), ``logs/pair-NNN-SIDE.log`` (
 turn's pytest output), ``ab.json`` (the plan and each finished turn) and
 ``comparison.txt``. A turn writes under ``SIDE/running/`` and moves up only when its
 pytest session has passed, so an interrupted or failed turn never counts; every
-finished pair does.
+finished pair does. ``--resume`` continues such a session with the same sides: complete
+pairs stay, a pair left half done runs again whole, so its two turns stay back to back.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from lorabench.progress import duration
 
 DEFAULT_PAIRS = 6
 PYTEST_USAGE = (4, 5)  # pytest: usage error, no tests collected
+RESUME_HINT = " (the same command with --resume continues the session)"
 
 
 class TurnFailed(Exception):
@@ -56,6 +58,11 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help=f"pairs of turns (default {DEFAULT_PAIRS})")
     parser.add_argument("--config", default="config/common.json", help="the benchmark configuration both sides run")
     parser.add_argument("--out", required=True, help="folder for both sides' result files, logs and the comparison")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the session in --out (same sides, config and selection; --pairs may grow)",
+    )
     add_compare_arguments(parser.add_argument, runs=False)
     parser.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest selection and options")
@@ -76,16 +83,17 @@ def main(args: argparse.Namespace) -> int:
     }
     for name, side in sides.items():
         print(f"lorabench ab: {name}: {side.python} in {side.folder}: {versions[name]}", file=sys.stderr)
-    print(f"lorabench ab: {args.pairs} pairs, {2 * args.pairs} turns, into {out}", file=sys.stderr)
     try:
+        if args.resume:
+            record["turns"] = _finished_turns(out, record)
         _run_turns(sides, pytest_args, config, out, args.pairs, record)
     except ABError as exc:
         print(f"lorabench ab: {exc}", file=sys.stderr)
         return 2
     except TurnFailed as exc:
-        print(f"lorabench ab: {exc}; comparing the pairs finished before it", file=sys.stderr)
+        print(f"lorabench ab: {exc}; comparing the pairs finished before it{RESUME_HINT}", file=sys.stderr)
     except KeyboardInterrupt:
-        print("lorabench ab: interrupted; comparing the pairs finished before it", file=sys.stderr)
+        print(f"lorabench ab: interrupted; comparing the pairs finished before it{RESUME_HINT}", file=sys.stderr)
     return _compare(out, args)
 
 
@@ -104,9 +112,39 @@ def _prepare(args: argparse.Namespace) -> tuple[dict[str, Side], Path, Path]:
     out = Path(args.out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise ABError(f"--out {args.out}: a file is there; give a folder for the session's results")
-    if any(any((out / side).glob("pair-*.csv")) for side in (BASE, NEW)):
-        raise ABError(f"--out {args.out}: holds an earlier A/B session's results; give a new folder")
+    if args.resume and not (out / "ab.json").is_file():
+        raise ABError(f"--resume: {args.out} holds no A/B session (no ab.json); leave out --resume to start one")
+    if not args.resume and any(any((out / side).glob("pair-*.csv")) for side in (BASE, NEW)):
+        raise ABError(
+            f"--out {args.out}: holds an earlier A/B session's results; add --resume to continue it, "
+            "or give a new folder"
+        )
     return sides, config, out
+
+
+def _finished_turns(out: Path, record: dict) -> list[dict]:
+    """The turns of the complete pairs of the session in ``out``, which must have run the
+    same sides, versions, config and selection as ``record``. A pair left half done is
+    removed, so that it runs again with its two turns back to back."""
+    earlier = json.loads((out / "ab.json").read_text(encoding="utf-8"))
+    for key in ("config", "pytest_args"):
+        if earlier.get(key) != record[key]:
+            raise ABError(f"--resume: {key} is {record[key]!r}, the session in {out} ran {earlier.get(key)!r}")
+    for name, now in record["sides"].items():
+        for key, value in now.items():
+            then = earlier.get("sides", {}).get(name, {}).get(key)
+            if then != value:
+                raise ABError(f"--resume: the {name} side's {key} is {value!r}, the session in {out} had {then!r}")
+    sides_done: dict[int, set[str]] = {}
+    for turn in earlier.get("turns", []):
+        sides_done.setdefault(turn["pair"], set()).add(turn["side"])
+    complete = {pair for pair, done in sides_done.items() if done == {BASE, NEW}}
+    for name in (BASE, NEW):
+        for path in (out / name).glob("pair-[0-9][0-9][0-9].*"):
+            if int(path.name[5:8]) not in complete:
+                path.unlink()
+    print(f"lorabench ab: resuming {out}: {len(complete)} complete pairs kept", file=sys.stderr)
+    return [turn for turn in earlier.get("turns", []) if turn["pair"] in complete]
 
 
 def _versions(side: Side) -> str:
@@ -129,7 +167,9 @@ def _run_turns(
     sides: dict[str, Side], pytest_args: list[str], config: Path, out: Path, pairs: int, record: dict
 ) -> None:
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    turns = alternation(pairs)
+    done = {turn["pair"] for turn in record["turns"]}
+    turns = [(pair, name) for pair, name in alternation(pairs) if pair not in done]
+    print(f"lorabench ab: {len(turns)} turns of {pairs} pairs to run, into {out}", file=sys.stderr)
     spent = 0.0
     for number, (pair, name) in enumerate(turns, 1):
         seconds = _run_turn(sides[name], pair, pytest_args, config, out)
