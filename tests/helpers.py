@@ -13,6 +13,16 @@ from lorabench.schema import ResultRow, Sample
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def generate_adapters(folder: Path, count: int, ranks: str, seed: int = 0) -> Path:
+    """Adapters as an NPU user makes them, with `lorabench adapters generate`; the
+    adapters.json a config points at."""
+    from lorabench import cli
+
+    args = ["adapters", "generate", "--base", "builtin:tiny-llama", "--out", str(folder), "--count", str(count)]
+    assert cli.main([*args, "--ranks", ranks, "--target-modules", "q_proj,v_proj", "--seed", str(seed)]) == 0
+    return folder / "adapters.json"
+
+
 def write_json(path: Path, data: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))

@@ -5,7 +5,7 @@ import os
 import pandas as pd
 import pytest
 
-from tests.helpers import ROOT, result_files
+from tests.helpers import ROOT, generate_adapters, result_files
 
 BENCH_MODULES = ("test_no_lora.py", "test_multilora.py")
 
@@ -331,32 +331,12 @@ def test_bench_compare_takes_a_noise_floor_from_earlier_runs(bench_dir, tiny_con
 @pytest.mark.engine
 def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
     """A short trace replayed on a real async engine: every request accounted for."""
-    from lorabench import cli, trace
+    from lorabench import trace
     from lorabench.config import online_cases, read_config_file
 
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
-    # Adapters as an NPU user makes them: `lorabench adapters generate`, then point the config at adapters.json.
-    assert (
-        cli.main(
-            [
-                "adapters",
-                "generate",
-                "--base",
-                "builtin:tiny-llama",
-                "--out",
-                str(tmp_path / "loras"),
-                "--count",
-                "4",
-                "--ranks",
-                "8,16",
-                "--target-modules",
-                "q_proj,v_proj",
-            ]
-        )
-        == 0
-    )
     path = tiny_config(
-        adapters=str(tmp_path / "loras" / "adapters.json"),
+        adapters=str(generate_adapters(tmp_path / "loras", 4, "8,16")),
         engine={"max_loras": 2, "max_num_seqs": 32},
         online={
             "warmup_s": 1,

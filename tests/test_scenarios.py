@@ -4,8 +4,7 @@ mixed batches, LoRA overhead, adapter ranks and the output digests."""
 import pandas as pd
 import pytest
 
-from lorabench import cli
-from tests.helpers import ROOT, result_files
+from tests.helpers import ROOT, generate_adapters, result_files
 
 pytestmark = pytest.mark.engine
 
@@ -62,29 +61,8 @@ def test_an_adapter_whose_weights_changed_between_runs_is_flagged(pytester, tiny
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
 
     def run(seed, *args):
-        assert (
-            cli.main(
-                [
-                    "adapters",
-                    "generate",
-                    "--base",
-                    "builtin:tiny-llama",
-                    "--out",
-                    str(tmp_path / "loras"),
-                    "--count",
-                    "2",
-                    "--ranks",
-                    "8",
-                    "--target-modules",
-                    "q_proj,v_proj",
-                    "--seed",
-                    str(seed),
-                ]
-            )
-            == 0
-        )
         path = tiny_config(
-            adapters=str(tmp_path / "loras" / "adapters.json"),
+            adapters=str(generate_adapters(tmp_path / "loras", 2, "8", seed)),
             engine={"max_loras": 1, "max_lora_rank": 8, "max_cpu_loras": 2, "max_model_len": 128},
             matrix={"batch_sizes": [1], "workloads": ["identical"], "input_len": 8, "output_len": 2, "rounds": 1},
         )
