@@ -114,12 +114,14 @@ def test_only_complete_pairs_count_and_pairs_are_found_by_their_column(tmp_path)
     assert len(result.base.paths) == len(result.new.paths) == 3
 
 
-def test_fewer_than_three_pairs_are_said_and_not_tested(tmp_path, capsys):
-    base, new = write_session(tmp_path, 2, factor=1.5)
+def test_two_pairs_test_only_large_changes_and_say_so_one_pair_tests_nothing(tmp_path, capsys):
+    base, new = write_session(tmp_path / "two", 2, factor=3.0)
+    assert cli.main(["compare", str(base), str(new)]) == 1, "a threefold slowdown stands out even on 1 df"
+    assert "WARNING: only 2 complete pairs: each case-metric is tested on 1 degree" in capsys.readouterr().out
+    base, new = write_session(tmp_path / "one", 1, factor=3.0)
     result = compare_pairs(base, new, threshold=0.1, alpha=0.05)
-    assert any("only 2 complete pairs" in w for w in result.warnings)
-    assert cli.main(["compare", str(base), str(new)]) in (0, 1)
-    assert "WARNING: only 2 complete pairs" in capsys.readouterr().out
+    assert result.warnings == ["only 1 complete pair: nothing can be tested; run 6 pairs (lorabench ab's default)"]
+    assert not flagged(result) and all(f.p_value is None for f in result.findings)
 
 
 def run_ab(*args):
@@ -283,14 +285,15 @@ def test_ctrl_c_keeps_every_finished_pair(tmp_path, fake_python):
 @pytest.mark.engine
 def test_a_real_ab_session_of_one_environment_on_the_cpu_engine(tmp_path, tiny_config):
     """Both sides the project's own interpreter: three pairs of real turns, each one build
-    of one configuration, alternated and compared pair by pair."""
+    of one configuration, alternated and compared pair by pair; the third added by --resume."""
     config = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "rounds": 2})
     out = tmp_path / "ab"
-    done = run_ab(
-        "--base-python", sys.executable, "--new-python", sys.executable, "--pairs", 3, "--config", config,
-        "--out", out, "--", "bench", "-k", "multilora and identical",
-    )  # fmt: skip
-    assert done.returncode in (0, 1), done.stderr
+    sides = ["--base-python", sys.executable, "--new-python", sys.executable, "--config", config, "--out", out]
+    selection = ["--", "bench", "-k", "multilora and identical"]
+    first = run_ab(*sides, "--pairs", 2, *selection)
+    assert first.returncode in (0, 1) and "only 2 complete pairs" in first.stdout, first.stderr
+    done = run_ab(*sides, "--pairs", 3, "--resume", *selection)
+    assert done.returncode in (0, 1) and "2 turns of 3 pairs to run" in done.stderr, done.stderr
     for side in (BASE, NEW):
         for pair, path in pair_files(out / side).items():
             rows = pd.read_csv(path)

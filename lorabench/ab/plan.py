@@ -74,7 +74,10 @@ def check_selection(pytest_args: list[str], pairs: int, config: str) -> Path:
                 "and the number of pairs with --pairs"
             )
     if pairs < 1:
-        raise ABError(f"--pairs {pairs}: run at least 1 pair; 3 or more are needed to test a change (default 6)")
+        raise ABError(
+            f"--pairs {pairs}: run at least 1 pair; 2 can flag only large changes, 3 or more also remove a drift "
+            "(default 6)"
+        )
     path = Path(config).expanduser().resolve()
     if not path.is_file():
         raise ABError(f"--config {config}: no such file; give the benchmark configuration both sides run")

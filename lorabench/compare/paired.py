@@ -145,9 +145,18 @@ def compare_pairs(
     result.detectable_pct = detectable(noise, sum(f.p_value is not None for f in findings), alpha)
     result.notes = [_order_note(order)]
     if len(order) < 3:
-        result.warnings.append(f"only {len(order)} complete pairs: at least 3 are needed to test a change")
+        result.warnings.append(_few_pairs_warning(len(order)))
     result.digest_changes = digest_changes(base, new)
     return result
+
+
+def _few_pairs_warning(pairs: int) -> str:
+    if pairs < 2:
+        return f"only {pairs} complete pair: nothing can be tested; run 6 pairs (lorabench ab's default)"
+    return (
+        "only 2 complete pairs: each case-metric is tested on 1 degree of freedom, so only a change far "
+        "above the noise is flagged; run 6 pairs (lorabench ab's default)"
+    )
 
 
 def _pooled_noise(fits: list[PairFit]) -> Noise:
