@@ -6,7 +6,8 @@ and "busy" (the new side's interpreter runs a busy loop beside it, scripts/ab/bu
 then separate plain runs of the same code compared one run a side, as `lorabench compare`
 does. Writes each outcome to OUT/outcomes.jsonl as it finishes and the figures to
 OUT/summary.md. A benchmark, not a test: a session of the small matrix takes about
-7 minutes on a 2-core Xeon, of the default (config/common.json) about twice that.
+7 minutes on a 2-core Xeon; the default (config/common.json) builds two configurations a
+turn and runs four cases, so expect longer (not measured).
 
     python scripts/measure_ab.py --sessions 5 --runs 6 --out /tmp/ab-measure
     python scripts/measure_ab.py --sessions 2 --config config/common.json --out /tmp/ab-default
