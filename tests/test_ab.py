@@ -228,6 +228,8 @@ def test_resume_keeps_complete_pairs_and_runs_a_half_done_pair_again_whole(tmp_p
     assert "4 turns of 4 pairs to run" in done.stderr and done.returncode == 1
     assert pair_file(out / BASE, 0).read_bytes() == kept, "a complete pair is not run again"
     assert pair_file(out / BASE, 2).read_bytes() != half, "the half-done pair ran again whole"
+    (kept_aside,) = (out / "superseded").glob(f"*/{BASE}/pair-002.csv")
+    assert kept_aside.read_bytes() == half, "the half pair's finished turn is kept, not deleted"
     record = json.loads((out / "ab.json").read_text())
     assert [(t["pair"], t["side"]) for t in record["turns"]] == alternation(4)
     assert "4 complete pairs, run in the order ABBAABBA" in (out / "comparison.txt").read_text()
@@ -253,6 +255,13 @@ def test_resume_refuses_a_different_session(tmp_path, fake_python, options, sele
 def test_resume_needs_a_session(tmp_path, fake_python):
     done = run_ab(*ab_args(fake_python, tmp_path / "ab", 2, "--resume"))
     assert done.returncode == 2 and "holds no A/B session (no ab.json); leave out --resume" in done.stderr
+    record = tmp_path / "ab" / "ab.json"
+    record.parent.mkdir()
+    for text in ("{not json", '{"turns": [{"seconds": 3}]}'):
+        record.write_text(text)
+        done = run_ab(*ab_args(fake_python, tmp_path / "ab", 2, "--resume"))
+        assert done.returncode == 2 and f"--resume: {record}: not a session record (" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and "start again with a new --out" in done.stderr
 
 
 def test_ctrl_c_keeps_every_finished_pair(tmp_path, fake_python):

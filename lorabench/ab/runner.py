@@ -6,7 +6,8 @@ turn's pytest output), ``ab.json`` (the plan and each finished turn) and
 ``comparison.txt``. A turn writes under ``SIDE/running/`` and moves up only when its
 pytest session has passed, so an interrupted or failed turn never counts; every
 finished pair does. ``--resume`` continues such a session with the same sides: complete
-pairs stay, a pair left half done runs again whole, so its two turns stay back to back.
+pairs stay, a pair left half done runs again whole, so its two turns stay back to back
+(the half's files move to ``superseded/``, kept but no longer compared).
 """
 
 from __future__ import annotations
@@ -124,9 +125,9 @@ def _prepare(args: argparse.Namespace) -> tuple[dict[str, Side], Path, Path]:
 
 def _finished_turns(out: Path, record: dict) -> list[dict]:
     """The turns of the complete pairs of the session in ``out``, which must have run the
-    same sides, versions, config and selection as ``record``. A pair left half done is
-    removed, so that it runs again with its two turns back to back."""
-    earlier = json.loads((out / "ab.json").read_text(encoding="utf-8"))
+    same sides, versions, config and selection as ``record``. A pair left half done moves
+    to ``superseded/``, so that it runs again with its two turns back to back."""
+    earlier = _read_record(out / "ab.json")
     for key in ("config", "pytest_args"):
         if earlier.get(key) != record[key]:
             raise ABError(f"--resume: {key} is {record[key]!r}, the session in {out} ran {earlier.get(key)!r}")
@@ -142,9 +143,21 @@ def _finished_turns(out: Path, record: dict) -> list[dict]:
     for name in (BASE, NEW):
         for path in (out / name).glob("pair-[0-9][0-9][0-9].*"):
             if int(path.name[5:8]) not in complete:
-                path.unlink()
+                aside = out / "superseded" / time.strftime("%Y%m%dT%H%M%S") / name
+                aside.mkdir(parents=True, exist_ok=True)
+                path.rename(aside / path.name)
     print(f"lorabench ab: resuming {out}: {len(complete)} complete pairs kept", file=sys.stderr)
     return [turn for turn in earlier.get("turns", []) if turn["pair"] in complete]
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(record, dict) or not all("pair" in t and "side" in t for t in record.get("turns", [])):
+            raise ValueError("no list of turns with their pair and side")
+    except (OSError, ValueError) as exc:
+        raise ABError(f"--resume: {path}: not a session record ({exc}); start again with a new --out") from None
+    return record
 
 
 def _versions(side: Side) -> str:
