@@ -6,8 +6,8 @@ and "busy" (the new side's interpreter runs a busy loop beside it, scripts/ab/bu
 then separate plain runs of the same code compared one run a side, as `lorabench compare`
 does. Writes each outcome to OUT/outcomes.jsonl as it finishes and the figures to
 OUT/summary.md. A benchmark, not a test: a session of the small matrix takes about
-7 minutes on a 2-core Xeon; the default (config/common.json) builds two configurations a
-turn and runs four cases, so expect longer (not measured).
+6 minutes on a 2-core Xeon, of the default (config/common.json, two configurations and
+four cases a turn) about 9.5 minutes.
 
     python scripts/measure_ab.py --sessions 5 --runs 6 --out /tmp/ab-measure
     python scripts/measure_ab.py --sessions 2 --config config/common.json --out /tmp/ab-default
@@ -133,20 +133,21 @@ def cpu_model() -> str:
 def main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "outcomes.jsonl"
+    config = args.config.resolve()
     outcomes = []
     for index in range(args.sessions):
         for kind in ("same", "busy"):
-            outcomes.append(ab_session(kind, index, args.pairs, args.config.resolve(), args.out))
+            outcomes.append(ab_session(kind, index, args.pairs, config, args.out))
             with log.open("a") as sink:
                 sink.write(json.dumps(outcomes[-1]) + "\n")
-            (args.out / "summary.md").write_text(summary(outcomes, args.config), encoding="utf-8")
+            (args.out / "summary.md").write_text(summary(outcomes, config), encoding="utf-8")
     if args.runs >= 2:
-        for outcome in compare_runs(plain_runs(args.runs, args.config.resolve(), args.out)):
+        for outcome in compare_runs(plain_runs(args.runs, config, args.out)):
             outcomes.append(outcome)
             with log.open("a") as sink:
                 sink.write(json.dumps(outcome) + "\n")
-    (args.out / "summary.md").write_text(summary(outcomes, args.config), encoding="utf-8")
-    print(summary(outcomes, args.config))
+    (args.out / "summary.md").write_text(summary(outcomes, config), encoding="utf-8")
+    print(summary(outcomes, config))
     return 0
 
 
