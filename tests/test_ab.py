@@ -152,6 +152,7 @@ FAKE_PYTHON = '''#!{python}
 """A stand-in interpreter for lorabench ab's bookkeeping: answers the version probe, and
 for "-m pytest" writes build 0 of a real run to --bench-output, as a turn would."""
 import os, sys, time
+from datetime import datetime, timezone
 import pandas as pd
 
 if sys.argv[1] == "-c":
@@ -166,7 +167,8 @@ scale = float(os.environ.get("FAKE_SCALE", "1"))
 for column in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms"):
     rows[column] *= scale
 rows["output_tokens_per_s"] /= scale
-rows["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%S") + "%.6fZ" % (time.time() % 1)
+# One clock reading, fixed width: turns a second apart or less still sort in the order they ran.
+rows["timestamp"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 rows["run_id"], rows["ab_pair"] = "run-%s" % time.time(), pair
 time.sleep(0.05)
 rows.to_csv(sys.argv[sys.argv.index("--bench-output") + 1], index=False)
