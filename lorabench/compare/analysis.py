@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lorabench.compare.load import METRICS, CompareError, Run, case_of
-from lorabench.compare.noise import BUILDS, Noise, detectable, estimate_noise, log_draws, raise_to_run_floor
+from lorabench.compare.noise import BUILDS, Noise, detectable, estimate_noise, raise_to_run_floor, side_draws
 from lorabench.schema import STACK_COLUMNS
 
 PROVENANCE_CHECKED = STACK_COLUMNS
@@ -147,7 +147,7 @@ def compare(
     """
     common, metrics = shared_cases(base, new, alpha)
     by_run = len(base.paths) > 1 or len(new.paths) > 1
-    logs = {m: {k: (log_draws(base, k, m, by_run), log_draws(new, k, m, by_run)) for k in common} for m in metrics}
+    logs = {m: side_draws(base, new, m, common, by_run) for m in metrics}
     noise = {metric: estimate_noise(base, new, logs[metric], metric, by_run) for metric in metrics}
     if not by_run and noise_from is not None:
         raise_to_run_floor(noise, logs, noise_from, common)

@@ -17,23 +17,31 @@ from lorabench.compare.load import Run
 
 BUILDS = "engine builds (sd of one build)"
 RUNS = "runs (sd of one run's mean)"
+_NONE = pd.Series([], dtype=float)
 
 
-def _logs(run: Run, key: str, metric: str) -> pd.Series:
-    rows = run.all_rows[(run.all_rows["_key"] == key) & (run.all_rows[metric] > 0)]
-    return np.log(rows[metric].astype(float))
+def case_logs(run: Run, metric: str) -> dict[str, pd.Series]:
+    """Each case's log(value) of every build, indexed by the run it came from. One pass over
+    the rows a metric: filtering them again for every case made a comparison quadratic."""
+    rows = run.all_rows[run.all_rows[metric] > 0]
+    logs = pd.Series(np.log(rows[metric].to_numpy(dtype=float)), index=rows["_run"].to_numpy())
+    return dict(tuple(logs.groupby(rows["_key"].to_numpy(), sort=False)))
 
 
-def run_means(run: Run, key: str, metric: str) -> pd.Series:
-    """Each run's mean of log(value) over its builds of a case, indexed by run."""
-    logs = _logs(run, key, metric)
-    return logs.groupby(run.all_rows.loc[logs.index, "_run"]).mean()
+def run_means(logs: dict[str, pd.Series], key: str) -> pd.Series:
+    """Each run's mean of a case's log values, indexed by run."""
+    return logs.get(key, _NONE).groupby(level=0).mean()
 
 
-def log_draws(run: Run, key: str, metric: str, by_run: bool) -> np.ndarray:
-    """log(value) of every build of a case, or with ``by_run`` each run's mean of them:
-    the noise is relative, so it is additive in logs."""
-    return (run_means(run, key, metric) if by_run else _logs(run, key, metric)).to_numpy()
+def log_draws(logs: dict[str, pd.Series], key: str, by_run: bool) -> np.ndarray:
+    """A case's draws: every build's log value, or with ``by_run`` each run's mean of them."""
+    return (run_means(logs, key) if by_run else logs.get(key, _NONE)).to_numpy()
+
+
+def side_draws(base: Run, new: Run, metric: str, keys: list[str], by_run: bool) -> dict[str, tuple[np.ndarray, ...]]:
+    """Each case's draws of one metric on both sides."""
+    b, n = case_logs(base, metric), case_logs(new, metric)
+    return {k: (log_draws(b, k, by_run), log_draws(n, k, by_run)) for k in keys}
 
 
 @dataclass
@@ -85,10 +93,8 @@ def estimate_noise(
         if by_run:
             df += max(shared["_run"].nunique() - 1, 0)
             continue
-        df += sum(
-            max(n - 1, 0)
-            for n in shared.groupby("_engine")[["_run", "build"]].apply(lambda g: len(g.drop_duplicates()))
-        )
+        builds = shared[["_engine", "_run", "build"]].drop_duplicates().groupby("_engine").size()
+        df += int((builds - 1).clip(lower=0).sum())
     return Noise(sd, df, draws, RUNS if by_run else BUILDS)
 
 
@@ -97,7 +103,8 @@ def run_floor(runs: Run, keys: list[str], metric: str) -> Noise | None:
     of a case strays, drift between runs included; None with fewer than 2 runs."""
     if len(runs.paths) < 2:
         return None
-    logs = {k: (log_draws(runs, k, metric, by_run=True),) for k in keys}
+    earlier = case_logs(runs, metric)
+    logs = {k: (log_draws(earlier, k, by_run=True),) for k in keys}
     sd, _ = pooled(logs)
     if math.isnan(sd):
         return None

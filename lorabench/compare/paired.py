@@ -27,7 +27,7 @@ import pandas as pd
 
 from lorabench.compare.analysis import Comparison, Finding, digest_changes, judge, shared_cases
 from lorabench.compare.load import CompareError, Run, case_of, load_run
-from lorabench.compare.noise import Noise, detectable, run_means
+from lorabench.compare.noise import Noise, case_logs, detectable, run_means
 
 PAIRS = "A/B pairs (sd of one pair's log ratio new/base, drift removed)"
 PAIR_NAME = re.compile(r"pair-(\d+)\.csv")
@@ -122,9 +122,10 @@ def compare_pairs(
     base, new, order = load_pairs(base_dir, new_dir)
     common, metrics = shared_cases(base, new, alpha)
     findings, fits = [], {m: [] for m in metrics}
+    logs = {m: (case_logs(base, m), case_logs(new, m)) for m in metrics}
     for key in common:
         for metric in metrics:
-            b, n = run_means(base, key, metric), run_means(new, key, metric)
+            b, n = (run_means(side, key) for side in logs[metric])
             pairs = b.index.intersection(n.index)
             if not len(pairs):
                 continue
