@@ -259,7 +259,7 @@ def test_resume_needs_a_session(tmp_path, fake_python):
     assert done.returncode == 2 and "holds no A/B session (no ab.json); leave out --resume" in done.stderr
     record = tmp_path / "ab" / "ab.json"
     record.parent.mkdir()
-    for text in ("{not json", '{"turns": [{"seconds": 3}]}'):
+    for text in ("{not json", "[1, 2]", '{"turns": [{"seconds": 3}]}', '{"turns": [3]}', '{"turns": [], "sides": [1]}'):
         record.write_text(text)
         done = run_ab(*ab_args(fake_python, tmp_path / "ab", 2, "--resume"))
         assert done.returncode == 2 and f"--resume: {record}: not a session record (" in done.stderr, done.stderr

@@ -140,12 +140,12 @@ def _finished_turns(out: Path, record: dict) -> list[dict]:
     for turn in earlier.get("turns", []):
         sides_done.setdefault(turn["pair"], set()).add(turn["side"])
     complete = {pair for pair, done in sides_done.items() if done == {BASE, NEW}}
+    superseded = out / "superseded" / time.strftime("%Y%m%dT%H%M%S")
     for name in (BASE, NEW):
         for path in (out / name).glob("pair-[0-9][0-9][0-9].*"):
             if int(path.name[5:8]) not in complete:
-                aside = out / "superseded" / time.strftime("%Y%m%dT%H%M%S") / name
-                aside.mkdir(parents=True, exist_ok=True)
-                path.rename(aside / path.name)
+                (superseded / name).mkdir(parents=True, exist_ok=True)
+                path.rename(superseded / name / path.name)
     print(f"lorabench ab: resuming {out}: {len(complete)} complete pairs kept", file=sys.stderr)
     return [turn for turn in earlier.get("turns", []) if turn["pair"] in complete]
 
@@ -153,8 +153,12 @@ def _finished_turns(out: Path, record: dict) -> list[dict]:
 def _read_record(path: Path) -> dict:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(record, dict) or not all("pair" in t and "side" in t for t in record.get("turns", [])):
+        turns = record.get("turns", []) if isinstance(record, dict) else None
+        if not isinstance(turns, list) or not all(isinstance(t, dict) and {"pair", "side"} <= t.keys() for t in turns):
             raise ValueError("no list of turns with their pair and side")
+        sides = record.get("sides", {})
+        if not isinstance(sides, dict) or not all(isinstance(s, dict) for s in sides.values()):
+            raise ValueError("its sides are not records")
     except (OSError, ValueError) as exc:
         raise ABError(f"--resume: {path}: not a session record ({exc}); start again with a new --out") from None
     return record
