@@ -93,6 +93,15 @@ def _set_affinity(process: psutil.Process, cpus: set[int]) -> None:
             pass
 
 
+# Set to "off" (or 0, false, no) to leave every process where the OS puts it.
+CPU_BINDING = "LORABENCH_CPU_BINDING"
+
+
+def cpu_binding_on() -> bool:
+    """Whether ``keep_off_worker_cpus`` binds: yes unless LORABENCH_CPU_BINDING is off."""
+    return os.environ.get(CPU_BINDING, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
 def keep_off_worker_cpus(engine_processes: Sequence[psutil.Process]) -> Callable[[], None] | None:
     """Keep this process and the engine core off the cores vLLM bound its CPU workers to.
 
@@ -101,7 +110,13 @@ def keep_off_worker_cpus(engine_processes: Sequence[psutil.Process]) -> Callable
     0.32). Left free, the engine core's busy loop sometimes lands on a worker's core and
     the build runs slower for as long as it stays there. Returns what undoes it for this
     process, so the next build starts from the full set of cores.
+
+    With ``LORABENCH_CPU_BINDING=off`` in the environment it binds nothing and returns
+    None, so a run can be compared with one that leaves the processes where the OS puts
+    them (scripts/crosscheck_vllm_latency.py ``--binding off``, ``--compare-binding``).
     """
+    if not cpu_binding_on():
+        return None
     me = psutil.Process()
     allowed = set(os.sched_getaffinity(0))
     worker_cpus: set[int] = set()
