@@ -1,15 +1,17 @@
 """One benchmark case: a scenario run on one engine build, recorded as one typed row.
 
-The scenario decides what is sent and measured; this module adds what every row
-carries (provenance, the engine build, memory), checks the row against the scenario's
-declared columns, and makes it durable before the next case starts.
+The scenario decides what is sent and measured; this module prepares each engine build
+once (its adapter load time, its output digests), adds what every row carries
+(provenance, the engine build, memory), and makes the row durable before anything else
+can fail: a row that breaks its scenario's declared columns is written first, then
+fails its test.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -17,8 +19,8 @@ from lorabench.config import BenchConfig
 from lorabench.correctness import AdapterNotApplied, DigestBook
 from lorabench.engine import Engine, is_engine_dead
 from lorabench.results import ResultWriter, utc_now
-from lorabench.scenarios import Scenario
-from lorabench.schema import ResultRow, check_row
+from lorabench.scenarios import Context, Outcome, Scenario
+from lorabench.schema import ResultRow, SchemaError, check_row
 
 
 @dataclass
@@ -32,10 +34,13 @@ class BenchCase:
     scenario: Scenario
     test_id: str
     digests: DigestBook
-    # Writes a line to the terminal while the case runs (progress of a long replay).
     progress: Callable[[str], None] | None = None
 
-    def on_engine(self, engine: Engine, work: Callable[[], float]) -> float:
+    def _engine_died(self, engine: Engine, exc: BaseException) -> NoReturn:
+        engine.died = f"{self.test_id}: {type(exc).__name__}: {exc}"
+        pytest.fail(f"engine {engine.id} died: {engine.died}", pytrace=False)
+
+    def _on_engine(self, engine: Engine, work: Callable[[], Any]) -> Any:
         """Run ``work`` on ``engine``. A dead engine fails this case with the reason, and
         every later case of its build without touching it again."""
         if engine.died:
@@ -46,35 +51,56 @@ class BenchCase:
         except Exception as exc:
             if not is_engine_dead(exc):
                 raise
-            engine.died = f"{self.test_id}: {type(exc).__name__}: {exc}"
-        pytest.fail(f"engine {engine.id} died: {engine.died}", pytrace=False)
+            self._engine_died(engine, exc)
 
-    def _build_digests(self, engine: Engine) -> int:
-        """Adapters whose greedy output on this build differs from the run's reference;
-        checked once per build, before its first case, outside any timing."""
-        if "digests" not in engine.memo:
-            try:
-                records = self.on_engine(
-                    engine, lambda: self.digests.check_build(engine, self.config.adapters, self.provenance)
-                )
-            except AdapterNotApplied as exc:
-                engine.memo["digests"] = exc
-            else:
-                self.writer.append_digests(records)
-                engine.memo["digests"] = self.digests.mismatches(records)
-        result = engine.memo["digests"]
-        if isinstance(result, AdapterNotApplied):
-            pytest.fail(str(result), pytrace=False)
-        return result
+    def _prepare(self, engine: Engine) -> None:
+        """Once per build, before its first case and outside any case's timing: the
+        adapters' greedy digests against the run's reference, then each adapter's load
+        from disk, timed alone."""
+        state, adapters = engine.state, self.config.adapters
+        if state.prepared:
+            return
+        state.prepared = True
+        if not (engine.spec.enable_lora and adapters):
+            return
+        try:
+            records = self.digests.check_build(engine, adapters, self.provenance)
+        except AdapterNotApplied as exc:
+            state.digest_failure = str(exc)
+            return
+        self.writer.append_digests(records)
+        state.digest_mismatches = self.digests.mismatches(records)
+        state.adapter_load_s = engine.measure_adapter_loads(adapters)
 
     def run(self, engine: Engine, **params: Any) -> ResultRow:
         """Run the case, write its row and samples to disk, and return the row."""
-        mismatches = self._build_digests(engine) if engine.spec.enable_lora and self.config.adapters else None
-        outcome = self.scenario.run(self, engine, **params)
+        ctx = Context(self.config, self.benchmark, self.digests, self.progress)
+
+        def work() -> Outcome:
+            self._prepare(engine)
+            if engine.state.digest_failure:
+                pytest.fail(engine.state.digest_failure, pytrace=False)
+            return self.scenario.run(ctx, engine, **params)
+
+        outcome = self._on_engine(engine, work)
+        row = self._row(engine, outcome)
+        self.writer.append(row, outcome.samples)
+        self.benchmark.extra_info.update(
+            {**outcome.extra_info, "adapter_load_ms": row.adapter_load_ms, "peak_memory_mb": row.peak_memory_mb}
+        )
+        try:
+            check_row(row, self.scenario.columns, self.scenario.maybe_columns)
+        except SchemaError as exc:
+            pytest.fail(f"{exc} (the row is written to {self.writer.path})", pytrace=False)
+        return row
+
+    def _row(self, engine: Engine, outcome: Outcome) -> ResultRow:
+        spec, state = engine.spec, engine.state
+        mismatches = state.digest_mismatches
         if mismatches is not None:
             mismatches += outcome.digest_mismatches
-        spec = engine.spec
-        row = ResultRow(
+        load_s = state.adapter_load_s
+        return ResultRow(
             timestamp=utc_now(),
             **self.provenance,
             scenario=self.scenario.name,
@@ -84,7 +110,7 @@ class BenchCase:
             max_cpu_loras=spec.max_cpu_loras,
             engine_id=engine.id,
             build=spec.build,
-            adapter_load_ms=outcome.adapter_load_s * 1000.0,
+            adapter_load_ms=load_s * 1000.0 if load_s is not None else None,
             engine_build_s=engine.build_s,
             kv_cache_tokens=engine.kv_cache_tokens,
             digest_mismatches=mismatches,
@@ -93,9 +119,3 @@ class BenchCase:
             test_id=self.test_id,
             **outcome.fields,
         )
-        check_row(row, self.scenario.columns, self.scenario.maybe_columns)
-        self.writer.append(row, outcome.samples)
-        self.benchmark.extra_info.update(
-            {**outcome.extra_info, "adapter_load_ms": row.adapter_load_ms, "peak_memory_mb": row.peak_memory_mb}
-        )
-        return row

@@ -14,9 +14,11 @@ import asyncio
 import gc
 import itertools
 import os
+import statistics
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -26,6 +28,7 @@ import psutil
 from lorabench import processes
 from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
+from lorabench.device import Platform, detect_platform
 from lorabench.memory import ACCELERATORS, PeakMemory
 from lorabench.workload import Prompt
 
@@ -38,6 +41,20 @@ class EngineBuildError(RuntimeError):
 
 class EngineDied(RuntimeError):
     """A process of the engine is gone."""
+
+
+@dataclass
+class BuildState:
+    """Facts measured once per engine build and shared by all of its cases."""
+
+    prepared: bool = False
+    # Mean seconds of one adapter's add_lora from disk into the CPU cache (None without LoRA).
+    adapter_load_s: float | None = None
+    # Adapters whose greedy output differs from the run's reference, or why none could be checked.
+    digest_mismatches: int | None = None
+    digest_failure: str | None = None
+    # Mean e2e (ms) of a batch of prompts sent with no adapter, by the prompts and round counts.
+    baselines: dict[tuple, float] = field(default_factory=dict)
 
 
 class Engine:
@@ -56,8 +73,7 @@ class Engine:
         # Set when the engine died while serving: the case it died in, and why.
         self.died: str | None = None
         self._lora_ids = {a.name: i + 1 for i, a in enumerate(config.adapters)}
-        # Facts measured once per build and shared by its cases (no-LoRA baselines, digests).
-        self.memo: dict[Any, Any] = {}
+        self.state = BuildState()
         self._request_ids = itertools.count()
         self._saved_env: dict[str, str | None] = {}
         self._processes: list[psutil.Process] = []
@@ -104,10 +120,13 @@ class Engine:
         self._reaper = processes.start_reaper(self._processes)
         if self.device_type == "cpu":
             self._unpin = processes.keep_off_worker_cpus(self._processes)
-        cache = self.llm.vllm_config.cache_config
-        self.kv_cache_tokens = int(cache.num_gpu_blocks or 0) * int(cache.block_size or 0)
+        self.kv_cache_tokens = self._kv_cache_tokens()
         self.memory.update()
         return self
+
+    def _kv_cache_tokens(self) -> int:
+        cache = self.llm.vllm_config.cache_config
+        return int(cache.num_gpu_blocks or 0) * int(cache.block_size or 0)
 
     async def _build(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -195,20 +214,31 @@ class Engine:
 
         return LoRARequest(adapter.name, self._lora_ids[adapter.name], str(adapter.path))
 
-    def load_adapters(self, adapters: Sequence[Adapter]) -> float:
-        """Load the adapters not yet in the engine's CPU cache; returns the seconds it took.
+    def load_adapters(self, adapters: Sequence[Adapter]) -> None:
+        """Load the adapters not yet in the engine's CPU cache, before a case's timing starts.
 
         Moving an adapter from the CPU cache into one of the ``max_loras`` slots still
         happens while serving; that is part of multi-LoRA cost and stays in the timings.
         """
         if not adapters:
-            return 0.0
-        start = time.perf_counter()
+            return
         resident = self.run(self.llm.list_loras())
         for adapter in adapters:
             if self._lora_ids[adapter.name] not in resident:
                 self.run(self.llm.add_lora(self.lora_request(adapter)))
+
+    def add_adapter(self, adapter: Adapter) -> float:
+        """Seconds to load ``adapter`` from disk into the CPU cache, nothing else timed:
+        it is removed first if it is cached, so the load always reads the disk."""
+        if adapter.name in self.cached_adapters():
+            self.remove_adapter(adapter)
+        start = time.perf_counter()
+        self.run(self.llm.add_lora(self.lora_request(adapter)))
         return time.perf_counter() - start
+
+    def measure_adapter_loads(self, adapters: Sequence[Adapter]) -> float:
+        """Mean seconds of one adapter's load from disk, over every adapter, each timed alone."""
+        return statistics.fmean(self.add_adapter(a) for a in adapters)
 
     def cached_adapters(self) -> set[str]:
         """The adapters in the engine's CPU cache, by vLLM's own list (``list_loras``)."""
@@ -219,8 +249,7 @@ class Engine:
         """Drop an adapter from the engine's caches, so that its next use loads it from disk."""
         self.run(self.llm.remove_lora(self._lora_ids[adapter.name]))
 
-    @staticmethod
-    def sampling_params(max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Any:
+    def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Any:
         """Exactly ``max_tokens`` tokens (``ignore_eos``): sampled, or with ``greedy`` the most likely.
 
         ``stream``: each output carries the tokens new since the last; otherwise the
@@ -235,13 +264,17 @@ class Engine:
             n=1, temperature=temperature, top_p=1.0, ignore_eos=True, max_tokens=max_tokens, output_kind=kind
         )
 
-    def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[Any]:
-        """One request's outputs as the engine produces them (on this engine's loop)."""
+    def prompt_input(self, prompt: Prompt) -> Any:
+        """What the engine is sent for ``prompt``: token ids as vLLM's TokensPrompt, text as is."""
         from vllm.inputs import TokensPrompt
 
-        request = TokensPrompt(prompt_token_ids=prompt) if isinstance(prompt, list) else prompt
+        return TokensPrompt(prompt_token_ids=prompt) if isinstance(prompt, list) else prompt
+
+    def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[Any]:
+        """One request's outputs as the engine produces them (on this engine's loop)."""
         lora = self.lora_request(adapter) if self.spec.enable_lora else None
-        return self.llm.generate(request, params, request_id=f"req-{next(self._request_ids)}", lora_request=lora)
+        request_id = f"req-{next(self._request_ids)}"
+        return self.llm.generate(self.prompt_input(prompt), params, request_id=request_id, lora_request=lora)
 
     def generate(
         self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int, *, greedy: bool = False
@@ -270,3 +303,19 @@ def is_engine_dead(exc: BaseException) -> bool:
     except ImportError:
         return False
     return isinstance(exc, EngineDeadError) or isinstance(exc.__cause__, EngineDeadError)
+
+
+class VllmBackend:
+    """What the plugin builds engines with: in-process vLLM on the platform vLLM detects.
+
+    A test (or a user's conftest) replaces it through the ``pytest_lorabench_backend``
+    hook, as ``lorabench.testing`` does with its stand-in engine.
+    """
+
+    checks_vllm_args = True
+
+    def platform(self) -> Platform:
+        return detect_platform()
+
+    def engine(self, config: BenchConfig, spec: EngineSpec, device_type: str, log_path: Path | None) -> Engine:
+        return Engine(config, spec, device_type, log_path=log_path)

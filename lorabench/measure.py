@@ -2,7 +2,7 @@
 
 vLLM stamps each request in the engine core on one monotonic clock (``queued_ts``,
 ``scheduled_ts``, ``first_token_ts``, ``last_token_ts``); the batch's end-to-end time
-is the wall clock around sending the whole batch and gathering its outputs. The README
+is the wall clock around sending the whole batch and gathering its outputs. docs/metrics.md
 defines every metric.
 """
 

@@ -21,20 +21,30 @@ from typing import Any
 
 import pytest
 
-from lorabench import options
+from lorabench import hooks, options
 from lorabench.ab import pair_from_env
 from lorabench.case import BenchCase
 from lorabench.config import ConfigError, engine_specs, resolve_config
-from lorabench.device import DEVICE_TYPES, Platform, detect_platform
-from lorabench.engine import Engine, EngineBuildError
+from lorabench.device import DEVICE_TYPES, Platform
+from lorabench.engine import Engine, EngineBuildError, VllmBackend
 from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
 from lorabench.progress import RunProgress
 from lorabench.results import ResultWriter, format_rank_summary, format_summary, provenance
 from lorabench.scenarios import SCENARIOS, Scenario
+from lorabench.schema import SchemaError, check_declared
 from lorabench.session import STATE, BenchState
 from lorabench.session_end import finish_session
 
 ENGINE_FIXTURE = "engine"
+XDIST_KEY = "lorabench_refused"
+XDIST_REFUSED = (
+    "pytest-xdist (-n) would have every worker build its own engines on the same device at once, "
+    "and pytest-benchmark turns itself off under it: run benchmark cases without -n"
+)
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hooks)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -113,7 +123,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     marked = [i for i in items if any(i.get_closest_marker(d) for d in DEVICE_TYPES)]
     if not bench_items and not marked:
         return
-    state.platform = detect_platform()
+    if bench_items and hasattr(config, "workerinput"):
+        # A worker cannot end the session cleanly: it leaves the cases out and tells the controller.
+        config.workeroutput[XDIST_KEY] = XDIST_REFUSED
+        config.hook.pytest_deselected(items=bench_items)
+        items[:] = [i for i in items if i not in bench_items]
+        return
+    state.backend = config.hook.pytest_lorabench_backend(config=config) or VllmBackend()
+    state.platform = state.backend.platform()
     for item in marked:
         reason = _device_skip(item, state.platform)
         if reason:
@@ -124,9 +141,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             state.skip_reason = _device_skip(bench_items[0], state.platform)
         return
     _stop_on_sigterm(state)
-    needs_lora = any(_scenario(i).needs_adapters for i in runnable)
+    scenarios = {_scenario(i) for i in runnable}
     try:
-        state.config = resolve_config(state.config_path, state.file, needs_lora=needs_lora, output=state.output)
+        for scenario in scenarios:
+            check_declared(scenario.name, scenario.columns | scenario.maybe_columns)
+    except SchemaError as exc:
+        raise _usage_error([str(exc)]) from None
+    try:
+        state.config = resolve_config(
+            state.config_path,
+            state.file,
+            needs_lora=any(s.needs_adapters for s in scenarios),
+            output=state.output,
+            check_vllm_args=state.backend.checks_vllm_args,
+        )
     except ConfigError as exc:
         raise _usage_error(exc.problems) from None
     state.progress = _run_progress(runnable)
@@ -172,8 +200,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, state.previous_sigterm)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller: a worker that refused the benchmark cases said why."""
+    refused = getattr(node, "workeroutput", {}).get(XDIST_KEY)
+    if refused:
+        node.config.stash[STATE].skip_reason = refused
+        node.config.stash[STATE].refused = True
+
+
 @pytest.hookimpl(tryfirst=True)  # before the terminal reporter prints its summary
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    if session.config.stash[STATE].refused:
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
     finish_session(session)
 
 
@@ -201,7 +241,8 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         )
     if state.unreleased:
         pytest.fail(f"engine configuration {spec.id} not built: {state.unreleased}", pytrace=False)
-    eng = Engine(state.config, spec, state.platform.device_type, log_path=state.writer.log_dir / f"{spec.id}.log")
+    log_path = state.writer.log_dir / f"{spec.id}.log"
+    eng: Engine = state.backend.engine(state.config, spec, state.platform.device_type, log_path)
     failure = None
     try:
         eng.__enter__()
@@ -245,7 +286,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         return
     lines = []
     if state.skip_reason:
-        lines.append(f"benchmark cases skipped: {state.skip_reason}")
+        lines.append(f"benchmark cases {'refused' if state.refused else 'skipped'}: {state.skip_reason}")
     if state.built:
         builds = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.built)
         lines.append(f"engine builds: {len(state.built)} ({builds})")

@@ -85,9 +85,11 @@ async def replay(
     vocab_size = engine.vocab_size
     records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
     prompts = [synthetic_prompt(i, r.input_len, vocab_size, seed) for i, r in enumerate(requests)]
+    finished = 0
     start = time.perf_counter()
 
     async def serve(record: ReplayedRequest, prompt: list[int]) -> None:
+        nonlocal finished
         record.sent_s = time.perf_counter() - start
         params = engine.sampling_params(record.output_len, stream=True)
         async for out in engine.stream(prompt, params, adapters[record.adapter]):
@@ -95,6 +97,7 @@ async def replay(
             record.token_times.extend([now] * len(out.outputs[0].token_ids))
             if out.finished:
                 record.finished = True
+                finished += 1
                 metrics = getattr(out, "metrics", None)
                 if metrics is not None and getattr(metrics, "scheduled_ts", 0):
                     record.queue_ms = (metrics.scheduled_ts - metrics.queued_ts) * 1000.0
@@ -106,9 +109,9 @@ async def replay(
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(serve(record, prompt)))
         if progress is not None:
-            progress(len(tasks), sum(r.finished for r in records), time.perf_counter() - start)
+            progress(len(tasks), finished, time.perf_counter() - start)
     if progress is not None and records:
-        progress(len(tasks), sum(r.finished for r in records), None)
+        progress(len(tasks), finished, None)
     if tasks:
         await _drain(tasks, drain_timeout_s)
     return records
@@ -139,7 +142,8 @@ def summarize_online(
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Aggregates over the requests that arrived after ``warmup_s``, and a per-adapter breakdown.
 
-    A request meets the SLO when it finished, its TTFT is within ``slo_ttft_ms`` and its
+    Requests of the warm-up count nowhere: not in ``num_requests``, ``unfinished`` or the
+    send lag either. A request meets the SLO when it finished, its TTFT is within ``slo_ttft_ms`` and its
     TPOT within ``slo_tpot_ms``; unfinished requests count against attainment.
     """
     measured = [r for r in records if r.scheduled_s >= warmup_s]
@@ -148,7 +152,7 @@ def summarize_online(
     span = (max(r.token_times[-1] for r in done) - min(r.sent_s for r in measured)) if done else float("nan")
     metrics: dict[str, float] = {
         "num_requests": len(measured),
-        "unfinished": sum(not r.finished for r in records),
+        "unfinished": sum(not r.finished for r in measured),
         "request_throughput": len(done) / span if done else 0.0,
         "output_tokens_per_s": sum(len(r.token_times) for r in done) / span if done else 0.0,
         "slo_ttft_ms": slo_ttft_ms,
@@ -161,7 +165,7 @@ def summarize_online(
     metrics.update(summary("request_e2e_ms", [r.e2e_ms for r in done]))
     metrics.update(summary("queue_ms", [r.queue_ms for r in done]))
     itl = [gap for r in done for gap in r.itl_ms]
-    lags = [r.send_lag_ms for r in records]
+    lags = [r.send_lag_ms for r in measured]
     for name, values in (("itl_ms", itl), ("send_lag_ms", lags)):
         metrics.update({f"{name}_p{p}": percentile(values, p) for p in (50, 99)})
     per_adapter = []

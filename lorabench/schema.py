@@ -64,18 +64,21 @@ class ResultRow:
     rounds: int = _col(PARAMETER)
     tier: str | None = _col(PARAMETER, key=True, optional=True)
     working_set: int | None = _col(PARAMETER, key=True, optional=True)
-    base_share: float | None = _col(PARAMETER, optional=True)
+    base_share: float | None = _col(PARAMETER, key=True, optional=True)
+    skew_alpha: float | None = _col(PARAMETER, key=True, optional=True)
 
     trace_suite: str | None = _col(TRACE, key=True, optional=True)
     trace_num_adapters: int | None = _col(TRACE, key=True, optional=True)
     trace_rate: float | None = _col(TRACE, key=True, optional=True)
     trace_alpha: float | None = _col(TRACE, key=True, optional=True)
     trace_cv: float | None = _col(TRACE, key=True, optional=True)
-    trace_duration_s: float | None = _col(TRACE, optional=True)
-    trace_lengths: str | None = _col(TRACE, optional=True)
-    trace_input_range: str | None = _col(TRACE, optional=True)
-    trace_output_range: str | None = _col(TRACE, optional=True)
-    trace_seed: int | None = _col(TRACE, optional=True)
+    trace_duration_s: float | None = _col(TRACE, key=True, optional=True)
+    trace_lengths: str | None = _col(TRACE, key=True, optional=True)
+    trace_input_range: str | None = _col(TRACE, key=True, optional=True)
+    trace_output_range: str | None = _col(TRACE, key=True, optional=True)
+    trace_seed: int | None = _col(TRACE, key=True, optional=True)
+    # Requests arriving before this many seconds are left out of every online statistic.
+    trace_warmup_s: float | None = _col(TRACE, key=True, optional=True)
 
     # Mean and percentiles over requests (over rounds for e2e_ms, which is per batch).
     ttft_ms: float | None = _col(METRIC, optional=True)
@@ -117,12 +120,15 @@ class ResultRow:
     # after (its adapter then in a slot), median over pairs: the tier's cost, free of drift.
     tier_extra_ttft_ms: float | None = _col(METRIC, optional=True)
     load_share: float | None = _col(METRIC, optional=True)
+    # Requests in the case's timed span whose adapter was not in vLLM's CPU cache when sent
+    # (by list_loras, read outside the timing): each of them loaded its adapter from disk.
+    timed_adapter_loads: int | None = _col(METRIC, optional=True)
 
     num_requests: int | None = _col(ONLINE, optional=True)
     unfinished: int | None = _col(ONLINE, optional=True)
     request_throughput: float | None = _col(ONLINE, optional=True)
-    slo_ttft_ms: float | None = _col(ONLINE, optional=True)
-    slo_tpot_ms: float | None = _col(ONLINE, optional=True)
+    slo_ttft_ms: float | None = _col(ONLINE, key=True, optional=True)
+    slo_tpot_ms: float | None = _col(ONLINE, key=True, optional=True)
     slo_attainment: float | None = _col(ONLINE, optional=True)
     goodput_rps: float | None = _col(ONLINE, optional=True)
     fairness: float | None = _col(ONLINE, optional=True)
@@ -136,7 +142,9 @@ class ResultRow:
     build: int = _col(ENGINE)
     # The pair this build belongs to when ``lorabench ab`` ran the session; blank otherwise.
     ab_pair: int | None = _col(ENGINE, optional=True, by_engine=True)
-    adapter_load_ms: float = _col(ENGINE)
+    # One adapter's add_lora from disk into the CPU cache, timed alone, mean over every
+    # adapter; measured once per build before its first case (blank without LoRA).
+    adapter_load_ms: float | None = _col(ENGINE, optional=True, by_engine=True)
     engine_build_s: float = _col(ENGINE)
     kv_cache_tokens: int = _col(ENGINE)
     # Adapters whose greedy output on this build differs from the run's first (LoRA engines).
@@ -210,6 +218,14 @@ class SchemaError(ValueError):
     """A row that does not fill exactly the columns its scenario declares."""
 
 
+def check_declared(scenario: str, columns: Iterable[str]) -> None:
+    """Refuse a scenario that declares a column that is not an optional one of ``ResultRow``:
+    checked when the session starts, before any engine is built."""
+    unknown = set(columns) - SCENARIO_COLUMNS
+    if unknown:
+        raise SchemaError(f"scenario {scenario} declares columns ResultRow does not have: {', '.join(sorted(unknown))}")
+
+
 def check_row(row: ResultRow, declared: Iterable[str], maybe: Iterable[str] = ()) -> None:
     """Refuse a blank in a declared column and a value in an optional one neither declared
     nor ``maybe`` (filled by some cases of the scenario only, such as mixed batches).
@@ -217,9 +233,7 @@ def check_row(row: ResultRow, declared: Iterable[str], maybe: Iterable[str] = ()
     The LoRA knobs are left out: they are blank on the LoRA-disabled engine, whatever the scenario.
     """
     declared, maybe = set(declared), set(maybe)
-    unknown = (declared | maybe) - SCENARIO_COLUMNS
-    if unknown:
-        raise SchemaError(f"not optional columns of ResultRow: {', '.join(sorted(unknown))}")
+    check_declared(row.scenario, declared | maybe)
     values = asdict(row)
     blank = sorted(c for c in declared if _blank(values[c]))
     extra = sorted(c for c in SCENARIO_COLUMNS - declared - maybe if not _blank(values[c]))

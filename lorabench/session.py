@@ -24,7 +24,9 @@ class BenchState:
     config: BenchConfig | None = None
     problems: list[str] = field(default_factory=list)
     platform: Platform | None = None
+    backend: Any = None  # what builds the engines (lorabench.engine.VllmBackend unless a hook says otherwise)
     skip_reason: str | None = None
+    refused: bool = False  # the benchmark cases were refused (under pytest-xdist): a usage error
     provenance: dict[str, Any] = field(default_factory=dict)
     writer: ResultWriter | None = None
     built: list[tuple[str, float]] = field(default_factory=list)
@@ -36,6 +38,7 @@ class BenchState:
     unreleased: str | None = None
     digests: DigestBook = field(default_factory=DigestBook)
     report: Path | None = None  # the page --bench-report wrote
+    report_error: str | None = None  # why --bench-report wrote no page: one line of the summary
     progress: RunProgress | None = None
 
     def read_file(self) -> ConfigFile | None:

@@ -61,6 +61,7 @@ def make_row(**values: Any) -> ResultRow:
         **{column: 1.5 for column in METRIC_COLUMNS},
         "baseline_e2e_ms": 1.0,
         "lora_overhead": 1.5,
+        "timed_adapter_loads": 0,
         "warmup_rounds": 0,
         "engine_id": "loras2-rank16-cpu4-build0",
         "build": 0,

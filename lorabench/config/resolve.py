@@ -25,11 +25,22 @@ from lorabench.workload import pool_size
 
 
 def _check_against_vllm(parsed: ConfigFile, path: Path) -> list[str]:
-    """Catch typos in engine arguments by comparing them with vLLM's own EngineArgs."""
+    """Catch typos in engine arguments by comparing them with vLLM's own EngineArgs.
+
+    Without vLLM there is nothing to compare with, and the engine build says what to
+    install. A vLLM that is installed but fails to import (a missing library, a torch of
+    another build) would fail every engine build after the session started: say so now.
+    """
     try:
         from vllm.engine.arg_utils import EngineArgs as VllmEngineArgs
-    except Exception:  # vLLM missing or broken: the engine build will say so itself
-        return []
+    except Exception as exc:  # noqa: BLE001 - whatever a broken install raises is reported
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "vllm":
+            return []
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return [
+            f"{path}: engine arguments cannot be checked: vLLM is installed but does not import ({reason}): "
+            "run python -c 'import vllm' to see why"
+        ]
     known = set(VllmEngineArgs.__dataclass_fields__)
     problems = []
     for key in parsed.engine.model_extra or {}:
@@ -45,7 +56,9 @@ def _resolve(base: Path, value: str) -> Path:
     return p if p.is_absolute() else (base / p).resolve()
 
 
-def resolve_config(path: Path, parsed: ConfigFile, *, needs_lora: bool, output: str | None = None) -> BenchConfig:
+def resolve_config(
+    path: Path, parsed: ConfigFile, *, needs_lora: bool, output: str | None = None, check_vllm_args: bool = True
+) -> BenchConfig:
     """Resolve paths, read the adapter and prompt files and check them against the matrix.
 
     Built-in models and generated adapters are materialized in the cache on first use.
@@ -53,7 +66,7 @@ def resolve_config(path: Path, parsed: ConfigFile, *, needs_lora: bool, output: 
     """
     path = Path(path).resolve()
     base = path.parent
-    problems = _check_against_vllm(parsed, path)
+    problems = _check_against_vllm(parsed, path) if check_vllm_args else []
     model, is_builtin = _model(path, parsed, problems)
     tokenizer = _resolve(base, parsed.tokenizer) if parsed.tokenizer else None
     if tokenizer is not None and not tokenizer.exists():
@@ -112,7 +125,12 @@ def _model(path: Path, parsed: ConfigFile, problems: list[str]) -> tuple[Path, b
 
 def _adapters(path: Path, parsed: ConfigFile, model: Path, prompts: list[str], problems: list[str]) -> list[Adapter]:
     if isinstance(parsed.adapters, GeneratedAdapters):
-        return builtin.ensure_dummy_adapters(model, parsed.adapters.generate, prompts) if not problems else []
+        if problems:
+            return []
+        spec = parsed.adapters.generate
+        return builtin.ensure_dummy_adapters(
+            model, prompts, count=spec.count, ranks=spec.ranks, target_modules=spec.target_modules, seed=spec.seed
+        )
     try:
         return read_adapters_file(_resolve(path.parent, parsed.adapters))
     except ValueError as exc:

@@ -1,28 +1,50 @@
-"""What a scenario is: the contract between a scenario module, the plugin and the case runner."""
+"""What a scenario is: the contract between a scenario module, the plugin and the case runner.
+
+A scenario gets a small ``Context`` (the resolved config, the timer, the run's digests and
+a progress line) and the engine; it never sees the case runner, which owns the row, the
+per-build preparation and what happens when the engine dies.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lorabench.schema import Sample
 
 if TYPE_CHECKING:
-    from lorabench.case import BenchCase
-    from lorabench.config import ConfigFile
+    from lorabench.config import BenchConfig, ConfigFile
+    from lorabench.correctness import DigestBook
     from lorabench.engine import Engine
 
 
 @dataclass(frozen=True)
 class Parametrization:
-    """One argument of a scenario's test, with the values the config gives it."""
+    """One argument of a scenario's test (or several, comma-separated, as pytest takes them),
+    with the values the config gives it; a value may be a ``pytest.param`` with its own marks."""
 
     argname: str
     values: Sequence[Any]
-    ids: Sequence[str]
+    ids: Sequence[str] | None = None
     # Set when the config gives no value: the test is collected once and skipped with this reason.
     skip_reason: str | None = None
+
+
+@dataclass
+class Context:
+    """What a scenario may use besides the engine."""
+
+    config: BenchConfig
+    # pytest-benchmark's fixture: the scenario's timed work goes through ``time``.
+    benchmark: Any
+    digests: DigestBook
+    # Writes a line to the terminal while the case runs (progress of a long replay).
+    progress: Callable[[str], None] | None = None
+
+    def time(self, work: Callable[[], None], *, rounds: int = 1, warmup_rounds: int = 0) -> None:
+        """Run ``work`` as pytest-benchmark's pedantic mode does: warm-up rounds first."""
+        self.benchmark.pedantic(work, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
 
 
 @dataclass
@@ -31,7 +53,6 @@ class Outcome:
 
     fields: dict[str, Any]
     samples: list[Sample]
-    adapter_load_s: float
     extra_info: dict[str, Any] = field(default_factory=dict)
     # Outputs of this case whose digest differs from their adapter's reference (residency tiers).
     digest_mismatches: int = 0
@@ -51,13 +72,12 @@ class Scenario:
     with_lora_off: bool = False
     needs_adapters: bool = True
     columns: frozenset[str] = frozenset()
-    # Optional columns only some of its cases fill (the mixed workload's base/LoRA split).
     maybe_columns: frozenset[str] = frozenset()
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         """The test arguments besides ``engine``, from the config."""
         raise NotImplementedError
 
-    def run(self, case: BenchCase, engine: Engine, **params: Any) -> Outcome:
-        """Run one case on ``engine``; timed work goes through ``case.on_engine``."""
+    def run(self, ctx: Context, engine: Engine, **params: Any) -> Outcome:
+        """Run one case on ``engine``. A dead engine is the case runner's business."""
         raise NotImplementedError

@@ -1,21 +1,23 @@
 """A batch sent at once, timed over warm-up and measured rounds: the no-LoRA and multi-LoRA cases.
 
 Order matters for honest numbers: the batch is built and its adapters are loaded before
-the first round, so neither is inside any timed region.
+the first round, so neither is inside any timed region. Before each round, outside its
+timing, vLLM's own list of cached adapters says how many of the round's adapters will
+have to come from disk anyway (``timed_adapter_loads``; 0 when they fit the CPU cache).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
 from lorabench.measure import measure_round, summarize
-from lorabench.scenarios.base import Outcome, Parametrization
+from lorabench.scenarios.base import Context, Outcome, Parametrization
 from lorabench.schema import PER_REQUEST_METRICS, PERCENTILES, Sample
 from lorabench.workload import Batch, build_batch
 
 if TYPE_CHECKING:
-    from lorabench.case import BenchCase
     from lorabench.config import ConfigFile
     from lorabench.engine import Engine
 
@@ -23,8 +25,9 @@ METRIC_COLUMNS = frozenset(
     col for name in (*PER_REQUEST_METRICS, "e2e_ms") for col in (name, *(f"{name}_p{p}" for p in PERCENTILES))
 ) | {"output_tokens_per_s"}
 COLUMNS = METRIC_COLUMNS | {"batch_size", "input_len", "output_len"}
-OVERHEAD_COLUMNS = frozenset({"baseline_e2e_ms", "lora_overhead"})
+LORA_COLUMNS = frozenset({"baseline_e2e_ms", "lora_overhead", "timed_adapter_loads"})
 MIXED_COLUMNS = frozenset({"base_share", "base_ttft_ms", "lora_ttft_ms", "base_decode_ms", "lora_decode_ms"})
+SKEWED_COLUMNS = frozenset({"skew_alpha"})
 
 
 def batch_sizes(file: ConfigFile) -> Parametrization:
@@ -32,77 +35,80 @@ def batch_sizes(file: ConfigFile) -> Parametrization:
     return Parametrization("batch_size", sizes, [f"bs{b}" for b in sizes])
 
 
-def _batch(case: BenchCase, engine: Engine, batch_size: int, workload: str | None) -> Batch:
-    m = case.config.matrix
+def _batch(ctx: Context, engine: Engine, batch_size: int, workload: str | None) -> Batch:
+    m = ctx.config.matrix
     return build_batch(
         workload,
         batch_size,
-        adapters=case.config.adapters,
-        prompts=case.config.prompts,
+        adapters=ctx.config.adapters,
+        prompts=ctx.config.prompts,
         input_len=m.input_len,
         vocab_size=engine.vocab_size,
         seed=m.seed,
-        shape=case.config.shape,
+        shape=ctx.config.shape,
     )
 
 
-def baseline_e2e_ms(case: BenchCase, engine: Engine, batch_size: int) -> float:
-    """The mean e2e of the same batch with no adapter, on this build, over the case's rounds;
-    measured once per build and batch size, the first time a multi-LoRA case needs it."""
-    key = ("baseline_e2e_ms", batch_size)
-    if key not in engine.memo:
-        m = case.config.matrix
-        batch = _batch(case, engine, batch_size, None)
-        prompts, adapters = [r.prompt for r in batch.requests], [None] * batch_size
+def _prompts_key(batch: Batch) -> tuple:
+    return tuple(tuple(r.prompt) if isinstance(r.prompt, list) else r.prompt for r in batch.requests)
+
+
+def baseline_e2e_ms(ctx: Context, engine: Engine, batch: Batch) -> float:
+    """The mean e2e of exactly this batch's prompts sent with no adapter, on this build, over
+    the case's warm-up and measured rounds; measured once per build and batch of prompts."""
+    m = ctx.config.matrix
+    key = (_prompts_key(batch), m.output_len, m.warmup_rounds, m.rounds)
+    if key not in engine.state.baselines:
+        prompts, adapters = [r.prompt for r in batch.requests], [None] * len(batch.requests)
         times = []
         for _ in range(m.warmup_rounds + m.rounds):
             start = time.perf_counter()
             engine.generate(prompts, adapters, m.output_len)
             times.append((time.perf_counter() - start) * 1000.0)
-        engine.memo[key] = sum(times[m.warmup_rounds :]) / m.rounds
-    return engine.memo[key]
+        engine.state.baselines[key] = statistics.fmean(times[m.warmup_rounds :])
+    return engine.state.baselines[key]
 
 
 def split_by_adapter(samples: list[Sample]) -> dict[str, float]:
-    """Mean TTFT and decode of base-model and of LoRA requests, apart (mixed batches)."""
-    base = [s for s in samples if s.adapter_rank is None]
-    lora = [s for s in samples if s.adapter_rank is not None]
+    """Mean TTFT and decode of base-model and of LoRA requests, apart (mixed batches);
+    a group with no request gets no figure."""
+    base = [s for s in samples if not s.adapter]
+    lora = [s for s in samples if s.adapter]
     out = {"base_share": len(base) / len(samples)}
     for prefix, group in (("base", base), ("lora", lora)):
         for metric in ("ttft_ms", "decode_ms"):
-            out[f"{prefix}_{metric}"] = sum(getattr(s, metric) for s in group) / len(group)
+            if group:
+                out[f"{prefix}_{metric}"] = statistics.fmean(getattr(s, metric) for s in group)
     return out
 
 
-def run_batch(case: BenchCase, engine: Engine, batch_size: int, workload: str | None) -> Outcome:
+def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | None) -> Outcome:
     """``workload=None``: the same batch with no adapter."""
-    m = case.config.matrix
-    batch = _batch(case, engine, batch_size, workload)
+    m = ctx.config.matrix
+    batch = _batch(ctx, engine, batch_size, workload)
     prompts = [r.prompt for r in batch.requests]
     adapters = [r.adapter for r in batch.requests]
-    raw: list[tuple[float, list[Any]]] = []
+    # Per round: (seconds, outputs, adapters it had to load from disk).
+    raw: list[tuple[float, list[Any], int]] = []
 
     def one_round() -> None:
+        cached = engine.cached_adapters() if batch.adapters else set()
+        loads = sum(a.name not in cached for a in batch.adapters)
         start = time.perf_counter()
         outputs = engine.generate(prompts, adapters, m.output_len)
-        raw.append((time.perf_counter() - start, outputs))
+        raw.append((time.perf_counter() - start, outputs, loads))
 
-    def serve() -> float:
-        load_s = engine.load_adapters(batch.adapters)
-        case.benchmark.pedantic(one_round, rounds=m.rounds, warmup_rounds=m.warmup_rounds, iterations=1)
-        return load_s
-
-    load_s = case.on_engine(engine, serve)
+    engine.load_adapters(batch.adapters)
+    ctx.time(one_round, rounds=m.rounds, warmup_rounds=m.warmup_rounds)
     # pedantic runs the warm-up rounds first; with --benchmark-disable it runs once, unwarmed.
-    measured = [
-        measure_round(i, elapsed, outputs, batch, m.output_len) for i, (elapsed, outputs) in enumerate(raw[-m.rounds :])
-    ]
+    kept = raw[-m.rounds :]
+    measured = [measure_round(i, elapsed, outputs, batch, m.output_len) for i, (elapsed, outputs, _) in enumerate(kept)]
     metrics = summarize(measured)
     prompt_tokens = [r.prompt_tokens for rnd in measured for r in rnd.requests]
     fields = {
         "workload": workload or "none",
         "batch_size": batch_size,
-        "input_len": m.input_len if m.input_len is not None else round(sum(prompt_tokens) / len(prompt_tokens)),
+        "input_len": m.input_len if m.input_len is not None else round(statistics.fmean(prompt_tokens)),
         "output_len": m.output_len,
         "num_adapters": len(batch.pool),
         "rounds": len(measured),
@@ -111,8 +117,11 @@ def run_batch(case: BenchCase, engine: Engine, batch_size: int, workload: str | 
     }
     samples = [s for rnd in measured for s in rnd.requests]
     if workload is not None:
-        baseline = case.on_engine(engine, lambda: baseline_e2e_ms(case, engine, batch_size))
-        fields.update(baseline_e2e_ms=baseline, lora_overhead=metrics["e2e_ms"] / baseline)
+        baseline = baseline_e2e_ms(ctx, engine, batch)
+        loads = sum(n for _, _, n in kept)
+        fields.update(baseline_e2e_ms=baseline, lora_overhead=metrics["e2e_ms"] / baseline, timed_adapter_loads=loads)
     if workload == "mixed":
         fields.update(split_by_adapter(samples))
-    return Outcome(fields, samples, load_s, extra_info=metrics)
+    if workload == "skewed":
+        fields["skew_alpha"] = ctx.config.shape.skew_alpha
+    return Outcome(fields, samples, extra_info=metrics)

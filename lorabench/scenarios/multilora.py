@@ -6,26 +6,36 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lorabench.scenarios.base import Outcome, Parametrization, Scenario
-from lorabench.scenarios.batch import COLUMNS, MIXED_COLUMNS, OVERHEAD_COLUMNS, batch_sizes, run_batch
+import pytest
+
+from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
+from lorabench.scenarios.batch import COLUMNS, LORA_COLUMNS, MIXED_COLUMNS, SKEWED_COLUMNS, run_batch
+from lorabench.workload import base_requests
 
 if TYPE_CHECKING:
-    from lorabench.case import BenchCase
     from lorabench.config import ConfigFile
     from lorabench.engine import Engine
 
 
 class MultiLora(Scenario):
     name = "multilora"
-    columns = COLUMNS | OVERHEAD_COLUMNS
-    maybe_columns = MIXED_COLUMNS
+    columns = COLUMNS | LORA_COLUMNS
+    maybe_columns = MIXED_COLUMNS | SKEWED_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
-        workloads = file.matrix.workloads
-        return [Parametrization("workload", workloads, workloads), batch_sizes(file)]
+        share = file.matrix.mixed_base_share
+        cases = []
+        for workload in file.matrix.workloads:
+            for size in file.matrix.batch_sizes:
+                marks = []
+                if workload == "mixed" and not base_requests(size, share):
+                    reason = f"the mixed workload needs batch size 2 or more (a base and a LoRA request), got {size}"
+                    marks.append(pytest.mark.skip(reason=reason))
+                cases.append(pytest.param(workload, size, marks=marks, id=f"{workload}-bs{size}"))
+        return [Parametrization("workload,batch_size", cases)]
 
-    def run(self, case: BenchCase, engine: Engine, *, workload: str, batch_size: int) -> Outcome:  # type: ignore[override]
-        return run_batch(case, engine, batch_size, workload)
+    def run(self, ctx: Context, engine: Engine, *, workload: str, batch_size: int) -> Outcome:  # type: ignore[override]
+        return run_batch(ctx, engine, batch_size, workload)
 
 
 SCENARIO = MultiLora()

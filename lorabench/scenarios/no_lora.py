@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lorabench.scenarios.base import Outcome, Parametrization, Scenario
+from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import COLUMNS, batch_sizes, run_batch
 
 if TYPE_CHECKING:
-    from lorabench.case import BenchCase
     from lorabench.config import ConfigFile
     from lorabench.engine import Engine
 
@@ -23,8 +22,8 @@ class NoLora(Scenario):
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         return [batch_sizes(file)]
 
-    def run(self, case: BenchCase, engine: Engine, *, batch_size: int) -> Outcome:  # type: ignore[override]
-        return run_batch(case, engine, batch_size, workload=None)
+    def run(self, ctx: Context, engine: Engine, *, batch_size: int) -> Outcome:  # type: ignore[override]
+        return run_batch(ctx, engine, batch_size, workload=None)
 
 
 SCENARIO = NoLora()

@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING
 from lorabench import replay, trace
 from lorabench.config.expand import online_cases
 from lorabench.progress import trace_reporter
-from lorabench.scenarios.base import Outcome, Parametrization, Scenario
+from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.schema import PERCENTILES
 
 if TYPE_CHECKING:
-    from lorabench.case import BenchCase
     from lorabench.config import ConfigFile, OnlineCase
     from lorabench.engine import Engine
 
@@ -28,6 +27,7 @@ TRACE_COLUMNS = frozenset(
         "trace_input_range",
         "trace_output_range",
         "trace_seed",
+        "trace_warmup_s",
     }
 )
 ONLINE_COLUMNS = frozenset(
@@ -56,6 +56,8 @@ METRIC_COLUMNS = frozenset(
 class Online(Scenario):
     name = "online"
     columns = TRACE_COLUMNS | ONLINE_COLUMNS | METRIC_COLUMNS
+    # Known only when the trace's adapters fit the CPU cache: then none loads inside the replay.
+    maybe_columns = frozenset({"timed_adapter_loads"})
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         cases = online_cases(file)
@@ -65,26 +67,22 @@ class Online(Scenario):
             ]
         return [Parametrization("online_case", cases, [c.id for c in cases])]
 
-    def run(self, case: BenchCase, engine: Engine, *, online_case: OnlineCase) -> Outcome:  # type: ignore[override]
-        online = case.config.file.online
+    def run(self, ctx: Context, engine: Engine, *, online_case: OnlineCase) -> Outcome:  # type: ignore[override]
+        online = ctx.config.file.online
         p = online_case.params
-        adapters = {a.name: a for a in case.config.adapters[: p.num_adapters]}
+        adapters = {a.name: a for a in ctx.config.adapters[: p.num_adapters]}
         requests = trace.generate(p, list(adapters))
         records: list[replay.ReplayedRequest] = []
 
         def one_replay() -> None:
-            report = trace_reporter(case.progress, online_case.id, p.duration, len(requests)) if case.progress else None
+            report = trace_reporter(ctx.progress, online_case.id, p.duration, len(requests)) if ctx.progress else None
             coroutine = replay.replay(
                 engine, requests, adapters, seed=p.seed, drain_timeout_s=online.drain_timeout_s, progress=report
             )
             records[:] = engine.run(coroutine)
 
-        def serve() -> float:
-            load_s = engine.load_adapters(list(adapters.values()))
-            case.benchmark.pedantic(one_replay, rounds=1, warmup_rounds=0, iterations=1)
-            return load_s
-
-        load_s = case.on_engine(engine, serve)
+        engine.load_adapters(list(adapters.values()))
+        ctx.time(one_replay)
         metrics, per_adapter = replay.summarize_online(
             records, slo_ttft_ms=online.slo_ttft_ms, slo_tpot_ms=online.slo_tpot_ms, warmup_s=online.warmup_s
         )
@@ -103,12 +101,14 @@ class Online(Scenario):
             "trace_input_range": f"{p.input_range[0]}-{p.input_range[1]}",
             "trace_output_range": f"{p.output_range[0]}-{p.output_range[1]}",
             "trace_seed": p.seed,
+            "trace_warmup_s": online.warmup_s,
             **metrics,
         }
+        if engine.spec.max_cpu_loras is not None and len(adapters) <= engine.spec.max_cpu_loras:
+            fields["timed_adapter_loads"] = 0
         return Outcome(
             fields,
             replay.samples(records, {a.name: a.rank for a in adapters.values()}),
-            load_s,
             extra_info={**metrics, "per_adapter": per_adapter},
         )
 

@@ -17,7 +17,8 @@ Each timed request is sent again at once (its adapter now in a slot), and
 measured back to back, so the drift of the machine between cases (larger than a tiny
 adapter's load on a CPU) cancels. The repeats are not samples of the tier. The ``disk``
 row also carries ``disk_load_ms``: ``add_lora`` of the removed adapter, timed on its own,
-as many times as there are requests.
+as many times as there are requests. ``timed_adapter_loads`` counts the timed requests
+that loaded their adapter from disk: all of them in the disk tier, none in the others.
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ import pytest
 
 from lorabench.correctness import OUTPUT_LEN, PROMPT_LEN, probe_prompt
 from lorabench.measure import MeasurementError, RoundSample, measure_round, summarize
-from lorabench.scenarios.base import Outcome, Parametrization, Scenario
+from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import METRIC_COLUMNS
 from lorabench.workload import Batch, Request
 
 if TYPE_CHECKING:
     from lorabench.adapters import Adapter
-    from lorabench.case import BenchCase
     from lorabench.config import ConfigFile
     from lorabench.engine import Engine
 
@@ -45,7 +45,14 @@ TIERS = ("slot", "cpu", "disk")
 
 class Residency(Scenario):
     name = "residency"
-    columns = METRIC_COLUMNS | {"batch_size", "input_len", "output_len", "tier", "tier_extra_ttft_ms"}
+    columns = METRIC_COLUMNS | {
+        "batch_size",
+        "input_len",
+        "output_len",
+        "tier",
+        "tier_extra_ttft_ms",
+        "timed_adapter_loads",
+    }
     maybe_columns = frozenset({"disk_load_ms"})
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
@@ -53,12 +60,12 @@ class Residency(Scenario):
             return [Parametrization("tier", [None], ["no-residency"], skip_reason="the config has no 'residency'")]
         return [Parametrization("tier", TIERS, TIERS)]
 
-    def run(self, case: BenchCase, engine: Engine, *, tier: str) -> Outcome:  # type: ignore[override]
-        spec, adapters = engine.spec, case.config.adapters
+    def run(self, ctx: Context, engine: Engine, *, tier: str) -> Outcome:  # type: ignore[override]
+        spec, adapters = engine.spec, ctx.config.adapters
         target, others = adapters[0], list(adapters[1 : 1 + spec.max_loras])
         if tier == "cpu":
             _check_cpu_tier(engine, len(adapters))
-        n = case.config.file.residency.requests
+        n = ctx.config.file.residency.requests
         batch = Batch((Request(probe_prompt(engine), target),), (target,))
         rounds: list[RoundSample] = []
         extra: list[float] = []
@@ -70,7 +77,7 @@ class Residency(Scenario):
             start = time.perf_counter()
             outputs = engine.generate([batch.requests[0].prompt], [target], OUTPUT_LEN, greedy=True)
             elapsed = time.perf_counter() - start
-            wrong += not case.digests.matches(target, outputs[0].outputs[0].token_ids)
+            wrong += not ctx.digests.matches(target, outputs[0].outputs[0].token_ids)
             return measure_round(i, elapsed, outputs, batch, OUTPUT_LEN)
 
         def measure() -> None:
@@ -81,9 +88,9 @@ class Residency(Scenario):
                 rounds.append(request(i))
                 extra.append(rounds[-1].requests[0].ttft_ms - request(i).requests[0].ttft_ms)
             for _ in range(n if tier == "disk" else 0):
-                loads.append(_disk_load_s(engine, target))
+                loads.append(engine.add_adapter(target))
 
-        case.on_engine(engine, lambda: case.benchmark.pedantic(measure, rounds=1, warmup_rounds=0, iterations=1))
+        ctx.time(measure)
         metrics = summarize(rounds)
         fields = {
             "workload": "single",
@@ -95,12 +102,13 @@ class Residency(Scenario):
             "rounds": n,
             "warmup_rounds": 0,
             "tier_extra_ttft_ms": float(np.median(extra)),
+            "timed_adapter_loads": n if tier == "disk" else 0,
             **metrics,
         }
         if loads:
             fields["disk_load_ms"] = sum(loads) / len(loads) * 1000.0
         samples = [s for r in rounds for s in r.requests]
-        return Outcome(fields, samples, 0.0, extra_info=metrics, digest_mismatches=wrong)
+        return Outcome(fields, samples, extra_info=metrics, digest_mismatches=wrong)
 
 
 def _check_cpu_tier(engine: Engine, adapters: int) -> None:
@@ -127,14 +135,6 @@ def _set_up(engine: Engine, tier: str, target: Adapter, others: list[Adapter]) -
         raise MeasurementError(
             f"tier {tier}: vLLM lists adapter {target.name} as {'' if cached else 'not '}in its CPU cache"
         )
-
-
-def _disk_load_s(engine: Engine, target: Adapter) -> float:
-    """Seconds to load ``target`` from disk into the CPU cache, nothing else in the timing."""
-    engine.remove_adapter(target)
-    start = time.perf_counter()
-    engine.run(engine.llm.add_lora(engine.lora_request(target)))
-    return time.perf_counter() - start
 
 
 SCENARIO = Residency()

@@ -6,7 +6,8 @@ The engine starts each size cold (every adapter removed), serves the W adapters 
 untimed, then sends the timed requests in waves of ``max_loras`` (request i uses adapter
 i mod W), one wave after the other. Before each wave, vLLM's own list of cached adapters
 (``list_loras``, outside the timing) says which of the wave's requests have to load
-their adapter from disk: ``load_share`` is their share of all timed requests. Below
+their adapter from disk: ``load_share`` is their share of all timed requests, and
+``timed_adapter_loads`` the loads (an adapter two requests of a wave share loads once). Below
 ``max_cpu_loras`` it is 0; past it, the cache evicts each adapter before its next turn.
 """
 
@@ -16,13 +17,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from lorabench.measure import RoundSample, measure_round, summarize
-from lorabench.scenarios.base import Outcome, Parametrization, Scenario
+from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import METRIC_COLUMNS
 from lorabench.workload import Batch, Request, synthetic_prompt
 
 if TYPE_CHECKING:
     from lorabench.adapters import Adapter
-    from lorabench.case import BenchCase
     from lorabench.config import ConfigFile
     from lorabench.engine import Engine
 
@@ -31,7 +31,14 @@ DEFAULT_INPUT_LEN = 32
 
 class WorkingSet(Scenario):
     name = "working_set"
-    columns = METRIC_COLUMNS | {"batch_size", "input_len", "output_len", "working_set", "load_share"}
+    columns = METRIC_COLUMNS | {
+        "batch_size",
+        "input_len",
+        "output_len",
+        "working_set",
+        "load_share",
+        "timed_adapter_loads",
+    }
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         if file.working_set is None:
@@ -39,19 +46,19 @@ class WorkingSet(Scenario):
         sizes = file.working_set.sizes
         return [Parametrization("working_set", sizes, [f"ws{w}" for w in sizes])]
 
-    def run(self, case: BenchCase, engine: Engine, *, working_set: int) -> Outcome:  # type: ignore[override]
-        sweep, m = case.config.file.working_set, case.config.matrix
-        pool = list(case.config.adapters[:working_set])
+    def run(self, ctx: Context, engine: Engine, *, working_set: int) -> Outcome:  # type: ignore[override]
+        sweep, m = ctx.config.file.working_set, ctx.config.matrix
+        pool = list(ctx.config.adapters[:working_set])
         wave = engine.spec.max_loras
         count = -(-max(sweep.cycles * working_set, sweep.min_requests) // wave) * wave
         input_len = m.input_len or DEFAULT_INPUT_LEN
         prompts = [synthetic_prompt(i, input_len, engine.vocab_size, m.seed) for i in range(wave)]
         rounds: list[RoundSample] = []
-        loads = 0
+        missing = loads = 0
 
         def measure() -> None:
-            nonlocal loads
-            by_name = {a.name: a for a in case.config.adapters}
+            nonlocal missing, loads
+            by_name = {a.name: a for a in ctx.config.adapters}
             for name in engine.cached_adapters():
                 engine.remove_adapter(by_name[name])
             for start in range(0, working_set, wave):
@@ -60,15 +67,17 @@ class WorkingSet(Scenario):
             for w, first in enumerate(range(working_set, working_set + count, wave)):
                 adapters = [pool[i % working_set] for i in range(first, first + wave)]
                 cached = engine.cached_adapters()
-                loads += sum(a.name not in cached for a in adapters)
+                missing += sum(a.name not in cached for a in adapters)
+                loads += len({a.name for a in adapters} - cached)
                 rounds.append(_timed_wave(engine, w, prompts, adapters, sweep.output_len))
 
-        case.on_engine(engine, lambda: case.benchmark.pedantic(measure, rounds=1, warmup_rounds=0, iterations=1))
+        ctx.time(measure)
         metrics = summarize(rounds)
         fields: dict[str, Any] = {
             "workload": "cycle",
             "working_set": working_set,
-            "load_share": loads / count,
+            "load_share": missing / count,
+            "timed_adapter_loads": loads,
             "batch_size": wave,
             "input_len": input_len,
             "output_len": sweep.output_len,
@@ -78,7 +87,7 @@ class WorkingSet(Scenario):
             **metrics,
         }
         samples = [s for r in rounds for s in r.requests]
-        return Outcome(fields, samples, 0.0, extra_info={**metrics, "load_share": fields["load_share"]})
+        return Outcome(fields, samples, extra_info={**metrics, "load_share": fields["load_share"]})
 
 
 def _timed_wave(engine: Engine, index: int, prompts: list, adapters: list[Adapter], output_len: int) -> RoundSample:

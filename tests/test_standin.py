@@ -1,0 +1,198 @@
+"""Ground truth: every scenario on the stand-in engine, through the real plugin, with costs
+the test sets; each injected cost must come out in its column.
+
+The stand-in sleeps on the event loop, whose timers round up to the millisecond, so each
+step may last up to about 1 ms longer than asked: tolerances below allow for that.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+from lorabench.replay import ReplayedRequest, summarize_online
+from lorabench.testing import Costs, StandIn, write_config
+from tests.helpers import ROOT, result_files
+
+TIMER_MS = 3.0  # the event loop's rounding, Python's own time around a request, a busy machine
+BENCH = ("test_multilora.py", "test_no_lora.py", "test_multilora_residency.py", "test_multilora_working_set.py")
+
+
+@pytest.fixture
+def standin(pytester):
+    """Run the repository's bench modules on a stand-in; returns the result, rows and samples."""
+    for name in (*BENCH, "test_multilora_online.py"):
+        pytester.makepyfile(**{name[:-3]: (ROOT / "bench" / name).read_text()})
+
+    runs = iter(range(100))
+
+    def run(costs=None, *args, plugin=None, adapters=4, **sections):
+        folder = pytester.path / f"run{next(runs)}"
+        config = write_config(folder, adapters=adapters, **sections)
+        plugin = plugin or StandIn(costs or Costs())
+        result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", *args, plugins=[plugin])
+        files = result_files(folder / "results")
+        if not files:
+            return result, None, None
+        (csv,) = files
+        return result, pd.read_csv(csv), pd.read_csv(csv.with_name(csv.stem + ".samples.csv"))
+
+    return run
+
+
+def ran(result) -> tuple[int, int]:
+    """Passed and failed cases (scenarios the config leaves out are skipped)."""
+    outcomes = result.parseoutcomes()
+    return outcomes.get("passed", 0), outcomes.get("failed", 0)
+
+
+def test_a_disk_load_shows_in_the_adapter_load_column_and_the_disk_tier(standin):
+    result, rows, _ = standin(
+        Costs(disk_load_ms=20, slot_load_ms=6), "-k", "residency or multilora", residency={"requests": 3}
+    )
+    assert ran(result) == (4, 0)
+    assert rows["adapter_load_ms"].between(20, 20 + TIMER_MS).all(), rows["adapter_load_ms"].tolist()
+    tiers = rows[rows.scenario == "residency"].set_index("tier")
+    assert tiers.at["disk", "disk_load_ms"] == pytest.approx(20, abs=TIMER_MS)
+    assert tiers.at["disk", "tier_extra_ttft_ms"] == pytest.approx(26, abs=TIMER_MS)
+    assert tiers.at["cpu", "tier_extra_ttft_ms"] == pytest.approx(6, abs=TIMER_MS)
+    assert tiers.at["slot", "tier_extra_ttft_ms"] == pytest.approx(0, abs=TIMER_MS)
+    assert tiers["timed_adapter_loads"].to_dict() == {"slot": 0, "cpu": 0, "disk": 3}
+    batch = rows[rows.scenario == "multilora"]
+    assert (batch["timed_adapter_loads"] == 0).all(), "a batch's adapters are loaded before its timing"
+
+
+def test_a_lora_slowdown_shows_in_lora_overhead(standin):
+    costs = Costs(prefill_ms_per_token=0, decode_ms_per_step=4, lora_ms_per_adapter=4)
+    _, rows, _ = standin(costs, "-k", "multilora", matrix={"workloads": ["distinct", "identical"]})
+    overhead = rows.set_index("workload")["lora_overhead"]
+    # Each of the 4 steps costs 4 ms, plus 4 ms for each distinct adapter in it.
+    assert overhead["distinct"] == pytest.approx(3.0, rel=0.12)
+    assert overhead["identical"] == pytest.approx(2.0, rel=0.12)
+    _, rows, _ = standin(Costs(prefill_ms_per_token=0, decode_ms_per_step=4), "-k", "multilora")
+    assert rows["lora_overhead"].iloc[0] == pytest.approx(1.0, rel=0.12)
+
+
+def test_the_baseline_sends_the_lora_batchs_own_text_prompts(standin):
+    """Each adapter has its own prompt, longer than prompts.json's: with a costly prefill, a
+    baseline of other prompts would put a difference in lora_overhead that LoRA did not cause."""
+    costs = Costs(prefill_ms_per_token=0.5, decode_ms_per_step=2)
+    _, rows, _ = standin(costs, "-k", "multilora", matrix={"input_len": None})
+    assert rows["lora_overhead"].iloc[0] == pytest.approx(1.0, rel=0.1)
+
+
+def test_load_share_follows_the_lru_arithmetic(standin):
+    _, rows, _ = standin(
+        Costs(disk_load_ms=2),
+        "-k",
+        "working_set",
+        adapters=6,
+        engine={"max_loras": 2, "max_cpu_loras": 4},
+        working_set={"sizes": [1, 4, 6], "cycles": 2, "min_requests": 4},
+    )
+    by_size = rows.set_index("working_set")
+    # Up to max_cpu_loras every adapter stays cached; past it, LRU evicts each one before its turn.
+    assert by_size["load_share"].to_dict() == {1: 0.0, 4: 0.0, 6: 1.0}
+    assert by_size.at[6, "timed_adapter_loads"] == 12
+    assert by_size.at[6, "ttft_ms"] > by_size.at[4, "ttft_ms"] + 2 - TIMER_MS
+
+
+def test_a_late_sender_shows_in_send_lag(standin):
+    online = {"warmup_s": 0, "suites": [{"num_adapters": [2], "rate": [100], "duration": 0.3, "output_range": [2, 4]}]}
+    _, rows, _ = standin(Costs(), "-k", "online", online=online)
+    assert rows.at[0, "send_lag_ms_p99"] < 5
+    _, rows, _ = standin(Costs(send_block_ms=25), "-k", "online", online=online)
+    # Requests 10 ms apart, each send blocking 25 ms: every send falls further behind.
+    assert rows.at[0, "send_lag_ms_p50"] > 25
+
+
+def test_a_changed_adapter_shows_in_digest_mismatches(standin):
+    plugin = StandIn(Costs(), altered={1: ["a1"]})
+    result, rows, _ = standin(plugin=plugin, matrix={"builds": 2}, engine={"max_loras": 2})
+    assert ran(result) == (6, 0)
+    lora = rows[rows.scenario == "multilora"].set_index("build")
+    assert lora["digest_mismatches"].to_dict() == {0: 0, 1: 1}
+
+
+def test_mixed_at_batch_size_one_is_skipped_with_the_reason(standin):
+    result, rows, _ = standin(Costs(), "-k", "multilora", "-rs", matrix={"workloads": ["mixed"], "batch_sizes": [1, 4]})
+    assert ran(result) == (1, 0)
+    result.stdout.fnmatch_lines(["*the mixed workload needs batch size 2 or more*got 1*"])
+    row = rows.iloc[0]
+    assert row["base_share"] == 0.5 and row["base_ttft_ms"] > 0 and row["lora_ttft_ms"] > 0
+
+
+def test_a_row_breaking_its_declared_columns_is_written_then_fails(standin, monkeypatch):
+    from lorabench.scenarios import SCENARIOS
+
+    multilora = SCENARIOS["multilora"]
+    monkeypatch.setattr(multilora, "columns", multilora.columns - {"timed_adapter_loads"})
+    result, rows, samples = standin(Costs(), "-k", "multilora")
+    assert ran(result) == (0, 1)
+    result.stdout.fnmatch_lines(["*columns filled but not declared: timed_adapter_loads (the row is written to *"])
+    assert len(rows) == 1 and len(samples) == 2 * 2, "the finished measurement is on disk"
+
+
+def test_a_scenario_declaring_an_unknown_column_is_refused_before_any_engine(standin, monkeypatch):
+    from lorabench.scenarios import SCENARIOS
+
+    multilora = SCENARIOS["multilora"]
+    monkeypatch.setattr(multilora, "maybe_columns", multilora.maybe_columns | {"ttft_typo_ms"})
+    plugin = StandIn()
+    result, rows, _ = standin(plugin=plugin)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and rows is None and not plugin.engines
+    result.stderr.fnmatch_lines(["*scenario multilora declares columns ResultRow does not have: ttft_typo_ms*"])
+
+
+def test_the_engines_environment_is_set_for_its_build_and_restored_after(standin):
+    def environ():
+        return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+    before = environ()
+    plugin = StandIn()
+    result, _, _ = standin(plugin=plugin, env={"LOREM_IPSUM_KNOB": "7"})
+    assert ran(result) == (3, 0)
+    assert all(e.environ_seen.get("LOREM_IPSUM_KNOB") == "7" for e in plugin.engines) and plugin.engines
+    assert environ() == before
+
+
+def test_a_dead_engine_fails_its_cases_with_the_reason_and_keeps_finished_rows(standin):
+    # Digests 5 requests, distinct 2 rounds and its baseline 8, identical's rounds 4: it dies there.
+    plugin = StandIn(die_after=16)
+    sections = {"matrix": {"workloads": ["distinct", "identical"]}, "residency": {"requests": 2}}
+    result, rows, _ = standin(Costs(), "-k", "multilora or residency", plugin=plugin, **sections)
+    assert ran(result) == (1, 4)
+    result.stdout.fnmatch_lines(
+        [
+            "*engine loras2-rank8-cpu4-build0 died: *identical*EngineDied: the stand-in engine died after 16 requests*",
+            "*engine loras2-rank8-cpu4-build0 died in an earlier case, *",
+        ]
+    )
+    assert rows["workload"].tolist() == ["distinct"], "the finished case's row stays"
+
+
+def test_warm_up_requests_count_in_no_online_statistic():
+    def request(index, scheduled, sent, finished):
+        record = ReplayedRequest(index, "a", 4, 2, scheduled, sent_s=sent, finished=finished)
+        record.token_times = [sent + 0.01, sent + 0.02] if finished else []
+        return record
+
+    records = [request(0, 0.0, 5.0, False), request(1, 2.0, 2.001, True), request(2, 3.0, 3.002, True)]
+    metrics, _ = summarize_online(records, slo_ttft_ms=100, slo_tpot_ms=100, warmup_s=1.0)
+    assert metrics["num_requests"] == 2 and metrics["unfinished"] == 0
+    assert metrics["send_lag_ms_p99"] < 3, "the warm-up request's 5 s lag is not a measured one"
+
+
+def test_benchmark_cases_under_xdist_are_refused_in_one_line(pytester):
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
+    pytester.makeconftest(
+        "from lorabench.testing import StandIn\n\ndef pytest_lorabench_backend(config):\n    return StandIn()\n"
+    )
+    config = write_config(pytester.path / "run")
+    result = pytester.runpytest_subprocess("--bench-config", str(config), "-p", "no:cacheprovider", "-n", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["benchmark cases refused: pytest-xdist (-n) would have every worker build its own*"])
+    assert not (pytester.path / "run" / "results").exists(), "no engine was built, no result written"
