@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lorabench import builtin
-from lorabench.adapters import generate_dummy_adapters
 from lorabench.options import add_compare_arguments
+
+# Each subcommand imports what it needs when it runs: `lorabench ab` and `lorabench trace`
+# start without the adapter generator, and only a comparison loads pandas and scipy.
 
 
 def _csv(kind: type) -> object:
@@ -27,6 +28,8 @@ def _csv(kind: type) -> object:
 
 
 def _base_config(base: str) -> Path:
+    from lorabench import builtin
+
     if base.startswith(builtin.PREFIX):
         return builtin.ensure_model(base[len(builtin.PREFIX) :]) / "config.json"
     path = Path(base).expanduser()
@@ -34,6 +37,9 @@ def _base_config(base: str) -> Path:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from lorabench import builtin
+    from lorabench.adapters import generate_dummy_adapters
+
     try:
         config = _base_config(args.base)
     except KeyError:
@@ -61,8 +67,9 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from lorabench import compare as cmp
+    from lorabench.compare.load import CompareError
     from lorabench.compare.select import run_comparison
+    from lorabench.compare.show import show_comparison
 
     try:
         result = run_comparison(
@@ -74,27 +81,16 @@ def _compare(args: argparse.Namespace) -> int:
             results_dir=args.results_dir,
             all_runs=args.all_runs,
         )
-    except cmp.CompareError as exc:
+    except CompareError as exc:
         print(f"lorabench compare: {exc}", file=sys.stderr)
         return 2
-    return show_comparison(result, args)
-
-
-def show_comparison(result: Any, args: argparse.Namespace) -> int:
-    """Print the comparison in the chosen format, draw what was asked; the exit status."""
-    from lorabench import compare as cmp
-
-    print(cmp.RENDERERS[args.format](result))
-    if args.plot:
-        cmp.plot(result, Path(args.plot))
-        print(f"plot: {args.plot}", file=sys.stderr)
-    if args.by_rank:
-        print(cmp.render_by_rank(result))
-    if args.report:
-        from lorabench.report.comparison import write_comparison_report
-
-        print(f"report: {write_comparison_report(result, Path(args.report))}", file=sys.stderr)
-    return 1 if result.failed else 0
+    return show_comparison(
+        result,
+        args.format,
+        plot_to=Path(args.plot) if args.plot else None,
+        by_rank=args.by_rank,
+        report=Path(args.report) if args.report else None,
+    )
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -243,8 +243,8 @@ def _last_line(log: Path) -> str:
 
 
 def _compare(out: Path, args: argparse.Namespace) -> int:
-    from lorabench.cli import show_comparison
     from lorabench.compare import CompareError, compare_pairs, parse_thresholds, render_text
+    from lorabench.compare.show import show_comparison
 
     try:
         threshold, per_metric = parse_thresholds(args.threshold)
@@ -254,4 +254,4 @@ def _compare(out: Path, args: argparse.Namespace) -> int:
         return 2
     (out / "comparison.txt").write_text(render_text(result) + "\n", encoding="utf-8")
     print(f"lorabench ab: comparison of {len(result.base.paths)} pairs in {out / 'comparison.txt'}", file=sys.stderr)
-    return show_comparison(result, argparse.Namespace(format=args.format, plot=None, by_rank=False, report=None))
+    return show_comparison(result, args.format)
