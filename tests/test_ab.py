@@ -4,6 +4,7 @@ A/B session on the CPU engine."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import re
@@ -11,13 +12,15 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from lorabench import cli
-from lorabench.ab.plan import BASE, NEW, alternation
+from lorabench.ab import runner
+from lorabench.ab.plan import BASE, NEW, ABError, alternation
 from lorabench.compare import IMPROVED, REGRESSED, compare_pairs
 from lorabench.compare.paired import fit_pairs, pair_file, pair_files
 from tests.helpers import ROOT
@@ -291,6 +294,35 @@ def test_ctrl_c_keeps_every_finished_pair(tmp_path, fake_python):
     _, err = ab.communicate(timeout=60)
     assert "interrupted; comparing the pairs finished before it" in err and "comparison of 1 pairs" in err
     assert sorted(pair_files(out / NEW)) == [0] and ab.returncode == 0
+
+
+@pytest.mark.parametrize("failure", ["crash while writing", "disk full"])
+def test_the_session_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch, failure):
+    """--resume reads ab.json: a write that fails part way keeps the previous record, and
+    leaves no temporary file beside it."""
+    out = tmp_path / "ab"
+    out.mkdir()
+    done = [{"pair": 0, "side": side, "seconds": 1.0} for side in (BASE, NEW)]
+    record = {"pytest_args": ["bench"], "config": "c.json", "pairs": 2, "sides": {}, "turns": done}
+    previous = json.dumps(record, indent=2)
+    (out / "ab.json").write_text(previous)
+    monkeypatch.setattr(runner, "_run_turn", lambda *args: 1.0)
+    run = lambda: runner._run_turns({BASE: None, NEW: None}, ["bench"], tmp_path / "c.json", out, 2, record)  # noqa: E731
+    if failure == "crash while writing":
+        # Text that cannot be encoded: the write fails once the file is open, as a crash would.
+        monkeypatch.setattr(runner, "json", SimpleNamespace(dumps=lambda *args, **kwargs: '{"turns": [\udc80'))
+        with pytest.raises(UnicodeEncodeError):
+            run()
+    else:
+
+        def full(fd):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(runner.os, "fsync", full)
+        with pytest.raises(ABError, match=r"ab.json: cannot write the session record \(.*No space left on device\); "):
+            run()
+    assert (out / "ab.json").read_text() == previous
+    assert sorted(p.name for p in out.iterdir()) == ["ab.json", "logs"]
 
 
 @pytest.mark.engine

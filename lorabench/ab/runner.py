@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -192,10 +193,36 @@ def _run_turns(
         seconds = _run_turn(sides[name], pair, pytest_args, config, out)
         spent += seconds
         record["turns"].append({"pair": pair, "side": name, "seconds": round(seconds, 1)})
-        (out / "ab.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+        _write_record(out / "ab.json", record)
         left = spent / number * (len(turns) - number)
         where = f"turn {number}/{len(turns)}: pair {pair} {name}"
         print(f"lorabench ab: {where}, {seconds:.0f} s; about {duration(left)} to go", file=sys.stderr)
+
+
+def _write_record(path: Path, record: dict) -> None:
+    """Replace the session record whole or not at all: ``--resume`` reads it, so a crash or
+    a full disk while writing must leave the previous record, never half of a new one."""
+    try:
+        _replace_whole(path, json.dumps(record, indent=2))
+    except OSError as exc:
+        raise ABError(
+            f"{path}: cannot write the session record ({exc}); the previous one is kept: "
+            "mend that, then continue with --resume"
+        ) from None
+
+
+def _replace_whole(path: Path, text: str) -> None:
+    """A temporary file beside ``path``, on disk before it takes the name."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as sink:
+            sink.write(text)
+            sink.flush()
+            os.fsync(sink.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _run_turn(side: Side, pair: int, pytest_args: list[str], config: Path, out: Path) -> float:
