@@ -22,6 +22,7 @@ from lorabench import cli
 from lorabench.ab import runner
 from lorabench.ab.plan import BASE, NEW, ABError, alternation
 from lorabench.compare import IMPROVED, REGRESSED, compare_pairs
+from lorabench.compare.noise import UNTESTABLE_PCT
 from lorabench.compare.paired import fit_pairs, pair_file, pair_files
 from tests.helpers import ROOT
 
@@ -125,6 +126,29 @@ def test_two_pairs_test_only_large_changes_and_say_so_one_pair_tests_nothing(tmp
     result = compare_pairs(base, new, threshold=0.1, alpha=0.05)
     assert result.warnings == ["only 1 complete pair: nothing can be tested; run 6 pairs (lorabench ab's default)"]
     assert not flagged(result) and all(f.p_value is None for f in result.findings)
+
+
+def test_a_smallest_change_no_test_can_flag_is_said_so_not_printed_as_a_figure(tmp_path, capsys):
+    """On 2 pairs (1 degree of freedom) one case alone would need a change of millions of
+    percent to be flagged: the header says it cannot be tested. 6 pairs give figures."""
+    base, new = write_session(tmp_path / "two", 2)
+    cli.main(["compare", str(base), str(new)])
+    out = capsys.readouterr().out
+    (smallest,) = [line for line in out.splitlines() if line.startswith("smallest change flagged")]
+    figures = [float(figure) for figure in re.findall(r"(\d+(?:\.\d+)?)%", smallest)]
+    assert figures and max(figures) <= UNTESTABLE_PCT, smallest
+    assert "ttft_ms not testable / " in smallest and "e2e_ms not testable / " in smallest
+    assert "not testable: a change of one case alone in ttft_ms, " in out
+    assert (
+        f"would have to pass +{UNTESTABLE_PCT:.0f}% to be flagged at this noise on 1 degree of freedom; run more pairs"
+        in out
+    )
+    cli.main(["compare", str(base), str(new), "--format", "json"])
+    lone, every = json.loads(capsys.readouterr().out)["detectable_pct"]["ttft_ms"]
+    assert lone is None and 0 < every < UNTESTABLE_PCT
+    base, new = write_session(tmp_path / "six", 6)
+    result = compare_pairs(base, new, threshold=0.1, alpha=0.05)
+    assert all(None not in figures for figures in result.detectable_pct.values()), result.detectable_pct
 
 
 def run_ab(*args):

@@ -75,8 +75,9 @@ class Comparison:
     findings: list[Finding]
     noise: dict[str, Noise] = field(default_factory=dict)
     # Per metric, at this noise: the smallest change that can be flagged in one case alone,
-    # and in every case at once (a change of the whole machine or engine).
-    detectable_pct: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # and in every case at once (a change of the whole machine or engine); None where no
+    # change short of noise.UNTESTABLE_PCT could be.
+    detectable_pct: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     only_base: list[dict[str, str]] = field(default_factory=list)
     only_new: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

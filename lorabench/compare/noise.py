@@ -124,13 +124,26 @@ def raise_to_run_floor(noise: dict[str, Noise], logs: dict, runs: Run, common: l
         }
 
 
-def detectable(noise: dict[str, Noise], tested: int, alpha: float) -> dict[str, tuple[float, float]]:
-    """Per metric, the smallest change flagged in one case alone, and in every case at once."""
+# Past this a figure says nothing but "cannot be tested": no benchmark looks for an
+# elevenfold change, and on 1 degree of freedom the t quantile runs to astronomical figures.
+UNTESTABLE_PCT = 1000.0
+
+
+def detectable(noise: dict[str, Noise], tested: int, alpha: float) -> dict[str, tuple[float | None, float | None]]:
+    """Per metric, the smallest change flagged in one case alone, and in every case at once;
+    None where that change would pass ``UNTESTABLE_PCT`` (or is no number at all): at this
+    noise and with these degrees of freedom, no change of that kind can be tested."""
     from scipy.stats import t
 
     out = {}
     for metric, nz in noise.items():
         if nz.df >= 1 and tested:
-            lone, every = (t.ppf(1 - a / 2, nz.df) * nz.se for a in (alpha / tested, alpha))
-            out[metric] = ((math.exp(lone) - 1.0) * 100.0, (math.exp(every) - 1.0) * 100.0)
+            lone, every = (_pct(t.ppf(1 - a / 2, nz.df) * nz.se) for a in (alpha / tested, alpha))
+            out[metric] = (lone, every)
     return out
+
+
+def _pct(log_change: float) -> float | None:
+    if not math.isfinite(log_change) or log_change > math.log1p(UNTESTABLE_PCT / 100.0):
+        return None
+    return (math.exp(log_change) - 1.0) * 100.0

@@ -12,6 +12,8 @@ import pandas as pd
 
 from lorabench.compare.analysis import IMPROVED, NOT_SIGNIFICANT, REGRESSED, TOO_FEW, WITHIN, Comparison, Finding
 from lorabench.compare.load import METRICS, rank_medians
+from lorabench.compare.noise import UNTESTABLE_PCT
+from lorabench.compare.paired import PAIRS
 from lorabench.schema import engine_name
 
 
@@ -81,10 +83,30 @@ def preamble(c: Comparison) -> list[str]:
         for level in dict.fromkeys(nz.level for nz in c.noise.values()):
             noise = ", ".join(f"{m} {nz.pct:.1f}% (df {nz.df})" for m, nz in c.noise.items() if nz.level == level)
             lines.append(f"noise between {level}: {noise}")
-        smallest = ", ".join(f"{m} {lone:.0f}% / {every:.0f}%" for m, (lone, every) in c.detectable_pct.items())
+        smallest = ", ".join(f"{m} {_pct(lone)} / {_pct(every)}" for m, (lone, every) in c.detectable_pct.items())
         lines.append(f"smallest change flagged at this noise, in one case alone / in every case: {smallest}")
+        lines += _untestable(c)
     lines += [f"WARNING: {w}" for w in c.warnings]
     return lines
+
+
+def _pct(figure: float | None) -> str:
+    return "not testable" if figure is None else f"{figure:.0f}%"
+
+
+def _untestable(c: Comparison) -> list[str]:
+    """Why a figure reads "not testable", and what gives the test something to work with."""
+    lone = [m for m, (figure, _) in c.detectable_pct.items() if figure is None]
+    every = [m for m, (_, figure) in c.detectable_pct.items() if figure is None]
+    if not lone:  # every case's figure is the smaller one: it is never missing alone
+        return []
+    parts = [f"{kind} in {', '.join(ms)}" for kind, ms in (("one case alone", lone), ("every case", every)) if ms]
+    df = min(c.noise[m].df for m in lone)
+    draws = "pairs (lorabench ab --pairs, with --resume)" if c.noise[lone[0]].level == PAIRS else "builds or runs"
+    return [
+        f"not testable: a change of {' or of '.join(parts)} would have to pass +{UNTESTABLE_PCT:.0f}% to be "
+        f"flagged at this noise on {df} degree{'s' if df > 1 else ''} of freedom; run more {draws}"
+    ]
 
 
 def _summary_line(c: Comparison) -> str:
