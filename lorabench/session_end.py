@@ -1,6 +1,11 @@
 """What a benchmark session does at its end, after every case: the report page and the
 comparison with a base (``--bench-report``, ``--bench-compare``), judged by the rules
-``lorabench report`` and ``lorabench compare`` use."""
+``lorabench report`` and ``lorabench compare`` use.
+
+The two are independent: a report that cannot be drawn is said in the summary and the
+comparison still runs, since a gate (``--bench-compare-fail``) must not pass or fail on
+whether a page of figures could be written.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import pytest
 
 from lorabench import compare, options
 from lorabench.compare.select import run_comparison
-from lorabench.session import STATE
+from lorabench.session import STATE, BenchState
 
 
 def finish_session(session: pytest.Session) -> None:
@@ -20,9 +25,7 @@ def finish_session(session: pytest.Session) -> None:
         return
     report = options.value(config, "bench_report")
     if report:
-        from lorabench.report import write_report
-
-        state.report = write_report([state.writer.path], Path(report), title=f"lorabench run {state.writer.path.stem}")
+        _write_report(state, Path(report), config)
     base = options.value(config, "bench_compare")
     if not base:
         return
@@ -47,3 +50,28 @@ def finish_session(session: pytest.Session) -> None:
             "the session fails (--bench-compare-fail)"
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_report(state: BenchState, folder: Path, config: pytest.Config) -> None:
+    """The page of this run's figures; whatever stops it (a folder that is a file, a
+    figure that fails to draw) becomes one line of the summary, not an internal error."""
+    from lorabench.report import write_report
+
+    try:
+        state.report = write_report([state.writer.path], folder, title=f"lorabench run {state.writer.path.stem}")
+    except Exception as exc:  # noqa: BLE001 - a failed page must not end the session before the comparison
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        state.report_error = f"report not written to {folder}: {reason}; the results are in {state.writer.path}"
+        config.pluginmanager.register(_SummaryLine(state.report_error), "lorabench-report-error")
+
+
+class _SummaryLine:
+    """Shows one line in its own section of the summary, after the plugin's sections."""
+
+    def __init__(self, line: str) -> None:
+        self.line = line
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        terminalreporter.write_sep("=", "lorabench report")
+        terminalreporter.write_line(self.line)
