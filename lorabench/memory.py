@@ -84,7 +84,11 @@ class PeakMemory:
         self.device_type = device_type
         self.num_devices = num_devices
         self.source = "device" if device_type in ACCELERATORS else "rss"
+        # Why the figure may not be what it claims, for the results ("" when it is): the
+        # device tool failed at the start (RSS instead) or on some reads (a stale peak).
         self.note = ""
+        self.failed_reads = 0
+        self.reads = 0
         self._devices: list[int] = []
         self._baseline = 0.0
         self._peak = 0.0
@@ -107,12 +111,21 @@ class PeakMemory:
         self._peak = 0.0
 
     def update(self) -> float:
-        """Read memory now and return the peak so far, in MiB."""
+        """Read memory now and return the peak so far, in MiB.
+
+        A failed device read keeps the peak seen so far (a tool hiccup is not a
+        measurement), but says so in ``note``: the peak may have been missed.
+        """
         if self.source == "device":
+            self.reads += 1
             try:
                 self._peak = max(self._peak, sum(self._read().values()) - self._baseline)
-            except smi.DeviceToolError:
-                pass  # keep the peak seen so far; a tool hiccup is not a measurement
+            except smi.DeviceToolError as exc:
+                self.failed_reads += 1
+                self.note = (
+                    f"device memory unreadable in {self.failed_reads} of {self.reads} reads since the build "
+                    f"(last: {exc}); the peak may be low"
+                )
         else:
             self._peak = max(self._peak, tree_peak_rss_bytes() / MIB)
         return self._peak
@@ -126,18 +139,25 @@ class PeakMemory:
         if self.source != "device":
             return
         deadline = time.monotonic() + timeout_s
-        used = self._baseline
+        used, failure = self._baseline, None
         while time.monotonic() < deadline:
             try:
-                used = sum(self._read().values())
-            except smi.DeviceToolError:
-                return
-            if used <= self._baseline + RELEASE_TOLERANCE_MIB:
-                return
+                used, failure = sum(self._read().values()), None
+            except smi.DeviceToolError as exc:
+                failure = exc  # perhaps a hiccup: ask again until the deadline
+            else:
+                if used <= self._baseline + RELEASE_TOLERANCE_MIB:
+                    return
             time.sleep(poll_s)
         devices = ", ".join(f"{self.device_type}:{i}" for i in self._devices)
+        tool = "npu-smi info" if self.device_type == "npu" else "nvidia-smi"
+        if failure is not None:
+            raise DeviceNotReleased(
+                f"cannot tell whether {devices} got their memory back {timeout_s:.0f} s after the engine shut down: "
+                f"the device tool failed ({failure}); run {tool} to see whether the driver answers"
+            )
         raise DeviceNotReleased(
             f"{used:.0f} MiB still in use on {devices} {timeout_s:.0f} s after the engine shut down, against "
             f"{self._baseline:.0f} MiB before it was built: an engine process may still be exiting, or another "
-            f"process holds the device (see {'npu-smi info' if self.device_type == 'npu' else 'nvidia-smi'})"
+            f"process holds the device (see {tool})"
         )

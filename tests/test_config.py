@@ -1,4 +1,7 @@
+import importlib.abc
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -279,6 +282,44 @@ def test_new_workloads_sections_and_their_checks(tiny_config):
     problems = problems_of(tiny_config(residency={"requests": 0, "tiers": ["slot"]}))
     assert "field 'residency.requests' has bad value 0" in problems
     assert "unknown key 'residency.tiers'" in problems
+
+
+class BrokenImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds one module and fails to run it, as a vLLM built for another torch fails."""
+
+    def __init__(self, name: str, error: Exception) -> None:
+        self.name, self.error = name, error
+
+    def find_spec(self, name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, self) if name == self.name else None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise self.error
+
+
+def break_import(monkeypatch, name: str, error: Exception) -> None:
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(sys, "meta_path", [BrokenImport(name, error), *sys.meta_path])
+
+
+def test_a_vllm_that_fails_to_import_is_a_config_problem(tiny_config, monkeypatch):
+    error = ImportError("libcudart.so.12: cannot open shared object file")
+    break_import(monkeypatch, "vllm.engine.arg_utils", error)
+    message = problems_of(tiny_config())
+    assert (
+        "engine arguments cannot be checked: vLLM is installed but does not import (ImportError: libcudart.so.12: "
+        "cannot open shared object file): run python -c 'import vllm' to see why"
+    ) in message
+
+
+def test_without_vllm_the_engine_arguments_go_unchecked(tiny_config, monkeypatch):
+    """Not installed at all: nothing to check against, and the engine build says what to install."""
+    break_import(monkeypatch, "vllm.engine.arg_utils", ModuleNotFoundError("No module named 'vllm'", name="vllm"))
+    config = load(tiny_config(engine={"max_num_seq": 4}))  # a typo vLLM's own names would have caught
+    assert config.file.engine.model_extra["max_num_seq"] == 4
 
 
 def test_generated_adapters_are_found_again_in_the_cache(tiny_config):
