@@ -192,7 +192,7 @@ def test_benchmark_cases_under_xdist_are_refused_in_one_line(pytester):
         "from lorabench.testing import StandIn\n\ndef pytest_lorabench_backend(config):\n    return StandIn()\n"
     )
     config = write_config(pytester.path / "run")
-    result = pytester.runpytest_subprocess("--bench-config", str(config), "-p", "no:cacheprovider", "-n", "2")
+    result = pytester.runpytest_subprocess("--bench-config", str(config), "-p", "no:cacheprovider", "-n", "1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["benchmark cases refused: pytest-xdist (-n) would have every worker build its own*"])
     assert not (pytester.path / "run" / "results").exists(), "no engine was built, no result written"
