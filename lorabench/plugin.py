@@ -260,6 +260,8 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         except DeviceNotReleased as exc:
             state.unreleased = f"the device memory of {spec.id} was not released: {exc}"
         state.rss_after_teardown.append((spec.id, tree_rss_bytes() / MIB))
+        if eng.memory.note:
+            state.memory_notes.append(f"{spec.id}: {eng.memory.note}")
         if state.progress is not None:
             _say(request.config, state.progress.build_done())
 
@@ -295,6 +297,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")
     if state.unreleased:
         lines.append(state.unreleased)
+    lines += [f"peak memory of {note}" for note in state.memory_notes]
     if state.writer is not None and state.writer.log_dir.is_dir():
         lines.append(f"engine logs: {state.writer.log_dir}")
     if state.writer is not None and state.writer.rows:

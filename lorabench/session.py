@@ -31,6 +31,8 @@ class BenchState:
     writer: ResultWriter | None = None
     built: list[tuple[str, float]] = field(default_factory=list)
     rss_after_teardown: list[tuple[str, float]] = field(default_factory=list)
+    # Builds whose peak memory figure may be off (a device tool that failed to answer), and why.
+    memory_notes: list[str] = field(default_factory=list)
     previous_sigterm: Any = None
     comparison: list[str] = field(default_factory=list)
     # Set when an engine's device memory did not come back after shutdown: later builds

@@ -196,3 +196,14 @@ def test_benchmark_cases_under_xdist_are_refused_in_one_line(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["benchmark cases refused: pytest-xdist (-n) would have every worker build its own*"])
     assert not (pytester.path / "run" / "results").exists(), "no engine was built, no result written"
+
+
+def test_a_peak_memory_that_may_be_stale_is_said_in_the_summary(standin):
+    class Unreadable(StandIn):
+        def engine(self, *args):
+            engine = super().engine(*args)
+            engine.memory.note = "device memory unreadable in 2 of 5 reads (npu-smi timed out)"
+            return engine
+
+    result, _, _ = standin(Costs(), "-k", "multilora", plugin=Unreadable())
+    result.stdout.fnmatch_lines(["peak memory of loras2-rank8-cpu4-build0: device memory unreadable in 2 of 5 reads*"])
