@@ -37,7 +37,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lorabench.compare.load import METRICS, CompareError, Run, case_of
-from lorabench.compare.noise import BUILDS, Noise, detectable, estimate_noise, raise_to_run_floor, side_draws
+from lorabench.compare.noise import (
+    BUILDS,
+    Noise,
+    detectable,
+    estimate_noise,
+    raise_to_run_floor,
+    side_draws,
+    t_sf,
+)
 from lorabench.schema import STACK_COLUMNS
 
 PROVENANCE_CHECKED = STACK_COLUMNS
@@ -109,15 +117,13 @@ def digest_changes(base: Run, new: Run) -> list[tuple[str, str, str, str]]:
 
 def _t_test(xs: np.ndarray, ys: np.ndarray, noise: Noise) -> float | None:
     """Two-sided p-value of a difference in mean log value, with the pooled build noise."""
-    from scipy.stats import t
-
     if noise.df < 1 or not len(xs) or not len(ys):
         return None
     se = noise.sd * math.sqrt(1 / len(xs) + 1 / len(ys))
     diff = float(ys.mean() - xs.mean())
     if se == 0:
         return 1.0 if diff == 0 else 0.0
-    return float(2 * t.sf(abs(diff) / se, noise.df))
+    return 2 * t_sf(abs(diff) / se, noise.df)
 
 
 def shared_cases(base: Run, new: Run, alpha: float) -> tuple[list[str], list[str]]:
@@ -202,12 +208,9 @@ def _findings(
 
 def judge(findings: list[Finding], alpha: float) -> None:
     """Adjust the p-values over every tested case-metric, then give each its verdict."""
-    from scipy.stats import false_discovery_control
-
     tested = [f for f in findings if f.p_value is not None]
-    if tested:
-        for f, adjusted in zip(tested, false_discovery_control([f.p_value for f in tested])):
-            f.p_adjusted = float(adjusted)
+    for f, adjusted in zip(tested, benjamini_hochberg([f.p_value for f in tested])):
+        f.p_adjusted = float(adjusted)
     for f in findings:
         if abs(f.worse_pct) < f.threshold_pct:
             f.verdict = WITHIN
@@ -217,6 +220,21 @@ def judge(findings: list[Finding], alpha: float) -> None:
             f.verdict = NOT_SIGNIFICANT
         else:
             f.verdict = REGRESSED if f.worse_pct > 0 else IMPROVED
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
+    """The p-values adjusted for a false discovery rate, step for step as
+    ``scipy.stats.false_discovery_control`` does it (without importing ``scipy.stats``):
+    sorted, each times m / rank, then the smallest of it and every one ranked above it."""
+    ps = np.asarray(p_values, dtype=float)
+    if len(ps) <= 1:
+        return ps
+    order = np.argsort(ps)
+    adjusted = ps[order] * (len(ps) / np.arange(1, len(ps) + 1, dtype=float))
+    np.minimum.accumulate(adjusted[::-1], out=adjusted[::-1])
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return np.clip(out, 0.0, 1.0)
 
 
 def _warnings(base: Run, new: Run, findings: list[Finding]) -> list[str]:

@@ -76,7 +76,8 @@ def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
     for column in CASE_KEY:
         if column not in frame:  # an optional key column, absent from older files
             frame[column] = ""
-    frame["_key"] = [KEY_SEP.join(_norm(v) for v in values) for values in frame[list(CASE_KEY)].itertuples(index=False)]
+    keys = frame[list(CASE_KEY)].to_numpy(dtype=object).tolist()  # plain rows: a third of itertuples's time
+    frame["_key"] = [KEY_SEP.join(map(_norm, values)) for values in keys]
     # The engine configuration a row ran on, as recorded (older files built online
     # cases on engines of their own, named "...-online-buildN"); builds of one are the
     # independent draws of the noise.
@@ -148,9 +149,11 @@ def load_run(paths: Path | Sequence[Path]) -> Run:
     """
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     all_rows = pd.concat([_load_one(p).assign(_run=i) for i, p in enumerate(paths)], ignore_index=True)
-    aggregated = all_rows.groupby("_key").agg(
-        {c: "mean" if c in METRICS else "last" for c in all_rows.columns if c != "_key"}
-    )
+    columns = [c for c in all_rows.columns if c != "_key"]
+    # Metrics averaged, the rest as last recorded: two aggregations, not one a column (a third of the time).
+    grouped = all_rows.groupby("_key")
+    means = grouped[[c for c in columns if c in METRICS]].mean()
+    aggregated = pd.concat([means, grouped[[c for c in columns if c not in METRICS]].last()], axis=1)[columns]
     run_ids = set(all_rows["run_id"]) if "run_id" in all_rows else set()
     return Run(paths, aggregated, all_rows, beside(paths, digests_path_for, run_ids))
 

@@ -33,6 +33,15 @@ def run_means(logs: dict[str, pd.Series], key: str) -> pd.Series:
     return logs.get(key, _NONE).groupby(level=0).mean()
 
 
+def case_run_means(run: Run, metric: str) -> dict[str, pd.Series]:
+    """Each case's ``run_means``, from one grouping of the rows by case and run, not one
+    for every case: an A/B comparison asks for every case's, each metric."""
+    rows = run.all_rows[run.all_rows[metric] > 0]
+    logs = pd.Series(np.log(rows[metric].to_numpy(dtype=float)))
+    means = logs.groupby([rows["_key"].to_numpy(), rows["_run"].to_numpy()]).mean()
+    return {key: group.droplevel(0) for key, group in means.groupby(level=0)}
+
+
 def log_draws(logs: dict[str, pd.Series], key: str, by_run: bool) -> np.ndarray:
     """A case's draws: every build's log value, or with ``by_run`` each run's mean of them."""
     return (run_means(logs, key) if by_run else logs.get(key, _NONE)).to_numpy()
@@ -93,8 +102,10 @@ def estimate_noise(
         if by_run:
             df += max(shared["_run"].nunique() - 1, 0)
             continue
-        builds = shared[["_engine", "_run", "build"]].drop_duplicates().groupby("_engine").size()
-        df += int((builds - 1).clip(lower=0).sum())
+        # Each engine's distinct builds (the build spelled as text, so a missing one is one
+        # value): counted in plain Python, a fifth of pandas's time on a run's few rows.
+        builds = set(zip(shared["_engine"], shared["_run"], shared["build"].astype(str)))
+        df += sum(count - 1 for count in Counter(engine for engine, _, _ in builds).values())
     return Noise(sd, df, draws, RUNS if by_run else BUILDS)
 
 
@@ -133,14 +144,28 @@ def detectable(noise: dict[str, Noise], tested: int, alpha: float) -> dict[str, 
     """Per metric, the smallest change flagged in one case alone, and in every case at once;
     None where that change would pass ``UNTESTABLE_PCT`` (or is no number at all): at this
     noise and with these degrees of freedom, no change of that kind can be tested."""
-    from scipy.stats import t
-
     out = {}
     for metric, nz in noise.items():
         if nz.df >= 1 and tested:
-            lone, every = (_pct(t.ppf(1 - a / 2, nz.df) * nz.se) for a in (alpha / tested, alpha))
+            lone, every = (_pct(t_ppf(1 - a / 2, nz.df) * nz.se) for a in (alpha / tested, alpha))
             out[metric] = (lone, every)
     return out
+
+
+def t_sf(x: float, df: float) -> float:
+    """Student's t survival function, computed as ``scipy.stats.t.sf`` computes it
+    (``scipy.special.stdtr``) without importing ``scipy.stats``, whose import alone costs
+    every ``lorabench compare`` half a second, and without its per-call checks."""
+    from scipy.special import stdtr
+
+    return float(stdtr(df, -x))
+
+
+def t_ppf(q: float, df: float) -> float:
+    """Student's t quantile, as ``scipy.stats.t.ppf`` computes it (``scipy.special.stdtrit``)."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, q))
 
 
 def _pct(log_change: float) -> float | None:

@@ -27,10 +27,11 @@ import pandas as pd
 
 from lorabench.compare.analysis import Comparison, Finding, digest_changes, judge, shared_cases
 from lorabench.compare.load import CompareError, Run, case_of, load_run
-from lorabench.compare.noise import Noise, case_logs, detectable, run_means
+from lorabench.compare.noise import Noise, case_run_means, detectable, t_sf
 
 PAIRS = "A/B pairs (sd of one pair's log ratio new/base, drift removed)"
 PAIR_NAME = re.compile(r"pair-(\d+)\.csv")
+NO_RUNS = pd.Series([], dtype=float)
 
 
 def pair_file(side_dir: Path, pair: int) -> Path:
@@ -86,12 +87,10 @@ class PairFit:
 
     @property
     def p_value(self) -> float:
-        from scipy.stats import t
-
         se = self.sd * self.scale
         if se == 0:
             return 1.0 if self.estimate == 0 else 0.0
-        return float(2 * t.sf(abs(self.estimate) / se, self.df))
+        return 2 * t_sf(abs(self.estimate) / se, self.df)
 
 
 def fit_pairs(d: np.ndarray, order: np.ndarray) -> PairFit | None:
@@ -122,10 +121,10 @@ def compare_pairs(
     base, new, order = load_pairs(base_dir, new_dir)
     common, metrics = shared_cases(base, new, alpha)
     findings, fits = [], {m: [] for m in metrics}
-    logs = {m: (case_logs(base, m), case_logs(new, m)) for m in metrics}
+    run_logs = {m: (case_run_means(base, m), case_run_means(new, m)) for m in metrics}
     for key in common:
         for metric in metrics:
-            b, n = (run_means(side, key) for side in logs[metric])
+            b, n = (side.get(key, NO_RUNS) for side in run_logs[metric])
             pairs = b.index.intersection(n.index)
             if not len(pairs):
                 continue
