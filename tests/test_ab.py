@@ -8,6 +8,7 @@ import errno
 import json
 import math
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,14 +60,16 @@ def write_session(folder, pairs, *, drift=0.0, factor=1.0, turn_sd=0.03, rng=Non
     rng = rng or np.random.default_rng(0)
     rows = pd.read_csv(DATA)
     rows = rows[rows["build"] == 0]
+    by_metric = [[c for c in rows.columns if c == metric or c.startswith(metric + "_p")] for metric in LATENCIES]
+    values = [rows[columns].to_numpy() for columns in by_metric]
     for slot, (pair, side) in enumerate(alternation(pairs)):
         if side == NEW and new_pairs is not None and pair >= new_pairs:
             continue
         speed = math.exp(drift * slot) * rng.lognormal(0, turn_sd) * (factor if side == NEW else 1.0)
         turn = rows.copy()
-        for metric in LATENCIES:
-            columns = [c for c in turn.columns if c == metric or c.startswith(metric + "_p")]
-            turn[columns] = turn[columns] * speed * rng.lognormal(0, 0.01, (len(turn), 1))
+        # Each metric its own per-case jitter, drawn in the metrics' order; set in one assignment.
+        scaled = [v * speed * rng.lognormal(0, 0.01, (len(turn), 1)) for v in values]
+        turn[sum(by_metric, [])] = np.concatenate(scaled, axis=1)
         turn["output_tokens_per_s"] /= speed
         turn["timestamp"] = f"2026-11-23T10:{slot:02d}:00Z"
         turn["run_id"], turn["ab_pair"] = f"{side}-{pair}", pair
@@ -177,10 +180,10 @@ def test_bad_input_exits_2_before_any_turn(tmp_path, options, selection, message
 
 FAKE_PYTHON = '''#!{python}
 """A stand-in interpreter for lorabench ab's bookkeeping: answers the version probe, and
-for "-m pytest" writes build 0 of a real run to --bench-output, as a turn would."""
-import os, sys, time
+for "-m pytest" writes build 0 of a real run to --bench-output, as a turn would. Only the
+standard library: a turn costs an interpreter's start, not pandas's import."""
+import csv, os, sys, time
 from datetime import datetime, timezone
-import pandas as pd
 
 if sys.argv[1] == "-c":
     print("vllm fake, lorabench fake")
@@ -188,28 +191,50 @@ if sys.argv[1] == "-c":
 pair = int(os.environ["LORABENCH_AB_PAIR"])
 if os.environ.get("FAKE_SLOW_PAIR") == str(pair):
     time.sleep(60)
-rows = pd.read_csv("{data}")
-rows = rows[rows["build"] == 0].copy()
+with open("{data}", newline="") as source:
+    reader = csv.DictReader(source)
+    columns = [*reader.fieldnames, "ab_pair"]
+    rows = [row for row in reader if row["build"] == "0"]
 scale = float(os.environ.get("FAKE_SCALE", "1"))
-for column in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms"):
-    rows[column] *= scale
-rows["output_tokens_per_s"] /= scale
+factors = dict.fromkeys(("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms"), scale)
+factors.update(output_tokens_per_s=1 / scale)
 # One clock reading, fixed width: turns a second apart or less still sort in the order they ran.
-rows["timestamp"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-rows["run_id"], rows["ab_pair"] = "run-%s" % time.time(), pair
+stamp, run_id = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), "run-%s" % time.time()
+for row in rows:
+    for column, factor in factors.items():
+        if row[column]:  # empty where the case has no such figure
+            row[column] = repr(float(row[column]) * factor)
+    row.update(timestamp=stamp, run_id=run_id, ab_pair=pair)
 time.sleep(0.05)
-rows.to_csv(sys.argv[sys.argv.index("--bench-output") + 1], index=False)
+with open(sys.argv[sys.argv.index("--bench-output") + 1], "w", newline="") as sink:
+    writer = csv.DictWriter(sink, columns)
+    writer.writeheader()
+    writer.writerows(rows)
 failing = os.path.exists(os.environ.get("FAKE_FAIL_WHILE", "/"))  # a file: fail only while it exists
 sys.exit(1 if os.environ.get("FAKE_FAIL_PAIR") == str(pair) and failing else 0)
 '''
 
 
-@pytest.fixture
-def fake_python(tmp_path):
-    path = tmp_path / "fake-python"
+def write_fake_python(folder):
+    path = folder / "fake-python"
     path.write_text(FAKE_PYTHON.format(python=sys.executable, data=DATA))
     path.chmod(0o755)
     return path
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    return write_fake_python(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def one_pair_session(tmp_path_factory):
+    """A finished session of 1 pair and its stand-in interpreter, run once for the tests
+    that each resume a copy of it (the record names no folder, so a copy is the session)."""
+    folder = tmp_path_factory.mktemp("one-pair")
+    fake = write_fake_python(folder)
+    assert run_ab(*ab_args(fake, folder / "ab", 1)).returncode == 0
+    return fake, folder / "ab"
 
 
 def ab_args(fake, out, pairs, *extra):
@@ -272,9 +297,9 @@ def test_resume_keeps_complete_pairs_and_runs_a_half_done_pair_again_whole(tmp_p
         ([], ["bench", "-k", "other"], "--resume: pytest_args is ['bench', '-k', 'other'], the session in"),
     ],
 )
-def test_resume_refuses_a_different_session(tmp_path, fake_python, options, selection, message):
-    out = tmp_path / "ab"
-    assert run_ab(*ab_args(fake_python, out, 1)).returncode == 0
+def test_resume_refuses_a_different_session(tmp_path, one_pair_session, options, selection, message):
+    fake_python, session = one_pair_session
+    out = shutil.copytree(session, tmp_path / "ab")
     sides = ["--base-python", fake_python, "--new-python", fake_python]
     done = run_ab(*sides, "--pairs", 2, "--out", out, "--resume", *options, "--", *selection)
     assert done.returncode == 2 and message in done.stderr, done.stderr
