@@ -112,7 +112,12 @@ def summary(outcomes: list[dict], config: Path) -> str:
             f"- {kind}: {len(done)} comparisons, {flagged} flagged something, exit codes "
             f"{sorted(o['exit'] for o in done)}"
         )
-        every = [o["detectable_pct"][m][1] for o in done for m in o.get("detectable_pct", {}) if m == "e2e_ms"]
+        every = [
+            o["detectable_pct"][m][1]
+            for o in done
+            for m in o.get("detectable_pct", {})
+            if m == "e2e_ms" and o["detectable_pct"][m][1] is not None  # null: not testable on so few pairs
+        ]
         if every:
             lines.append(f"  - smallest e2e change flagged (every case), median: {statistics.median(every):.1f}%")
         if kind == "busy":

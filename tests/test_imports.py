@@ -95,15 +95,8 @@ def _path_round(graph: dict[str, set[str]], group: set[str]) -> list[str]:
     return sorted(group)
 
 
-def known(circle: list[str]) -> bool:
-    # case <-> scenarios: being removed (the scenarios stop importing lorabench.case).
-    return "lorabench.case" in circle and all(
-        m == "lorabench.case" or m.startswith(("lorabench.scenarios", "lorabench.engine")) for m in circle
-    )
-
-
 def test_the_package_imports_no_circle():
-    found = [" -> ".join(c) for c in circles(import_graph()) if not known(c)]
+    found = [" -> ".join(c) for c in circles(import_graph())]
     assert not found, "import circles:\n  " + "\n  ".join(found)
 
 
