@@ -163,9 +163,22 @@ def _trace_stats(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lorabench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_ab, _add_adapters, _add_compare, _add_report, _add_trace):
+    for add in (_add_ab, _add_adapters, _add_compare, _add_report, _add_trace, _add_tools):
         add(commands)
     return parser
+
+
+def _add_tools(commands: Any) -> None:
+    """Subcommands whose module owns its arguments and its main, as vLLM's benchmarks do."""
+    from lorabench import bundle, doctor
+
+    for name, module, text in (
+        ("doctor", doctor, "preflight: would a run start here? one line a finding; exit 1 if one would stop it"),
+        ("bundle", bundle, "a run's results, logs, config, doctor output and settings in one file; exit 2: bad input"),
+    ):
+        sub = commands.add_parser(name, help=text, description=module.__doc__.splitlines()[0])
+        module.add_cli_args(sub)
+        sub.set_defaults(func=module.main)
 
 
 def _add_adapters(commands: Any) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from lorabench import processes
+from lorabench import graph, processes
 from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.device import Platform, detect_platform
@@ -68,6 +68,7 @@ class Engine:
         self.memory = PeakMemory(device_type, num_devices=config.devices_per_engine)
         self.build_s = 0.0
         self.kv_cache_tokens = 0
+        self.graph = graph.GraphFacts()
         self.llm: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         # Set when the engine died while serving: the case it died in, and why.
@@ -121,8 +122,14 @@ class Engine:
         if self.device_type == "cpu":
             self._unpin = processes.keep_off_worker_cpus(self._processes)
         self.kv_cache_tokens = self._kv_cache_tokens()
+        self.graph = graph.reported(self.llm.vllm_config, self._log_text())
         self.memory.update()
         return self
+
+    def _log_text(self) -> str:
+        if self.log_path is None or not self.log_path.is_file():
+            return ""
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def _kv_cache_tokens(self) -> int:
         cache = self.llm.vllm_config.cache_config
@@ -136,9 +143,7 @@ class Engine:
 
     def _failure(self, exc: Exception) -> str:
         """One line: what the engine's own processes said, else what this process caught."""
-        said = ""
-        if self.log_path is not None and self.log_path.is_file():
-            said = processes.root_cause(self.log_path.read_text(encoding="utf-8", errors="replace"))
+        said = processes.root_cause(self._log_text())
         caught = f"{type(exc).__name__}: {exc}".splitlines()[0]
         where = f" (engine log: {self.log_path})" if self.log_path is not None else ""
         return f"{said} [{caught}]{where}" if said and said not in caught else f"{caught}{where}"

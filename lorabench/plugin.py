@@ -227,6 +227,7 @@ def _state_for_run(config: pytest.Config) -> BenchState:
         state.writer = ResultWriter(
             state.config.results_dir, state.config.output, state.provenance["git_commit"], state.provenance["git_dirty"]
         )
+        state.writer.keep_config(state.config.path)
     return state
 
 

@@ -12,6 +12,7 @@ import csv
 import fcntl
 import io
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -108,6 +109,10 @@ def _append(path: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]], 
         os.close(fd)
 
 
+# In a run's logs folder: its config file, copied when the run starts, and that file's path.
+CONFIG_COPY, CONFIG_SOURCE = "config.json", "config.source"
+
+
 class ResultWriter:
     """Writes one run's rows; the file is created when the first case finishes."""
 
@@ -125,6 +130,13 @@ class ResultWriter:
         """Where this run's engine processes write their output, one file per build."""
         folder = self.fixed_path.parent if self.fixed_path is not None else self.results_dir
         return folder / f"{self._stem}.logs"
+
+    def keep_config(self, config_file: Path) -> None:
+        """A copy of the config file as the run read it, and where it was, in the logs
+        folder: ``lorabench bundle`` takes both."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(config_file, self.log_dir / CONFIG_COPY)
+        (self.log_dir / CONFIG_SOURCE).write_text(f"{Path(config_file).resolve()}\n", encoding="utf-8")
 
     @property
     def samples_path(self) -> Path | None:

@@ -16,6 +16,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from lorabench.graph import name_suffix
+
 # Column groups, in file order.
 PROVENANCE, PARAMETER, TRACE, METRIC, ONLINE, ENGINE = "provenance", "parameter", "trace", "metric", "online", "engine"
 PERCENTILES = (50, 90, 99)
@@ -61,6 +63,9 @@ class ResultRow:
     max_loras: int | None = _col(PARAMETER, key=True, engine=True, optional=True)
     max_lora_rank: int | None = _col(PARAMETER, key=True, engine=True, optional=True)
     max_cpu_loras: int | None = _col(PARAMETER, key=True, engine=True, optional=True)
+    # Graph mode as configured (lorabench.graph); blank: vLLM's default.
+    enforce_eager: bool | None = _col(PARAMETER, key=True, engine=True, optional=True)
+    graph_config: str | None = _col(PARAMETER, key=True, engine=True, optional=True)
     rounds: int = _col(PARAMETER)
     tier: str | None = _col(PARAMETER, key=True, optional=True)
     working_set: int | None = _col(PARAMETER, key=True, optional=True)
@@ -147,6 +152,12 @@ class ResultRow:
     adapter_load_ms: float | None = _col(ENGINE, optional=True, by_engine=True)
     engine_build_s: float = _col(ENGINE)
     kv_cache_tokens: int = _col(ENGINE)
+    # Graph mode as the engine's configuration reports it after the build, and the
+    # compile and graph-capture times its log gives (blank where it logged none).
+    compilation_mode: str = _col(ENGINE)
+    cudagraph_mode: str = _col(ENGINE)
+    compile_s: float | None = _col(ENGINE, optional=True, by_engine=True)
+    graph_capture_s: float | None = _col(ENGINE, optional=True, by_engine=True)
     # Adapters whose greedy output on this build differs from the run's first (LoRA engines).
     digest_mismatches: int | None = _col(ENGINE, optional=True, by_engine=True)
     peak_memory_mb: float = _col(ENGINE)
@@ -202,11 +213,20 @@ def samples_path_for(csv_path: Path) -> Path:
     return csv_path.with_name(csv_path.stem + ".samples.csv")
 
 
-def engine_name(enable_lora: Any, max_loras: Any = None, max_lora_rank: Any = None, max_cpu_loras: Any = None) -> str:
-    """``lora-off`` or ``loras8-rank16-cpu8``: how test ids, the summary and compare name a configuration."""
+def engine_name(
+    enable_lora: Any,
+    max_loras: Any = None,
+    max_lora_rank: Any = None,
+    max_cpu_loras: Any = None,
+    enforce_eager: Any = None,
+    graph_config: Any = None,
+) -> str:
+    """``lora-off`` or ``loras8-rank16-cpu8``, with ``-eager`` / ``-graph`` and a graph
+    settings hash where set: how test ids, the summary and compare name a configuration."""
+    mode = name_suffix(enforce_eager, graph_config)
     if str(enable_lora).lower() not in ("true", "1"):
-        return "lora-off"
-    return f"loras{max_loras}-rank{max_lora_rank}-cpu{max_cpu_loras}"
+        return "lora-off" + mode
+    return f"loras{max_loras}-rank{max_lora_rank}-cpu{max_cpu_loras}{mode}"
 
 
 def engine_id(name: str, build: int) -> str:

@@ -153,15 +153,19 @@ def _key_value_file(path: Path, key: str) -> str:
     return ""
 
 
+def toolkit_version(home: Path) -> str:
+    """The CANN toolkit's version under ``home`` (``$ASCEND_HOME_PATH``), blank when no file says."""
+    for info in sorted(home.glob("*-linux/ascend_toolkit_install.info")):
+        version = _key_value_file(info, "version")
+        if version:
+            return version
+    return _key_value_file(home / "version.cfg", "version")
+
+
 def ascend_versions() -> dict[str, str]:
     """CANN toolkit, NPU driver and firmware versions, from the files the installers write."""
-    toolkit = ""
-    for info in sorted(ASCEND_HOME.glob("*-linux/ascend_toolkit_install.info")):
-        toolkit = _key_value_file(info, "version")
-        if toolkit:
-            break
     return {
-        "toolkit_version": toolkit or _key_value_file(ASCEND_HOME / "version.cfg", "version"),
+        "toolkit_version": toolkit_version(ASCEND_HOME),
         "driver_version": _key_value_file(ASCEND_ROOT / "driver" / "version.info", "Version"),
         "firmware_version": _key_value_file(ASCEND_ROOT / "firmware" / "version.info", "Version"),
     }

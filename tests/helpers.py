@@ -68,6 +68,8 @@ def make_row(**values: Any) -> ResultRow:
         "adapter_load_ms": 1.0,
         "engine_build_s": 5.0,
         "kv_cache_tokens": 1024,
+        "compilation_mode": "NONE",
+        "cudagraph_mode": "NONE",
         "peak_memory_mb": 700.0,
         "memory_source": "rss",
         "test_id": "t",

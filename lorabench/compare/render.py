@@ -18,7 +18,11 @@ from lorabench.schema import engine_name
 
 
 def case_label(case: dict[str, str]) -> str:
-    lora = engine_name(case["enable_lora"], case["max_loras"], case["max_lora_rank"], case["max_cpu_loras"])
+    lora = engine_name(
+        *(case[c] for c in ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras")),
+        case.get("enforce_eager"),
+        case.get("graph_config"),
+    )
     if case.get("trace_suite"):
         return (
             f"{case['scenario']} {lora} {case['trace_suite']} n{case['trace_num_adapters']} "

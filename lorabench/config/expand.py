@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorabench import graph
 from lorabench.adapters import Adapter
 from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix
 from lorabench.schema import engine_id, engine_name
@@ -27,21 +28,34 @@ class EngineSpec:
     max_loras: int | None = None
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None
+    # Graph mode (lorabench.graph): None leaves vLLM's default.
+    enforce_eager: bool | None = None
+    graph_config: str | None = None
     # Which of the run's builds of this configuration (matrix.builds) this is.
     build: int = 0
 
     @property
     def name(self) -> str:
-        return engine_name(self.enable_lora, self.max_loras, self.max_lora_rank, self.max_cpu_loras)
+        return engine_name(
+            self.enable_lora,
+            self.max_loras,
+            self.max_lora_rank,
+            self.max_cpu_loras,
+            self.enforce_eager,
+            self.graph_config,
+        )
 
     @property
     def id(self) -> str:
         return engine_id(self.name, self.build)
 
-    def lora_kwargs(self) -> dict[str, Any]:
+    def engine_kwargs(self) -> dict[str, Any]:
+        """vLLM's arguments that make this configuration what it is."""
+        kwargs = graph.engine_kwargs(self.enforce_eager, self.graph_config)
         if not self.enable_lora:
-            return {"enable_lora": False}
+            return {**kwargs, "enable_lora": False}
         return {
+            **kwargs,
             "enable_lora": True,
             "max_loras": self.max_loras,
             "max_lora_rank": self.max_lora_rank,
@@ -57,13 +71,27 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def graph_modes(file: ConfigFile) -> list[tuple[bool | None, str | None]]:
+    """Every combination of the graph-mode settings' lists, as (enforce_eager, graph_config)."""
+    eager, compilation, additional = (as_list(getattr(file.engine, key)) for key in graph.GRAPH_KEYS)
+    return [
+        (e, graph.canonical({"compilation_config": c, "additional_config": a}))
+        for e, c, a in itertools.product(eager, compilation, additional)
+    ]
+
+
 def engine_specs(file: ConfigFile, *, with_lora_off: bool, builds: int = 1) -> list[EngineSpec]:
-    """The cross product of the LoRA knobs (and ``lora-off`` first if asked), ``builds``
-    times over, build-major: a configuration's builds are spread over the run."""
-    configurations = [EngineSpec(enable_lora=False)] if with_lora_off else []
+    """The cross product of the graph modes and the LoRA knobs (and ``lora-off`` first in
+    each graph mode if asked), ``builds`` times over, build-major: a configuration's
+    builds are spread over the run."""
+    configurations = []
     lists = [as_list(getattr(file.engine, key)) for key in LORA_KEYS]
-    for loras, rank, cpu in itertools.product(*lists):
-        configurations.append(EngineSpec(True, loras, rank, cpu if cpu is not None else loras))
+    for eager, settings in graph_modes(file):
+        mode = {"enforce_eager": eager, "graph_config": settings}
+        if with_lora_off:
+            configurations.append(EngineSpec(False, **mode))
+        for loras, rank, cpu in itertools.product(*lists):
+            configurations.append(EngineSpec(True, loras, rank, cpu if cpu is not None else loras, **mode))
     return [EngineSpec(**{**s.__dict__, "build": b}) for b in range(builds) for s in configurations]
 
 
@@ -120,8 +148,9 @@ class BenchConfig:
         kwargs: dict[str, Any] = {"model": str(self.model), "seed": self.matrix.seed}
         if self.tokenizer is not None:
             kwargs["tokenizer"] = str(self.tokenizer)
-        kwargs.update({k: v for k, v in self.file.engine.model_dump().items() if k not in LORA_KEYS})
-        kwargs.update(spec.lora_kwargs())
+        chosen_per_spec = (*LORA_KEYS, *graph.GRAPH_KEYS)
+        kwargs.update({k: v for k, v in self.file.engine.model_dump().items() if k not in chosen_per_spec})
+        kwargs.update(spec.engine_kwargs())
         kwargs.update(disable_log_stats=False, enable_prefix_caching=False)
         return kwargs
 

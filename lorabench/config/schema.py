@@ -6,6 +6,7 @@ the files it names, or vLLM, live in ``resolve``.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import (
@@ -18,6 +19,8 @@ from pydantic import (
     PositiveInt,
     field_validator,
 )
+
+from lorabench.graph import GRAPH_KEYS
 
 WORKLOADS = ("distinct", "uniform", "skewed", "identical", "mixed")
 Workload = Literal["distinct", "uniform", "skewed", "identical", "mixed"]
@@ -42,16 +45,24 @@ class _Strict(BaseModel):
 IntOrList = PositiveInt | list[PositiveInt]
 
 
+Settings = dict[str, Any]
+
+
 class EngineArgs(BaseModel):
-    """Keyword arguments for ``vllm.LLM``; the three LoRA knobs may be lists."""
+    """Keyword arguments for vLLM's engine. The three LoRA knobs and the graph-mode
+    settings (``lorabench.graph``) may be lists: each combination is a configuration."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
     max_loras: IntOrList = 4
     max_lora_rank: LoraRank | list[LoraRank] = 16
     max_cpu_loras: IntOrList | None = None
+    # Unset: vLLM's own default, and nothing is passed.
+    enforce_eager: bool | list[bool] | None = None
+    compilation_config: Settings | int | list[Settings | int] | None = None
+    additional_config: Settings | list[Settings] | None = None
 
-    @field_validator("max_loras", "max_lora_rank", "max_cpu_loras")
+    @field_validator(*LORA_KEYS, *GRAPH_KEYS)
     @classmethod
     def _no_repeats(cls, value: Any) -> Any:
         return _unique(value)
@@ -82,9 +93,12 @@ class Matrix(_Strict):
 
 
 def _unique(value: Any) -> Any:
-    if isinstance(value, list) and len(set(value)) < len(value):
-        repeated = sorted({v for v in value if value.count(v) > 1}, key=str)
-        raise ValueError(f"{', '.join(map(str, repeated))} listed more than once: each value makes its own cases")
+    if not isinstance(value, list):
+        return value
+    texts = [json.dumps(v, sort_keys=True) for v in value]
+    repeated = sorted({t for t in texts if texts.count(t) > 1})
+    if repeated:
+        raise ValueError(f"{', '.join(repeated)} listed more than once: each value makes its own cases")
     return value
 
 

@@ -9,6 +9,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from lorabench.config import EngineSpec
 from lorabench.engine import EngineDied
@@ -92,6 +93,13 @@ class StandInLLM:
         self.dead: str | None = None
         self.die_after: int | None = None
         self.sent = 0
+        # As vLLM's front end reports its configuration: eager, or compiled with piecewise graphs.
+        eager = bool(spec.enforce_eager)
+        self.vllm_config = SimpleNamespace(
+            compilation_config=SimpleNamespace(
+                mode="NONE" if eager else "VLLM_COMPILE", cudagraph_mode="NONE" if eager else "PIECEWISE"
+            )
+        )
         self._wake = asyncio.Event()
         self._loop: asyncio.Task | None = None
 

@@ -1,0 +1,135 @@
+"""``lorabench bundle RUN --out FILE.tar.gz``: one run, in one file a user can attach to an issue.
+
+The first runs on an NPU node happen without us; when one goes wrong, the bundle is
+what we read. It holds the run's results, samples and digests, its engine logs and the
+config it ran (kept in the logs folder when the run starts), what ``lorabench doctor``
+says now, and the environment variables that change how vLLM runs. Only variables from
+a list of known names are written, so no token or key leaves the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import tarfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lorabench.results import CONFIG_SOURCE
+from lorabench.schema import digests_path_for, samples_path_for
+
+# What a bundle may say about the environment: settings of vLLM, CANN, the devices and lorabench.
+KNOWN_VARIABLES = (
+    "ASCEND_HOME_PATH",
+    "ASCEND_TOOLKIT_HOME",
+    "ASCEND_OPP_PATH",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "ASCEND_LAUNCH_BLOCKING",
+    "ASCEND_GLOBAL_LOG_LEVEL",
+    "CUDA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
+    "PYTORCH_NPU_ALLOC_CONF",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "OMP_NUM_THREADS",
+    "VLLM_WORKER_MULTIPROC_METHOD",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+    "VLLM_LOGGING_LEVEL",
+    "VLLM_PLUGINS",
+    "HF_HUB_OFFLINE",
+    "LORABENCH_CACHE_DIR",
+    "LORABENCH_CPU_BINDING",
+)
+# Columns every lorabench result file has had.
+IDENTIFYING = ("run_id", "scenario", "engine_id")
+
+
+class BundleError(ValueError):
+    """Input a bundle cannot be made from."""
+
+
+def run_files(run: Path, logs: Path | None = None) -> tuple[list[Path], Path | None]:
+    """The run's files that exist, and its logs folder: from its result CSV (``<run>.csv``,
+    logs in ``<run>.logs``) or, for a run that finished no case, from the logs folder itself."""
+    if run.is_dir():
+        if not run.name.endswith(".logs"):
+            raise BundleError(f"{run}: a folder, but not a run's logs folder (<run>.logs)")
+        return [], run
+    if not run.is_file():
+        raise BundleError(f"{run}: no such file; give a result file (results/<run>.csv) or its <run>.logs folder")
+    with open(run, encoding="utf-8", errors="replace") as f:
+        header = f.readline().strip().split(",")
+    if not set(IDENTIFYING).issubset(header):
+        raise BundleError(f"{run}: not a lorabench result file (no {', '.join(IDENTIFYING)} columns)")
+    if logs is not None and not logs.is_dir():
+        raise BundleError(f"--logs {logs}: no such folder")
+    files = [p for p in (run, samples_path_for(run), digests_path_for(run)) if p.is_file()]
+    folder = logs if logs is not None else run.with_suffix(".logs")
+    return files, folder if folder.is_dir() else None
+
+
+def environment() -> dict[str, str]:
+    return {name: os.environ[name] for name in KNOWN_VARIABLES if name in os.environ}
+
+
+def doctor_text(log_dir: Path | None) -> str:
+    """What ``lorabench doctor`` says on this host now, for the config the run read (as that file is now)."""
+    from lorabench import doctor
+
+    source = log_dir / CONFIG_SOURCE if log_dir is not None else None
+    config = Path(source.read_text(encoding="utf-8").strip()) if source and source.is_file() else None
+    config = config if config is not None and config.is_file() else None
+    try:
+        findings = doctor.diagnose(doctor.read_host(), config)
+    except Exception as exc:  # noqa: BLE001 - a bundle without the doctor's view is still a bundle
+        return f"lorabench doctor failed: {type(exc).__name__}: {exc}\n"
+    return f"config: {config or 'none found'}\n" + "".join(f.line() + "\n" for f in findings)
+
+
+def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:
+    data = text.encode("utf-8")
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = len(data), int(datetime.now(timezone.utc).timestamp()), 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_bundle(run: Path, out: Path, logs: Path | None = None) -> list[str]:
+    """Write the bundle (to a temporary name, then in place) and return its member names."""
+    files, log_dir = run_files(run, logs)
+    stem = run.name.removesuffix(".logs").removesuffix(".csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for path in files:
+            tar.add(path, arcname=f"{stem}/{path.name}")
+        if log_dir is not None:
+            for path in sorted(p for p in log_dir.rglob("*") if p.is_file()):
+                tar.add(path, arcname=f"{stem}/logs/{path.relative_to(log_dir)}")
+        _add_text(tar, f"{stem}/doctor.txt", doctor_text(log_dir))
+        _add_text(tar, f"{stem}/environment.json", json.dumps(environment(), indent=2) + "\n")
+        names = tar.getnames()
+    os.replace(tmp, out)
+    return names
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="a run's result file (results/<run>.csv), or its <run>.logs folder")
+    parser.add_argument("--out", required=True, help="the bundle to write, e.g. run.tar.gz")
+    parser.add_argument("--logs", help="the run's logs folder, when it is not <run>.logs beside the result file")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        names = write_bundle(Path(args.run), Path(args.out), Path(args.logs) if args.logs else None)
+    except (BundleError, OSError) as exc:
+        print(f"lorabench bundle: {exc}")
+        with contextlib.suppress(OSError):
+            Path(args.out + ".tmp").unlink()
+        return 2
+    print(f"wrote {args.out}:")
+    print("".join(f"  {name}\n" for name in names), end="")
+    return 0

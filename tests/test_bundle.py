@@ -1,0 +1,77 @@
+"""``lorabench bundle``: a run's files in one archive, known settings only, bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import pytest
+
+from lorabench.cli import main
+from lorabench.results import ResultWriter
+from tests.helpers import make_row, make_sample
+
+
+@pytest.fixture
+def run(tmp_path, tiny_config):
+    """A finished run: one row with its samples, an engine log and the config kept at its start."""
+    writer = ResultWriter(tmp_path / "results", None, "abc12345", False)
+    writer.keep_config(tiny_config())
+    writer.append(make_row(), [make_sample()])
+    (writer.log_dir / "loras2-rank16-cpu4-build0.log").write_text("INFO engine started\n")
+    return writer
+
+
+def members(path) -> dict[str, str]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
+
+
+def test_a_bundle_holds_the_run_and_only_known_settings(run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    out = tmp_path / "b.tar.gz"
+    assert main(["bundle", str(run.path), "--out", str(out)]) == 0
+    stem = run.path.stem
+    files = members(out)
+    assert set(files) == {
+        f"{stem}/{stem}.csv",
+        f"{stem}/{stem}.samples.csv",
+        f"{stem}/logs/loras2-rank16-cpu4-build0.log",
+        f"{stem}/logs/config.json",
+        f"{stem}/logs/config.source",
+        f"{stem}/doctor.txt",
+        f"{stem}/environment.json",
+    }
+    assert json.loads(files[f"{stem}/logs/config.json"])["model"] == "builtin:tiny-llama"
+    assert "resolves: 4 adapters" in files[f"{stem}/doctor.txt"]
+    environment = json.loads(files[f"{stem}/environment.json"])
+    assert environment["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert "hf_secret" not in "".join(files.values())
+    assert f"{stem}/doctor.txt" in capsys.readouterr().out
+
+
+def test_a_run_that_finished_nothing_is_bundled_from_its_logs_folder(tmp_path):
+    logs = tmp_path / "20261124T000000Z-abc.logs"
+    logs.mkdir()
+    (logs / "lora-off-build0.log").write_text("RuntimeError: out of memory\n")
+    out = tmp_path / "b.tar.gz"
+    assert main(["bundle", str(logs), "--out", str(out)]) == 0
+    assert "20261124T000000Z-abc/logs/lora-off-build0.log" in members(out)
+
+
+@pytest.mark.parametrize(
+    ("what", "message"),
+    [
+        ("missing.csv", "no such file"),
+        ("other.csv", "not a lorabench result file"),
+        ("folder", "not a run's logs folder"),
+    ],
+)
+def test_bad_input_exits_2_and_says_why(tmp_path, capsys, what, message):
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "folder").mkdir()
+    out = tmp_path / "b.tar.gz"
+    assert main(["bundle", str(tmp_path / what), "--out", str(out)]) == 2
+    assert message in capsys.readouterr().out
+    assert not out.exists() and not (tmp_path / "b.tar.gz.tmp").exists()
