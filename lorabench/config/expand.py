@@ -8,15 +8,16 @@ scenario that needs its configuration.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorabench import graph
+from lorabench import graph, trace
 from lorabench.adapters import Adapter
 from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix
 from lorabench.schema import engine_id, engine_name
-from lorabench.trace import TraceParams
+from lorabench.trace import TraceParams, TraceRequest
 from lorabench.workload import Shape
 
 
@@ -95,8 +96,28 @@ def engine_specs(file: ConfigFile, *, with_lora_off: bool, builds: int = 1) -> l
     return [EngineSpec(**{**s.__dict__, "build": b}) for b in range(builds) for s in configurations]
 
 
+# The trace columns an online case fills: what it replays (lorabench.schema, group "trace").
+TRACE_COLUMNS = frozenset(
+    {
+        "trace_suite",
+        "trace_num_adapters",
+        "trace_rate",
+        "trace_alpha",
+        "trace_cv",
+        "trace_duration_s",
+        "trace_lengths",
+        "trace_input_range",
+        "trace_output_range",
+        "trace_seed",
+        "trace_warmup_s",
+    }
+)
+
+
 @dataclass(frozen=True)
 class OnlineCase:
+    """One trace to replay: it owns where its requests come from and the columns that say so."""
+
     suite: str
     params: TraceParams
 
@@ -104,6 +125,25 @@ class OnlineCase:
     def id(self) -> str:
         p = self.params
         return f"{self.suite}-n{p.num_adapters}-a{p.alpha:g}-cv{p.cv:g}-r{p.rate:g}"
+
+    def requests(self, adapters: Sequence[str]) -> list[TraceRequest]:
+        return trace.generate(self.params, adapters)
+
+    def fields(self, warmup_s: float) -> dict[str, Any]:
+        p = self.params
+        return {
+            "trace_suite": self.suite,
+            "trace_num_adapters": p.num_adapters,
+            "trace_rate": p.rate,
+            "trace_alpha": p.alpha,
+            "trace_cv": p.cv,
+            "trace_duration_s": p.duration,
+            "trace_lengths": p.lengths,
+            "trace_input_range": f"{p.input_range[0]}-{p.input_range[1]}",
+            "trace_output_range": f"{p.output_range[0]}-{p.output_range[1]}",
+            "trace_seed": p.seed,
+            "trace_warmup_s": warmup_s,
+        }
 
 
 def online_cases(file: ConfigFile) -> list[OnlineCase]:

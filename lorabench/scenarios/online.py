@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lorabench import replay, trace
-from lorabench.config.expand import online_cases
+from lorabench import replay
+from lorabench.config.expand import TRACE_COLUMNS, online_cases
 from lorabench.progress import trace_reporter
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.schema import PERCENTILES
@@ -15,21 +15,6 @@ if TYPE_CHECKING:
     from lorabench.config import ConfigFile, OnlineCase
     from lorabench.engine import Engine
 
-TRACE_COLUMNS = frozenset(
-    {
-        "trace_suite",
-        "trace_num_adapters",
-        "trace_rate",
-        "trace_alpha",
-        "trace_cv",
-        "trace_duration_s",
-        "trace_lengths",
-        "trace_input_range",
-        "trace_output_range",
-        "trace_seed",
-        "trace_warmup_s",
-    }
-)
 ONLINE_COLUMNS = frozenset(
     {
         "num_requests",
@@ -71,7 +56,7 @@ class Online(Scenario):
         online = ctx.config.file.online
         p = online_case.params
         adapters = {a.name: a for a in ctx.config.adapters[: p.num_adapters]}
-        requests = trace.generate(p, list(adapters))
+        requests = online_case.requests(list(adapters))
         records: list[replay.ReplayedRequest] = []
 
         def one_replay() -> None:
@@ -91,17 +76,7 @@ class Online(Scenario):
             "num_adapters": p.num_adapters,
             "rounds": 1,
             "warmup_rounds": 0,
-            "trace_suite": online_case.suite,
-            "trace_num_adapters": p.num_adapters,
-            "trace_rate": p.rate,
-            "trace_alpha": p.alpha,
-            "trace_cv": p.cv,
-            "trace_duration_s": p.duration,
-            "trace_lengths": p.lengths,
-            "trace_input_range": f"{p.input_range[0]}-{p.input_range[1]}",
-            "trace_output_range": f"{p.output_range[0]}-{p.output_range[1]}",
-            "trace_seed": p.seed,
-            "trace_warmup_s": online.warmup_s,
+            **online_case.fields(online.warmup_s),
             **metrics,
         }
         if engine.spec.max_cpu_loras is not None and len(adapters) <= engine.spec.max_cpu_loras:
