@@ -84,6 +84,10 @@ class ResultRow:
     trace_seed: int | None = _col(TRACE, key=True, optional=True)
     # Requests arriving before this many seconds are left out of every online statistic.
     trace_warmup_s: float | None = _col(TRACE, key=True, optional=True)
+    # An imported trace (lorabench trace import): its file's name and sha256, so compare
+    # pairs only replays of the same trace.
+    trace_file: str | None = _col(TRACE, optional=True)
+    trace_sha256: str | None = _col(TRACE, key=True, optional=True)
 
     # Mean and percentiles over requests (over rounds for e2e_ms, which is per batch).
     ttft_ms: float | None = _col(METRIC, optional=True)
@@ -141,6 +145,11 @@ class ResultRow:
     itl_ms_p99: float | None = _col(ONLINE, optional=True)
     send_lag_ms_p50: float | None = _col(ONLINE, optional=True)
     send_lag_ms_p99: float | None = _col(ONLINE, optional=True)
+    # From the engine timeline recorded while the trace replayed (lorabench.timeline).
+    kv_usage_max: float | None = _col(ONLINE, optional=True)
+    waiting_p99: float | None = _col(ONLINE, optional=True)
+    preemptions: int | None = _col(ONLINE, optional=True)
+    adapters_waiting_max: int | None = _col(ONLINE, optional=True)
 
     warmup_rounds: int = _col(ENGINE)
     engine_id: str = _col(ENGINE)
