@@ -3,6 +3,7 @@ and case keys, vLLM gets exactly what was set, and rows say what the engine repo
 
 from __future__ import annotations
 
+import sys
 import tarfile
 from types import SimpleNamespace
 
@@ -96,7 +97,7 @@ def test_a_real_cpu_run_writes_eager_and_graph_rows_and_bundles_them(pytester, t
     assert rows["compilation_mode"].eq("NONE").all() and rows["cudagraph_mode"].eq("NONE").all()
 
     out = tmp_path / "bundle.tar.gz"
-    assert pytester.run("lorabench", "bundle", str(csv), "--out", str(out)).ret == 0
+    assert pytester.run(sys.executable, "-m", "lorabench", "bundle", str(csv), "--out", str(out)).ret == 0
     with tarfile.open(out) as tar:
         names = set(tar.getnames())
         stem = csv.stem
