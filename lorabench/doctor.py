@@ -135,14 +135,22 @@ def check_start_method(host: Host) -> list[Finding]:
 
 
 def check_disk(folders: list[Path]) -> list[Finding]:
-    found = []
+    """Free space once per filesystem that holds one of ``folders`` (the cache, the model, the adapters)."""
+    by_device: dict[int, list[Path]] = {}
     for folder in dict.fromkeys(folders):
-        existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
-        free_gib = shutil.disk_usage(existing).free / 2**30
+        by_device.setdefault(_existing(folder).stat().st_dev, []).append(folder)
+    found = []
+    for paths in by_device.values():
+        free_gib = shutil.disk_usage(_existing(paths[0])).free / 2**30
         level = FAIL if free_gib < DISK_FAIL_GIB else NOTE if free_gib < DISK_NOTE_GIB else OK
         fix = "free space there, or point LORABENCH_CACHE_DIR elsewhere" if level != OK else ""
-        found.append(Finding(level, f"{free_gib:.1f} GiB free for {folder}", fix))
+        found.append(Finding(level, f"{free_gib:.1f} GiB free for {', '.join(map(str, paths))}", fix))
     return found
+
+
+def _existing(folder: Path) -> Path:
+    """The folder, or its nearest parent that exists (a cache not made yet)."""
+    return next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
 
 
 def check_config(path: Path | None, host: Host) -> tuple[list[Finding], list[Path]]:
