@@ -32,8 +32,8 @@ def packages(folder: Path, **changes: tuple[str, tuple[str, ...]]) -> dict[str, 
     for name, (version, requires) in {**MATCHING, **{k.replace("_", "-"): v for k, v in changes.items()}}.items():
         info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
         info.mkdir(parents=True)
-        lines = [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", *(f"Requires-Dist: {r}\n" for r in requires)]
-        (info / "METADATA").write_text("".join(lines))
+        head = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        (info / "METADATA").write_text(head + "".join(f"Requires-Dist: {r}\n" for r in requires))
     return stack.installed(path=[str(folder)])
 
 
@@ -136,3 +136,18 @@ def test_this_cpu_host_with_the_default_config(monkeypatch, capsys):
     assert out.startswith("lorabench doctor: cpu host")
     assert "cpu host: no accelerator to check" in out and "config/common.json resolves: 16 adapters" in out
     assert "nothing found that would stop a run" in out
+
+
+def test_low_disk_is_said_once_per_filesystem(tmp_path, monkeypatch):
+    free = {"gib": 1.0}
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda path: shutil_usage(free["gib"]))
+    (line,) = [f.line() for f in doctor.check_disk([tmp_path / "cache", tmp_path / "adapters"])]
+    assert line.startswith("FAIL  1.0 GiB free for ") and "cache" in line and "adapters" in line
+    free["gib"] = 10.0
+    assert [f.level for f in doctor.check_disk([tmp_path])] == [doctor.NOTE]
+
+
+def shutil_usage(free_gib: float):
+    from collections import namedtuple
+
+    return namedtuple("usage", "total used free")(0, 0, int(free_gib * 2**30))
