@@ -69,7 +69,7 @@ def output_to(path: Path | None) -> Iterator[None]:
 
 # An exception line as Python prints it, possibly behind a log prefix:
 # "(EngineCore_DP0 pid=42) ERROR 11-22 [core.py:1] RuntimeError: Cannot find any model weights with ..."
-_EXCEPTION = re.compile(r"(?:^|\s)((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit)): (.+?)\s*$")
+_EXCEPTION = re.compile(r"(?:^|\s)((?:[A-Za-z_][\w]*\.)*[A-Z]\w*(?:Error|Exception|Exit)):(.*?)\s*$")
 # Wrappers that point elsewhere for the real reason.
 _GENERIC = ("root cause", "failed to start", "initialization failed", "see stack trace", "see the log")
 
@@ -77,7 +77,14 @@ _GENERIC = ("root cause", "failed to start", "initialization failed", "see stack
 def root_cause(text: str) -> str:
     """The first specific exception in an engine's output: what vLLM, torch or safetensors
     actually said, rather than the wrapper that only says "see root cause above"."""
-    found = [m.groups() for m in map(_EXCEPTION.search, text.splitlines()) if m]
+    lines = text.splitlines()
+    found = []
+    for i, match in enumerate(map(_EXCEPTION.search, lines)):
+        if match:
+            name, message = match.group(1), match.group(2).strip()
+            # A message that starts on the next line (multiprocessing's, for one).
+            message = message or next((line.strip() for line in lines[i + 1 :] if line.strip()), "")
+            found.append((name, message))
     specific = [f"{name}: {message}" for name, message in found if not any(g in message.lower() for g in _GENERIC)]
     if specific:
         return specific[0]
