@@ -106,60 +106,6 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _range(text: str) -> tuple[int, int]:
-    try:
-        low, high = (int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected LOW,HIGH such as 8,64, got {text!r}") from None
-    return low, high
-
-
-def _adapter_names(args: argparse.Namespace) -> list[str]:
-    if args.adapters:
-        from lorabench.adapters import read_adapters_file
-
-        try:
-            return [a.name for a in read_adapters_file(Path(args.adapters))]
-        except ValueError as exc:
-            raise SystemExit(f"lorabench: --adapters: {exc}") from None
-    return [f"adapter-{i}" for i in range(args.num_adapters)]
-
-
-def _trace_generate(args: argparse.Namespace) -> int:
-    from lorabench import trace
-
-    params = trace.TraceParams(
-        num_adapters=args.num_adapters,
-        rate=args.rate,
-        alpha=args.alpha,
-        cv=args.cv,
-        input_range=args.input_range,
-        output_range=args.output_range,
-        lengths=args.lengths,
-        duration=args.duration,
-        seed=args.seed,
-    )
-    names = _adapter_names(args)
-    try:
-        requests = trace.generate(params, names)
-    except ValueError as exc:
-        raise SystemExit(f"lorabench: cannot generate the trace: {exc}") from None
-    trace.write(Path(args.out), params, names, requests)
-    print(f"wrote {len(requests)} requests to {args.out}")
-    return 0
-
-
-def _trace_stats(args: argparse.Namespace) -> int:
-    from lorabench import trace
-
-    try:
-        params, adapters, requests = trace.read(Path(args.file))
-    except ValueError as exc:
-        raise SystemExit(f"lorabench: {exc}") from None
-    print(trace.format_stats(params, adapters, requests))
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lorabench", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -179,6 +125,12 @@ def _add_tools(commands: Any) -> None:
         sub = commands.add_parser(name, help=text, description=module.__doc__.splitlines()[0])
         module.add_cli_args(sub)
         sub.set_defaults(func=module.main)
+
+
+def _add_trace(commands: Any) -> None:
+    from lorabench.traces import command
+
+    command.add_cli_args(commands.add_parser("trace", help=command.HELP, description=command.__doc__.splitlines()[0]))
 
 
 def _add_adapters(commands: Any) -> None:
@@ -252,30 +204,6 @@ def _add_report(commands: Any) -> None:
     report.add_argument("results", nargs="+", help="result CSV files, one run each, drawn side by side")
     report.add_argument("--out", required=True, help="folder for index.html and its PNG figures")
     report.set_defaults(func=_report)
-
-
-def _add_trace(commands: Any) -> None:
-    traces = commands.add_parser("trace", help="synthetic online workloads (S-LoRA style)").add_subparsers(
-        dest="action", required=True
-    )
-    tgen = traces.add_parser("generate", help="write a trace: Gamma arrivals, power-law adapter popularity")
-    tgen.add_argument("--out", required=True, help="trace file to write (JSON lines)")
-    tgen.add_argument("-n", "--num-adapters", type=int, required=True, help="number of adapters")
-    tgen.add_argument("-R", "--rate", type=float, required=True, help="total request rate, requests/s")
-    tgen.add_argument("--alpha", type=float, default=1.0, help="popularity exponent: 1 uniform, smaller more skewed")
-    tgen.add_argument(
-        "--cv", type=float, default=1.0, help="coefficient of variation of inter-arrival times (1: Poisson)"
-    )
-    tgen.add_argument("--input-range", type=_range, default=(8, 64), metavar="LOW,HIGH")
-    tgen.add_argument("--output-range", type=_range, default=(8, 64), metavar="LOW,HIGH")
-    tgen.add_argument("--lengths", choices=["uniform", "longtail"], default="uniform")
-    tgen.add_argument("--duration", type=float, default=300.0, help="seconds (default 300)")
-    tgen.add_argument("--seed", type=int, default=0)
-    tgen.add_argument("--adapters", help="adapters.json whose first N adapters the trace uses (default: adapter-0 ...)")
-    tgen.set_defaults(func=_trace_generate)
-    tstats = traces.add_parser("stats", help="what a trace achieved: rate, CV, adapter shares, length histograms")
-    tstats.add_argument("file")
-    tstats.set_defaults(func=_trace_stats)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

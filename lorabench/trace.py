@@ -16,7 +16,9 @@ output lengths, drawn from:
   shape 1.5 truncated to ``[low, high]`` (most requests short, a few long).
 
 A trace file is JSON lines: a header with the parameters and adapter names, then one
-request per line. The same parameters and seed give the same file, byte for byte.
+request per line. The same parameters and seed give the same file, byte for byte. This
+is version 1 of the format; version 2 holds imported traces (``lorabench.traces``), with
+the same request lines.
 """
 
 from __future__ import annotations
@@ -125,6 +127,11 @@ def write(path: Path, params: TraceParams, adapters: Sequence[str], requests: Se
     Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+def params_from_header(header: dict) -> TraceParams:
+    raw = header["params"]
+    return TraceParams(**{**raw, "input_range": tuple(raw["input_range"]), "output_range": tuple(raw["output_range"])})
+
+
 def read(path: Path) -> tuple[TraceParams, list[str], list[TraceRequest]]:
     path = Path(path)
     try:
@@ -132,17 +139,14 @@ def read(path: Path) -> tuple[TraceParams, list[str], list[TraceRequest]]:
         header = json.loads(lines[0])
         if header.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} file")
-        raw = header["params"]
-        params = TraceParams(
-            **{**raw, "input_range": tuple(raw["input_range"]), "output_range": tuple(raw["output_range"])}
-        )
+        params = params_from_header(header)
         requests = [TraceRequest(**json.loads(line)) for line in lines[1:] if line.strip()]
     except (OSError, IndexError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: not a readable lorabench trace ({exc})") from None
     return params, header["adapters"], requests
 
 
-def _histogram(values: np.ndarray, bins: int = 8, width: int = 40) -> list[str]:
+def histogram(values: np.ndarray, bins: int = 8, width: int = 40) -> list[str]:
     counts, edges = np.histogram(values, bins=bins)
     top = max(int(counts.max()), 1)
     return [
@@ -182,8 +186,8 @@ def format_stats(params: TraceParams, adapters: Sequence[str], requests: Sequenc
         *(f"{k.replace('_', ' ')}: {v:.3f}" for k, v in s.items() if k.startswith("top") and k != "top1_share"),
         "requests per adapter: " + ", ".join(f"{a}={c}" for a, c in s["adapter_requests"].items()),
         f"input lengths ({params.lengths} on [{params.input_range[0]}, {params.input_range[1]}]):",
-        *_histogram(inputs),
+        *histogram(inputs),
         f"output lengths ({params.lengths} on [{params.output_range[0]}, {params.output_range[1]}]):",
-        *_histogram(outputs),
+        *histogram(outputs),
     ]
     return "\n".join(lines)
