@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from lorabench.adapters import Adapter
 from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix
 from lorabench.schema import engine_id, engine_name
 from lorabench.trace import TraceParams, TraceRequest
+from lorabench.traces import data as trace_data
+from lorabench.traces import transforms
 from lorabench.workload import Shape
 
 
@@ -96,27 +99,25 @@ def engine_specs(file: ConfigFile, *, with_lora_off: bool, builds: int = 1) -> l
     return [EngineSpec(**{**s.__dict__, "build": b}) for b in range(builds) for s in configurations]
 
 
-# The trace columns an online case fills: what it replays (lorabench.schema, group "trace").
-TRACE_COLUMNS = frozenset(
-    {
-        "trace_suite",
-        "trace_num_adapters",
-        "trace_rate",
-        "trace_alpha",
-        "trace_cv",
-        "trace_duration_s",
-        "trace_lengths",
-        "trace_input_range",
-        "trace_output_range",
-        "trace_seed",
-        "trace_warmup_s",
-    }
+# The trace columns (lorabench.schema, group "trace") every online case fills...
+ONLINE_TRACE_COLUMNS = frozenset(
+    {"trace_suite", "trace_num_adapters", "trace_rate", "trace_duration_s", "trace_warmup_s"}
 )
+# ...those a synthetic trace fills with its parameters...
+SYNTHETIC_TRACE_COLUMNS = frozenset(
+    {"trace_alpha", "trace_cv", "trace_lengths", "trace_input_range", "trace_output_range", "trace_seed"}
+)
+# ...and those an imported trace fills with its file.
+IMPORTED_TRACE_COLUMNS = frozenset({"trace_file", "trace_sha256"})
+# Filled by some online cases only: the scenario's maybe_columns.
+MAYBE_TRACE_COLUMNS = SYNTHETIC_TRACE_COLUMNS | IMPORTED_TRACE_COLUMNS
+# What the online scenario declares until it declares the two sets above.
+TRACE_COLUMNS = ONLINE_TRACE_COLUMNS | SYNTHETIC_TRACE_COLUMNS
 
 
 @dataclass(frozen=True)
 class OnlineCase:
-    """One trace to replay: it owns where its requests come from and the columns that say so."""
+    """One synthetic trace to replay: it owns where its requests come from and the columns that say so."""
 
     suite: str
     params: TraceParams
@@ -125,6 +126,23 @@ class OnlineCase:
     def id(self) -> str:
         p = self.params
         return f"{self.suite}-n{p.num_adapters}-a{p.alpha:g}-cv{p.cv:g}-r{p.rate:g}"
+
+    @property
+    def num_adapters(self) -> int:
+        return self.params.num_adapters
+
+    @property
+    def duration(self) -> float:
+        return self.params.duration
+
+    @property
+    def seed(self) -> int:
+        """The seed of the trace, and of its prompts' tokens."""
+        return self.params.seed
+
+    def located(self, config_dir: Path) -> OnlineCase:
+        """A synthetic trace names no file: itself."""
+        return self
 
     def requests(self, adapters: Sequence[str]) -> list[TraceRequest]:
         return trace.generate(self.params, adapters)
@@ -146,10 +164,68 @@ class OnlineCase:
         }
 
 
-def online_cases(file: ConfigFile) -> list[OnlineCase]:
-    """Every combination of each online suite's lists, one trace each."""
-    cases = []
+@dataclass(frozen=True)
+class ImportedCase:
+    """One replay of an imported trace (``lorabench trace import``): from ``start`` seconds on,
+    time-scaled so that ``duration`` seconds of it arrive at mean rate ``rate``.
+
+    The trace's adapters go, in its header's order, to the adapters ``requests`` is given:
+    the config's first N. Its file is read when first needed, once ``located`` has made
+    its path absolute, so collecting the case reads nothing."""
+
+    suite: str
+    trace: Path
+    rate: float
+    duration: float
+    start: float = 0.0
+
+    @property
+    def id(self) -> str:
+        start = f"-s{self.start:g}" if self.start else ""
+        return f"{self.suite}-{self.trace.stem}{start}-r{self.rate:g}"
+
+    @cached_property
+    def _data(self) -> trace_data.TraceData:
+        return trace_data.load(self.trace)
+
+    @property
+    def num_adapters(self) -> int:
+        return len(self._data.adapters)
+
+    @property
+    def seed(self) -> int:
+        """The seed of the prompts' tokens: a trace has lengths, not content."""
+        return 0
+
+    def located(self, config_dir: Path) -> ImportedCase:
+        """The case with its trace's path resolved against the config file's folder."""
+        return replace(self, trace=config_dir / self.trace)
+
+    def requests(self, adapters: Sequence[str]) -> list[TraceRequest]:
+        if len(adapters) < self.num_adapters:
+            raise ValueError(f"the trace needs {self.num_adapters} adapters, {len(adapters)} are available")
+        window = transforms.replay_window(self._data, self.start, self.duration, self.rate)
+        return replace(window, adapters=list(adapters[: self.num_adapters])).requests()
+
+    def fields(self, warmup_s: float) -> dict[str, Any]:
+        return {
+            "trace_suite": self.suite,
+            "trace_num_adapters": self.num_adapters,
+            "trace_rate": self.rate,
+            "trace_duration_s": self.duration,
+            "trace_warmup_s": warmup_s,
+            "trace_file": self.trace.name,
+            "trace_sha256": trace_data.file_sha256(self.trace),
+        }
+
+
+def online_cases(file: ConfigFile) -> list[OnlineCase | ImportedCase]:
+    """Every combination of each synthetic suite's lists, and each rate of each imported one."""
+    cases: list[OnlineCase | ImportedCase] = []
     for suite in file.online.suites if file.online else ():
+        if suite.trace is not None:
+            cases += [ImportedCase(suite.name, Path(suite.trace), r, suite.duration, suite.start) for r in suite.rate]
+            continue
         for n, alpha, cv, rate in itertools.product(suite.num_adapters, suite.alpha, suite.cv, suite.rate):
             params = TraceParams(
                 num_adapters=n,

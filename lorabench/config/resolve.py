@@ -19,8 +19,10 @@ from lorabench import builtin
 from lorabench.adapters import Adapter, read_adapters_file, read_rank
 from lorabench.config.expand import BenchConfig, as_list, shape_of
 from lorabench.config.read import ConfigError, read_json
-from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters
+from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters, OnlineSuite
 from lorabench.schema import COLUMNS, SAMPLE_COLUMNS, samples_path_for
+from lorabench.traces.data import load as load_trace
+from lorabench.traces.transforms import replay_window
 from lorabench.workload import pool_size
 
 
@@ -256,13 +258,15 @@ def _check_online(path: Path, parsed: ConfigFile, adapters: list[Adapter], model
     limit, source = _length_limit(parsed, model)
     for i, suite in enumerate(parsed.online.suites if parsed.online else ()):
         field = f"online.suites[{i}]"
-        if max(suite.num_adapters) > len(adapters):
+        if suite.trace is not None:
+            problems += _check_trace_suite(path, field, suite, len(adapters), (limit, source))
+        elif max(suite.num_adapters) > len(adapters):
             problems.append(
                 f"{path}: field '{field}.num_adapters' has bad value {max(suite.num_adapters)}: only "
                 f"{len(adapters)} adapters are configured: add adapters or lower it"
             )
         total = suite.input_range[1] + suite.output_range[1]
-        if limit is not None and total > limit:
+        if suite.trace is None and limit is not None and total > limit:
             problems.append(
                 f"{path}: field '{field}.input_range': the longest request, {total} tokens, exceeds {source} = {limit}"
             )
@@ -270,5 +274,38 @@ def _check_online(path: Path, parsed: ConfigFile, adapters: list[Adapter], model
             problems.append(
                 f"{path}: field 'online.warmup_s' has bad value {parsed.online.warmup_s}: it leaves nothing of "
                 f"suite '{suite.name}' ({suite.duration:g} s) to measure"
+            )
+    return problems
+
+
+def _check_trace_suite(
+    path: Path, field: str, suite: OnlineSuite, configured: int, limit: tuple[int | None, str]
+) -> list[str]:
+    """An imported trace's suite: the file reads, its adapters map onto the config's first N
+    (by position: the trace's i-th onto the config's i-th), every rate's window exists and
+    its requests fit the model."""
+    file = _resolve(path.parent, suite.trace)
+    where = f"{path}: field '{field}.trace'"
+    try:
+        data = load_trace(file)
+    except ValueError as exc:
+        return [f"{where}: {exc}: write it with `lorabench trace import`"]
+    problems = []
+    if len(data.adapters) > configured:
+        problems.append(
+            f"{where}: {file.name} labels requests with {len(data.adapters)} adapters, only {configured} are "
+            "configured (its i-th adapter replays as the config's i-th): add adapters or import with fewer"
+        )
+    for rate in suite.rate:
+        try:
+            window = replay_window(data, suite.start, suite.duration, rate)
+        except ValueError as exc:
+            problems.append(f"{path}: field '{field}.rate' has bad value {rate:g}: {exc}")
+            continue
+        longest = int((window.input_len + window.output_len).max())
+        if limit[0] is not None and longest > limit[0]:
+            problems.append(
+                f"{where}: the longest request at rate {rate:g}, {longest} tokens, exceeds {limit[1]} = {limit[0]}: "
+                f"import it again with --max-model-len {limit[0]}"
             )
     return problems

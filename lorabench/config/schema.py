@@ -7,7 +7,7 @@ the files it names, or vLLM, live in ``resolve``.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -17,6 +17,7 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    ValidationInfo,
     field_validator,
 )
 
@@ -113,12 +114,22 @@ class GeneratedAdapters(_Strict):
     generate: DummyAdapterSpec
 
 
+# What describes a synthetic trace: a suite that replays a trace file sets none of it.
+SYNTHETIC_FIELDS = ("num_adapters", "alpha", "cv", "input_range", "output_range", "lengths", "seed")
+
+
 class OnlineSuite(_Strict):
-    """One sweep of synthetic traces, as in S-LoRA's experiment suites: every combination
-    of the listed adapter counts, popularity exponents, burstiness and rates is a case."""
+    """One sweep of traces, as in S-LoRA's experiment suites.
+
+    Synthetic: every combination of the listed adapter counts, popularity exponents,
+    burstiness and rates is a case. Imported (``trace``: a file ``lorabench trace import``
+    wrote, relative to the config's folder): each rate is a case, the trace from ``start``
+    time-scaled so that ``duration`` seconds of it arrive at that mean rate."""
 
     name: str = Field(default="suite", pattern=r"^[A-Za-z0-9_.]+$")
-    num_adapters: list[PositiveInt] = Field(min_length=1)
+    # Declared before the fields whose checks depend on it.
+    trace: Annotated[str, Field(min_length=1)] | None = None
+    num_adapters: Annotated[list[PositiveInt], Field(min_length=1)] | None = Field(default=None, validate_default=True)
     alpha: list[PositiveFloat] = Field(default=[1.0], min_length=1)
     cv: list[PositiveFloat] = Field(default=[1.0], min_length=1)
     rate: list[PositiveFloat] = Field(min_length=1)
@@ -127,12 +138,34 @@ class OnlineSuite(_Strict):
     output_range: tuple[PositiveInt, PositiveInt] = (8, 64)
     lengths: Literal["uniform", "longtail"] = "uniform"
     seed: int = 0
+    # Seconds into an imported trace where the replay starts.
+    start: NonNegativeFloat = 0.0
 
     @field_validator("input_range", "output_range")
     @classmethod
     def _ordered(cls, value: tuple[int, int]) -> tuple[int, int]:
         if value[0] > value[1]:
             raise ValueError(f"low {value[0]} is above high {value[1]}: write [low, high]")
+        return value
+
+    @field_validator(*SYNTHETIC_FIELDS)
+    @classmethod
+    def _synthetic_only(cls, value: Any, info: ValidationInfo) -> Any:
+        imported = info.data.get("trace") is not None
+        if imported and not (info.field_name == "num_adapters" and value is None):
+            raise ValueError(
+                "a suite with 'trace' replays that file, whose header says its adapters and lengths: "
+                "leave this synthetic-trace field out"
+            )
+        if not imported and value is None:
+            raise ValueError("a synthetic suite needs it (a list such as [8]); or set 'trace' to replay a trace file")
+        return value
+
+    @field_validator("start")
+    @classmethod
+    def _imported_only(cls, value: float, info: ValidationInfo) -> float:
+        if info.data.get("trace") is None:
+            raise ValueError("'start' is where a replay of a trace file begins: set 'trace', or leave 'start' out")
         return value
 
 

@@ -1,0 +1,142 @@
+"""Imported traces in online suites (config, resolve, cases) and ``lorabench trace stats``."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lorabench import cli
+from lorabench.config import ConfigError, online_cases, read_config_file, resolve_config
+from lorabench.config.expand import IMPORTED_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, SYNTHETIC_TRACE_COLUMNS
+from lorabench.traces import data
+from lorabench.traces.transforms import replay_window
+from tests.test_trace_import import CSV_COLUMNS, TRACES, bursty_csv
+
+SYNTHETIC = {"name": "syn", "num_adapters": [2], "rate": [2], "duration": 5, "input_range": [8, 32]}
+
+
+def import_to(folder: Path, fmt: str, source: Path, *options: object) -> Path:
+    out = folder / "traces" / f"{source.stem}.jsonl"
+    out.parent.mkdir(exist_ok=True)
+    assert cli.main(["trace", "import", fmt, str(source), "--out", str(out), *map(str, options)]) == 0
+    return out
+
+
+def online(*suites: dict) -> dict:
+    return {"warmup_s": 1, "suites": list(suites)}
+
+
+def problems(path: Path) -> str:
+    with pytest.raises(ConfigError) as info:
+        resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("suite", "expected"),
+    [
+        ({"trace": "t.jsonl", "rate": [1], "alpha": [0.5]}, "field 'online.suites[0].alpha' has bad value [0.5]"),
+        ({"trace": "t.jsonl", "rate": [1], "num_adapters": [2]}, "leave this synthetic-trace field out"),
+        ({"name": "s", "rate": [1]}, "field 'online.suites[0].num_adapters' has bad value None: Value error, a synth"),
+        ({**SYNTHETIC, "start": 3}, "field 'online.suites[0].start' has bad value 3: Value error, 'start' is where"),
+    ],
+)
+def test_a_suite_is_synthetic_or_imported_never_both(tiny_config, suite, expected):
+    with pytest.raises(ConfigError) as info:
+        read_config_file(tiny_config(online=online(suite)))
+    assert expected in str(info.value)
+
+
+@pytest.fixture
+def two_traces(tiny_config, tmp_path):
+    """A config whose two imported suites replay two different traces, beside a synthetic one."""
+    import_to(tmp_path, "burstgpt", TRACES / "burstgpt.csv", "--adapters", 3, "--max-model-len", 128)
+    import_to(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--adapters", 2, "--max-model-len", 128)
+    return tiny_config(
+        online=online(
+            SYNTHETIC,
+            {"name": "burst", "trace": "traces/burstgpt.jsonl", "rate": [0.5, 1], "duration": 4},
+            {"name": "moon", "trace": "traces/mooncake.jsonl", "rate": [1], "duration": 5, "start": 3},
+        )
+    )
+
+
+def test_imported_suites_resolve_and_expand(two_traces):
+    config = resolve_config(two_traces, read_config_file(two_traces), needs_lora=True, check_vllm_args=False)
+    cases = [c.located(config.path.parent) for c in online_cases(config.file)]
+    assert [c.id for c in cases] == [
+        "syn-n2-a1-cv1-r2",
+        "burst-burstgpt-r0.5",
+        "burst-burstgpt-r1",
+        "moon-mooncake-s3-r1",
+    ]
+    names = [a.name for a in config.adapters]
+    fields = [c.fields(1.0) for c in cases]
+    assert set(fields[0]) == ONLINE_TRACE_COLUMNS | SYNTHETIC_TRACE_COLUMNS
+    assert all(set(f) == ONLINE_TRACE_COLUMNS | IMPORTED_TRACE_COLUMNS for f in fields[1:])
+    shas = [f["trace_sha256"] for f in fields[1:]]
+    assert shas[0] == shas[1] != shas[2] == data.file_sha256(two_traces.parent / "traces" / "mooncake.jsonl")
+    assert fields[3] == {
+        "trace_suite": "moon",
+        "trace_num_adapters": 2,
+        "trace_rate": 1,
+        "trace_duration_s": 5,
+        "trace_warmup_s": 1.0,
+        "trace_file": "mooncake.jsonl",
+        "trace_sha256": shas[2],
+    }
+    requests = cases[2].requests(names[: cases[2].num_adapters])
+    assert len(requests) == 4 and {r.adapter for r in requests} <= set(names[:3])
+    assert all(0 <= r.arrival_s <= 4 for r in requests)
+    moon = cases[3].requests(names[:2])
+    # From 3 s on: the mooncake excerpt's requests from 3.052 s, the first at 0.052 s times the scale.
+    assert len(moon) == 5 and moon[0].input_len == data.load(cases[3].trace).input_len[2]
+
+
+@pytest.mark.parametrize(
+    ("suite", "options", "expected"),
+    [
+        ({"rate": [50], "duration": 4}, (), "field 'online.suites[0].rate' has bad value 50: from 0 s on the trace"),
+        ({"rate": [1], "duration": 4}, ("--adapters", 6), "labels requests with 6 adapters, only 4 are configured"),
+        ({"rate": [1], "duration": 4}, ("--max-model-len", 4096), "import it again with --max-model-len 128"),
+        ({"rate": [1], "duration": 4, "trace": "traces/none.jsonl"}, (), "none.jsonl: not a readable lorabench"),
+        ({"rate": [1], "duration": 1}, (), "'online.warmup_s' has bad value 1.0: it leaves nothing of suite 't'"),
+    ],
+)
+def test_bad_imported_suites(tiny_config, tmp_path, suite, options, expected):
+    import_to(tmp_path, "burstgpt", TRACES / "burstgpt.csv", *(options or ("--max-model-len", 128)))
+    path = tiny_config(online=online({"name": "t", "trace": "traces/burstgpt.jsonl", **suite}))
+    assert expected in problems(path)
+
+
+@pytest.mark.parametrize("rate", [2, 4.5, 11])
+def test_a_replay_window_has_the_rate_asked(tmp_path, rate):
+    trace = data.load(import_to(tmp_path, "csv", bursty_csv(tmp_path / "b.csv"), *CSV_COLUMNS))
+    window = replay_window(trace, 10.0, 30.0, rate)
+    assert abs(len(window) / 30.0 - rate) / rate < 0.01
+    assert (np.diff(window.arrival_s) >= 0).all() and 0 <= window.arrival_s.min() and window.arrival_s.max() <= 30
+    first = int(np.searchsorted(trace.arrival_s, 10.0))
+    assert window.input_len.tolist() == trace.input_len[first : first + len(window)].tolist()
+    source_gaps, gaps = np.diff(trace.arrival_s[first : first + len(window)]), np.diff(window.arrival_s)
+    assert np.allclose(gaps, source_gaps * (gaps.sum() / source_gaps.sum()), atol=1e-5), "bursts keep their shape"
+
+
+def test_stats_of_an_imported_trace_and_its_plot(tmp_path, capsys):
+    out = import_to(tmp_path, "azure", TRACES / "azure_code.csv", "--adapters", 3, "--popularity", "powerlaw:0.5")
+    capsys.readouterr()
+    assert cli.main(["trace", "stats", str(out), "--plot", str(tmp_path / "t.png")]) == 0
+    text = capsys.readouterr().out
+    assert "source: azure file azure_code.csv" in text and "1 rows without output" in text
+    assert "requests: 15 over 20.2083 s: 0.742 req/s" in text
+    assert "rate over time (0.5 s buckets, req/s): min 0, median 0, max 6" in text
+    assert "adapter shares: adapter-0" in text and "input lengths: p50" in text
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_stats_of_a_synthetic_trace_show_its_rate_over_time(tmp_path, capsys):
+    out = tmp_path / "s.jsonl"
+    assert cli.main(["trace", "generate", "--out", str(out), "-n", "4", "-R", "5", "--duration", "60"]) == 0
+    capsys.readouterr()
+    assert cli.main(["trace", "stats", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "(asked 5)" in text and "rate over time (1 s buckets, req/s)" in text
