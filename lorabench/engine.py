@@ -14,7 +14,6 @@ import asyncio
 import gc
 import itertools
 import os
-import statistics
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -29,7 +28,9 @@ from lorabench import graph, processes
 from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.device import Platform, detect_platform
+from lorabench.engine_adapters import AdapterCache
 from lorabench.memory import ACCELERATORS, PeakMemory
+from lorabench.timeline import Recorder
 from lorabench.workload import Prompt
 
 SPAWN = "VLLM_WORKER_MULTIPROC_METHOD"
@@ -57,7 +58,7 @@ class BuildState:
     baselines: dict[tuple, float] = field(default_factory=dict)
 
 
-class Engine:
+class Engine(AdapterCache):
     """Builds, serves and shuts down one build of one configuration, and watches its processes."""
 
     def __init__(self, config: BenchConfig, spec: EngineSpec, device_type: str, log_path: Path | None = None) -> None:
@@ -69,6 +70,8 @@ class Engine:
         self.build_s = 0.0
         self.kv_cache_tokens = 0
         self.graph = graph.GraphFacts()
+        # Records the engine's steps while a trace replays (lorabench.timeline).
+        self.timeline = Recorder()
         self.llm: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         # Set when the engine died while serving: the case it died in, and why.
@@ -139,7 +142,8 @@ class Engine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.config.llm_kwargs(self.spec)))
+        args = AsyncEngineArgs(**self.config.llm_kwargs(self.spec))
+        return AsyncLLM.from_engine_args(args, **self.timeline.vllm_kwargs(AsyncLLM))
 
     def _failure(self, exc: Exception) -> str:
         """One line: what the engine's own processes said, else what this process caught."""
@@ -211,48 +215,6 @@ class Engine:
     @property
     def vocab_size(self) -> int:
         return int(self.llm.vllm_config.model_config.get_vocab_size())
-
-    def lora_request(self, adapter: Adapter | None) -> Any:
-        if adapter is None:
-            return None
-        from vllm.lora.request import LoRARequest
-
-        return LoRARequest(adapter.name, self._lora_ids[adapter.name], str(adapter.path))
-
-    def load_adapters(self, adapters: Sequence[Adapter]) -> None:
-        """Load the adapters not yet in the engine's CPU cache, before a case's timing starts.
-
-        Moving an adapter from the CPU cache into one of the ``max_loras`` slots still
-        happens while serving; that is part of multi-LoRA cost and stays in the timings.
-        """
-        if not adapters:
-            return
-        resident = self.run(self.llm.list_loras())
-        for adapter in adapters:
-            if self._lora_ids[adapter.name] not in resident:
-                self.run(self.llm.add_lora(self.lora_request(adapter)))
-
-    def add_adapter(self, adapter: Adapter) -> float:
-        """Seconds to load ``adapter`` from disk into the CPU cache, nothing else timed:
-        it is removed first if it is cached, so the load always reads the disk."""
-        if adapter.name in self.cached_adapters():
-            self.remove_adapter(adapter)
-        start = time.perf_counter()
-        self.run(self.llm.add_lora(self.lora_request(adapter)))
-        return time.perf_counter() - start
-
-    def measure_adapter_loads(self, adapters: Sequence[Adapter]) -> float:
-        """Mean seconds of one adapter's load from disk, over every adapter, each timed alone."""
-        return statistics.fmean(self.add_adapter(a) for a in adapters)
-
-    def cached_adapters(self) -> set[str]:
-        """The adapters in the engine's CPU cache, by vLLM's own list (``list_loras``)."""
-        ids = self.run(self.llm.list_loras())
-        return {name for name, i in self._lora_ids.items() if i in ids}
-
-    def remove_adapter(self, adapter: Adapter) -> None:
-        """Drop an adapter from the engine's caches, so that its next use loads it from disk."""
-        self.run(self.llm.remove_lora(self._lora_ids[adapter.name]))
 
     def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Any:
         """Exactly ``max_tokens`` tokens (``ignore_eos``): sampled, or with ``greedy`` the most likely.

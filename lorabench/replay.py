@@ -5,7 +5,9 @@ loop, as real traffic arrives); each carries a synthetic prompt of exactly its i
 length and generates exactly its output length (``ignore_eos``). Times are taken on
 this process's monotonic clock as tokens arrive, so they include everything a client
 of the engine would see. How late each request was sent against its schedule is
-measured too: a replay is only as good as its send lag.
+measured too: a replay is only as good as its send lag, so each send does the same small
+work however long the trace: its prompt is made when it is sent, not all prompts up front
+(a long real trace's prompts would not fit in memory).
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lorabench.adapters import Adapter
-from lorabench.schema import Sample
+from lorabench.schema import AdapterRecord, Sample
 from lorabench.stats import percentile, summary
 from lorabench.trace import TraceRequest
 from lorabench.workload import synthetic_prompt
 
 if TYPE_CHECKING:
     from lorabench.engine import Engine
+    from lorabench.timeline import Recorder
 
 
 @dataclass
@@ -73,25 +76,27 @@ async def replay(
     seed: int = 0,
     drain_timeout_s: float = 60.0,
     progress: Callable[[int, int, float | None], None] | None = None,
+    timeline: Recorder | None = None,
 ) -> list[ReplayedRequest]:
     """Send ``requests`` to ``engine`` on schedule, each with the adapter its trace names.
 
     ``progress(sent, finished, elapsed_s)`` is called after each send, outside the timings,
-    and with ``elapsed_s=None`` once everything is sent.
+    and with ``elapsed_s=None`` once everything is sent. ``timeline`` records the engine's
+    steps from the first send until the last request is done, on the replay's clock.
 
     After the last arrival, requests still running get ``drain_timeout_s`` to finish;
     the rest are aborted and reported unfinished.
     """
     vocab_size = engine.vocab_size
     records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
-    prompts = [synthetic_prompt(i, r.input_len, vocab_size, seed) for i, r in enumerate(requests)]
     finished = 0
     start = time.perf_counter()
 
-    async def serve(record: ReplayedRequest, prompt: list[int]) -> None:
+    async def serve(record: ReplayedRequest) -> None:
         nonlocal finished
-        record.sent_s = time.perf_counter() - start
+        prompt = synthetic_prompt(record.index, record.input_len, vocab_size, seed)
         params = engine.sampling_params(record.output_len, stream=True)
+        record.sent_s = time.perf_counter() - start
         async for out in engine.stream(prompt, params, adapters[record.adapter]):
             now = time.perf_counter() - start
             record.token_times.extend([now] * len(out.outputs[0].token_ids))
@@ -102,18 +107,24 @@ async def replay(
                 if metrics is not None and getattr(metrics, "scheduled_ts", 0):
                     record.queue_ms = (metrics.scheduled_ts - metrics.queued_ts) * 1000.0
 
+    if timeline is not None:
+        timeline.start(start)
     tasks = []
-    for record, prompt in zip(records, prompts):
-        delay = start + record.scheduled_s - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(serve(record, prompt)))
-        if progress is not None:
-            progress(len(tasks), finished, time.perf_counter() - start)
-    if progress is not None and records:
-        progress(len(tasks), finished, None)
-    if tasks:
-        await _drain(tasks, drain_timeout_s)
+    try:
+        for record in records:
+            delay = start + record.scheduled_s - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(serve(record)))
+            if progress is not None:
+                progress(len(tasks), finished, time.perf_counter() - start)
+        if progress is not None and records:
+            progress(len(tasks), finished, None)
+        if tasks:
+            await _drain(tasks, drain_timeout_s)
+    finally:
+        if timeline is not None:
+            timeline.stop()
     return records
 
 
@@ -137,10 +148,48 @@ def jain_index(values: Sequence[float]) -> float:
     return float(arr.sum() ** 2 / (arr.size * np.square(arr).sum()))
 
 
+def _meets_slo(r: ReplayedRequest, slo_ttft_ms: float, slo_tpot_ms: float) -> bool:
+    """Finished, with its TTFT and TPOT (when it has one) within the targets."""
+    return r.finished and r.ttft_ms <= slo_ttft_ms and (np.isnan(r.tpot_ms) or r.tpot_ms <= slo_tpot_ms)
+
+
+def adapter_usage(
+    records: Sequence[ReplayedRequest], *, slo_ttft_ms: float, slo_tpot_ms: float, warmup_s: float
+) -> list[AdapterRecord]:
+    """What each adapter got of the replay, over the requests that arrived after ``warmup_s``:
+    requests, tokens, latency over its finished requests, and SLO attainment (unfinished
+    requests count against it). A starved adapter shows here, whatever the averages say."""
+    by_adapter: dict[str, list[ReplayedRequest]] = {}
+    for r in records:
+        if r.scheduled_s >= warmup_s:
+            by_adapter.setdefault(r.adapter, []).append(r)
+    usage = []
+    for adapter in sorted(by_adapter):
+        mine = by_adapter[adapter]
+        done = [r for r in mine if r.finished]
+        ttfts = [r.ttft_ms for r in done]
+        usage.append(
+            AdapterRecord(
+                adapter=adapter,
+                requests=len(mine),
+                finished=len(done),
+                prompt_tokens=sum(r.input_len for r in mine),
+                output_tokens=sum(len(r.token_times) for r in mine),
+                ttft_ms=float(np.mean(ttfts)) if ttfts else float("nan"),
+                ttft_ms_p50=percentile(ttfts, 50),
+                ttft_ms_p99=percentile(ttfts, 99),
+                decode_ms_p50=percentile([r.tpot_ms for r in done], 50),
+                slo_attainment=sum(_meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in mine) / len(mine),
+            )
+        )
+    return usage
+
+
 def summarize_online(
     records: Sequence[ReplayedRequest], *, slo_ttft_ms: float, slo_tpot_ms: float, warmup_s: float
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Aggregates over the requests that arrived after ``warmup_s``, and a per-adapter breakdown.
+    """Aggregates over the requests that arrived after ``warmup_s``, and a per-adapter breakdown
+    (from ``adapter_usage``: its requests, attainment and mean TTFT).
 
     Requests of the warm-up count nowhere: not in ``num_requests``, ``unfinished`` or the
     send lag either. A request meets the SLO when it finished, its TTFT is within ``slo_ttft_ms`` and its
@@ -148,7 +197,7 @@ def summarize_online(
     """
     measured = [r for r in records if r.scheduled_s >= warmup_s]
     done = [r for r in measured if r.finished]
-    ok = {r.index for r in done if r.ttft_ms <= slo_ttft_ms and (np.isnan(r.tpot_ms) or r.tpot_ms <= slo_tpot_ms)}
+    met = sum(_meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in done)
     span = (max(r.token_times[-1] for r in done) - min(r.sent_s for r in measured)) if done else float("nan")
     metrics: dict[str, float] = {
         "num_requests": len(measured),
@@ -157,8 +206,8 @@ def summarize_online(
         "output_tokens_per_s": sum(len(r.token_times) for r in done) / span if done else 0.0,
         "slo_ttft_ms": slo_ttft_ms,
         "slo_tpot_ms": slo_tpot_ms,
-        "slo_attainment": len(ok) / len(measured) if measured else float("nan"),
-        "goodput_rps": len(ok) / span if done else 0.0,
+        "slo_attainment": met / len(measured) if measured else float("nan"),
+        "goodput_rps": met / span if done else 0.0,
     }
     metrics.update(summary("ttft_ms", [r.ttft_ms for r in done]))
     metrics.update(summary("decode_ms", [r.tpot_ms for r in done]))
@@ -168,20 +217,12 @@ def summarize_online(
     lags = [r.send_lag_ms for r in measured]
     for name, values in (("itl_ms", itl), ("send_lag_ms", lags)):
         metrics.update({f"{name}_p{p}": percentile(values, p) for p in (50, 99)})
-    per_adapter = []
-    for adapter in sorted({r.adapter for r in measured}):
-        mine = [r for r in measured if r.adapter == adapter]
-        met = sum(r.index in ok for r in mine)
-        ttfts = [r.ttft_ms for r in mine if r.finished]
-        per_adapter.append(
-            {
-                "adapter": adapter,
-                "requests": len(mine),
-                "slo_attainment": met / len(mine),
-                "ttft_ms": float(np.mean(ttfts)) if ttfts else float("nan"),
-            }
-        )
-    metrics["fairness"] = jain_index([a["slo_attainment"] for a in per_adapter])
+    usage = adapter_usage(measured, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, warmup_s=warmup_s)
+    per_adapter = [
+        {"adapter": a.adapter, "requests": a.requests, "slo_attainment": a.slo_attainment, "ttft_ms": a.ttft_ms}
+        for a in usage
+    ]
+    metrics["fairness"] = jain_index([a.slo_attainment for a in usage])
     return metrics, per_adapter
 
 

@@ -1,4 +1,5 @@
-"""Result files: one CSV row per case, and the raw samples beside it.
+"""Result files: one CSV row per case, and beside it the raw samples and, for online
+replays, the engine timeline and per-adapter usage.
 
 A row is appended, flushed and fsynced as soon as its case finishes, under an
 exclusive lock, so an interrupted or killed run keeps every finished case and two
@@ -24,14 +25,19 @@ from typing import Any
 from lorabench.ab import pair_from_env
 from lorabench.device import Platform, driver_versions, stack_versions
 from lorabench.schema import (
+    ADAPTER_COLUMNS,
     COLUMNS,
     DIGEST_COLUMNS,
     SAMPLE_COLUMNS,
     SAMPLE_KEY,
+    TIMELINE_COLUMNS,
+    AdapterRecord,
     DigestRecord,
     ResultRow,
     Sample,
+    TimelineRecord,
     digests_path_for,
+    replays_path_for,
     samples_path_for,
 )
 from lorabench.stats import percentile
@@ -39,6 +45,17 @@ from lorabench.stats import percentile
 
 class ResultsFileError(RuntimeError):
     pass
+
+
+class CaseSamples(list):
+    """A case's samples, carrying what an online replay records beside them (its timeline and
+    per-adapter usage): the result writer puts each in its own file, keyed like the samples."""
+
+    def __init__(
+        self, samples: Iterable[Sample], timeline: Iterable[TimelineRecord] = (), adapters: Iterable[AdapterRecord] = ()
+    ) -> None:
+        super().__init__(samples)
+        self.timeline, self.adapters = list(timeline), list(adapters)
 
 
 def git_state(root: Path) -> tuple[str, bool]:
@@ -161,14 +178,25 @@ class ResultWriter:
         _append(digests_path_for(self.path), DIGEST_COLUMNS, [asdict(r) for r in records], exclusive=False)
 
     def append(self, row: ResultRow, samples: Sequence[Sample]) -> None:
-        """Make one finished case durable: its samples first, then the row that summarizes
-        them, so every row on disk has its samples behind it."""
+        """Make one finished case durable: its samples first (and what a ``CaseSamples``
+        carries: ``<run>.replays/timeline.csv`` and ``adapters.csv``), then the row that
+        summarizes them, so every row on disk has its records behind it."""
         if self.path is None:
             self.path = self._claim_new_file()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         values = asdict(row)
         key = {c: values[c] for c in SAMPLE_KEY}
         _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
+        beside_samples = (
+            [("timeline", TIMELINE_COLUMNS, samples.timeline), ("adapters", ADAPTER_COLUMNS, samples.adapters)]
+            if isinstance(samples, CaseSamples)
+            else []
+        )
+        for kind, columns, records in beside_samples:
+            if records:
+                path = replays_path_for(self.path, kind)
+                path.parent.mkdir(exist_ok=True)
+                _append(path, columns, [{**key, **asdict(r)} for r in records], exclusive=False)
         _append(self.path, COLUMNS, [values], exclusive=False)
         self.rows.append(row)
         self.by_rank += [(s.adapter_rank, s.ttft_ms, s.decode_ms) for s in samples if s.adapter_rank is not None]

@@ -195,6 +195,41 @@ class Sample:
     finished: bool | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class TimelineRecord:
+    """The engine over one stretch of an online replay (``lorabench.timeline``): one engine
+    step, or the steps less than 50 ms after the stretch's first, merged."""
+
+    t_s: float  # the stretch's first step, in seconds since the trace started
+    steps: int
+    # The most over the stretch's steps: KV cache in use (0-1), requests and distinct adapters.
+    kv_usage: float
+    running: int
+    waiting: int
+    adapters_running: int
+    adapters_waiting: int
+    # Summed over the stretch's steps.
+    preemptions: int
+    prompt_tokens: int
+    generation_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdapterRecord:
+    """One adapter's share of an online replay: its measured requests (after the warm-up)."""
+
+    adapter: str
+    requests: int
+    finished: int
+    prompt_tokens: int
+    output_tokens: int  # generated, finished or not
+    ttft_ms: float  # mean over finished requests, as the row's ttft_ms
+    ttft_ms_p50: float
+    ttft_ms_p99: float
+    decode_ms_p50: float
+    slo_attainment: float
+
+
 def _names(record: type, test: Any = lambda f: True) -> tuple[str, ...]:
     return tuple(f.name for f in fields(record) if test(f))
 
@@ -215,11 +250,25 @@ SCENARIO_COLUMNS = OPTIONAL_COLUMNS - set(_names(ResultRow, lambda f: f.metadata
 # Enough to find a sample's case row: the run, the engine build and the case key.
 SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))
 SAMPLE_COLUMNS = SAMPLE_KEY + _names(Sample)
+TIMELINE_FIELDS = _names(TimelineRecord)
+TIMELINE_COLUMNS = SAMPLE_KEY + TIMELINE_FIELDS
+ADAPTER_COLUMNS = SAMPLE_KEY + _names(AdapterRecord)
+
+
+def beside(csv_path: Path, kind: str) -> Path:
+    """A file beside a result file: ``run.csv`` -> ``run.KIND.csv`` (samples, digests)."""
+    return csv_path.with_name(f"{csv_path.stem}.{kind}.csv")
+
+
+def replays_path_for(csv_path: Path, kind: str) -> Path:
+    """What online replays record, in a folder beside a result file: ``run.csv`` ->
+    ``run.replays/KIND.csv`` (timeline, adapters); there, what reads a results folder's
+    CSV files (``lorabench compare``'s ``result_files``) cannot take them for results."""
+    return csv_path.with_name(f"{csv_path.stem}.replays") / f"{kind}.csv"
 
 
 def samples_path_for(csv_path: Path) -> Path:
-    """The samples file beside a result file: ``run.csv`` -> ``run.samples.csv``."""
-    return csv_path.with_name(csv_path.stem + ".samples.csv")
+    return beside(csv_path, "samples")
 
 
 def engine_name(
@@ -266,18 +315,13 @@ def check_row(row: ResultRow, declared: Iterable[str], maybe: Iterable[str] = ()
     values = asdict(row)
     blank = sorted(c for c in declared if _blank(values[c]))
     extra = sorted(c for c in SCENARIO_COLUMNS - declared - maybe if not _blank(values[c]))
-    if blank or extra:
-        raise SchemaError(
-            f"{row.scenario} row {row.test_id}: "
-            + "; ".join(
-                part
-                for part in (
-                    f"declared columns left blank: {', '.join(blank)}" if blank else "",
-                    f"columns filled but not declared: {', '.join(extra)}" if extra else "",
-                )
-                if part
-            )
-        )
+    parts = [
+        f"{what}: {', '.join(cols)}"
+        for what, cols in (("declared columns left blank", blank), ("columns filled but not declared", extra))
+        if cols
+    ]
+    if parts:
+        raise SchemaError(f"{row.scenario} row {row.test_id}: " + "; ".join(parts))
 
 
 def _blank(value: Any) -> bool:
@@ -303,5 +347,4 @@ DIGEST_COLUMNS = _names(DigestRecord)
 
 
 def digests_path_for(csv_path: Path) -> Path:
-    """The digests file beside a result file: ``run.csv`` -> ``run.digests.csv``."""
-    return csv_path.with_name(csv_path.stem + ".digests.csv")
+    return beside(csv_path, "digests")

@@ -1,13 +1,16 @@
 """``online``: synthetic traces (Gamma arrivals, power-law adapter popularity) replayed in
-real time against the engine, one case per trace of the config's online suites."""
+real time against the engine, one case per trace of the config's online suites. Each
+replay also gives the engine's timeline (``lorabench.timeline``) and each adapter's usage,
+written beside the samples."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lorabench import replay
+from lorabench import replay, timeline
 from lorabench.config.expand import TRACE_COLUMNS, online_cases
 from lorabench.progress import trace_reporter
+from lorabench.results import CaseSamples
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.schema import PERCENTILES
 
@@ -31,6 +34,8 @@ ONLINE_COLUMNS = frozenset(
         "send_lag_ms_p99",
     }
 )
+# Filled from the engine timeline recorded while the trace replays (lorabench.timeline.summarize).
+TIMELINE_COLUMNS = frozenset({"kv_usage_max", "waiting_p99", "preemptions", "adapters_waiting_max"})
 METRIC_COLUMNS = frozenset(
     col
     for name in ("ttft_ms", "decode_ms", "request_e2e_ms", "queue_ms")
@@ -41,8 +46,9 @@ METRIC_COLUMNS = frozenset(
 class Online(Scenario):
     name = "online"
     columns = TRACE_COLUMNS | ONLINE_COLUMNS | METRIC_COLUMNS
-    # Known only when the trace's adapters fit the CPU cache: then none loads inside the replay.
-    maybe_columns = frozenset({"timed_adapter_loads"})
+    # timed_adapter_loads: known only when the trace's adapters fit the CPU cache (then none
+    # loads inside the replay). The timeline's: blank when there is none (the reason is said).
+    maybe_columns = frozenset({"timed_adapter_loads", *TIMELINE_COLUMNS})
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         cases = online_cases(file)
@@ -62,15 +68,21 @@ class Online(Scenario):
         def one_replay() -> None:
             report = trace_reporter(ctx.progress, online_case.id, p.duration, len(requests)) if ctx.progress else None
             coroutine = replay.replay(
-                engine, requests, adapters, seed=p.seed, drain_timeout_s=online.drain_timeout_s, progress=report
+                engine,
+                requests,
+                adapters,
+                seed=p.seed,
+                drain_timeout_s=online.drain_timeout_s,
+                progress=report,
+                timeline=engine.timeline,
             )
             records[:] = engine.run(coroutine)
 
         engine.load_adapters(list(adapters.values()))
         ctx.time(one_replay)
-        metrics, per_adapter = replay.summarize_online(
-            records, slo_ttft_ms=online.slo_ttft_ms, slo_tpot_ms=online.slo_tpot_ms, warmup_s=online.warmup_s
-        )
+        slo = {"slo_ttft_ms": online.slo_ttft_ms, "slo_tpot_ms": online.slo_tpot_ms, "warmup_s": online.warmup_s}
+        metrics, per_adapter = replay.summarize_online(records, **slo)
+        steps, notes = _timeline_columns(ctx, engine, online_case.id, online.warmup_s)
         fields = {
             "workload": "trace",
             "num_adapters": p.num_adapters,
@@ -78,14 +90,28 @@ class Online(Scenario):
             "warmup_rounds": 0,
             **online_case.fields(online.warmup_s),
             **metrics,
+            **steps,
         }
         if engine.spec.max_cpu_loras is not None and len(adapters) <= engine.spec.max_cpu_loras:
             fields["timed_adapter_loads"] = 0
+        samples = replay.samples(records, {a.name: a.rank for a in adapters.values()})
+        usage = replay.adapter_usage(records, **slo)
         return Outcome(
             fields,
-            replay.samples(records, {a.name: a.rank for a in adapters.values()}),
-            extra_info={**metrics, "per_adapter": per_adapter},
+            CaseSamples(samples, timeline=engine.timeline.rows, adapters=usage),
+            extra_info={**metrics, **steps, **notes, "per_adapter": per_adapter},
         )
+
+
+def _timeline_columns(ctx: Context, engine: Engine, case_id: str, warmup_s: float) -> tuple[dict, dict]:
+    """The row's timeline columns; or none, and why in the case's extra_info and on the terminal."""
+    steps = timeline.summarize(engine.timeline.rows, warmup_s)
+    if steps:
+        return steps, {}
+    why = engine.timeline.why_none or timeline.NO_STEPS
+    if ctx.progress:
+        ctx.progress(f"trace {case_id}: no engine timeline: {why}")
+    return {}, {"timeline": why}
 
 
 SCENARIO = Online()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.device import Platform
 from lorabench.engine import Engine, EngineDied
-from lorabench.testing.llm import VOCAB_SIZE, Costs, LoraRef, Params, StandInLLM
+from lorabench.testing.llm import KV_CACHE_TOKENS, VOCAB_SIZE, Costs, LoraRef, Params, StandInLLM
 from lorabench.workload import Prompt
 
 
@@ -28,16 +28,19 @@ class StandInEngine(Engine):
         self.weights: dict[str, str] = how["weights"]
         self.die_after: int | None = how.get("die_after")
         self.environ_seen: dict[str, str] = {}
+        # The stats the stand-in gave its stat loggers (StandInLLM.stats_sent), kept past shutdown.
+        self.stats_sent: Sequence[tuple[Any, Any]] = ()
 
     async def _build(self) -> StandInLLM:
         self.environ_seen = dict(os.environ)
         max_num_seqs = int((self.config.file.engine.model_extra or {}).get("max_num_seqs", 256))
-        llm = StandInLLM(self.costs, self.spec, max_num_seqs, self.weights)
+        llm = StandInLLM(self.costs, self.spec, max_num_seqs, self.weights, self.timeline.factories())
         llm.die_after = self.die_after
+        self.stats_sent = llm.stats_sent
         return llm
 
     def _kv_cache_tokens(self) -> int:
-        return 4096
+        return KV_CACHE_TOKENS
 
     async def _shutdown(self) -> None:
         # No sockets to let close first, unlike vLLM's: stop the step loop and go.

@@ -1,20 +1,26 @@
 """The simulated engine core: vLLM's ``AsyncLLM`` as far as lorabench's ``Engine`` calls it,
-with a scheduler, adapter caches and costs the test sets (see ``lorabench.testing``)."""
+with a scheduler, adapter caches and costs the test sets (see ``lorabench.testing``), and
+the stat loggers vLLM's front end calls after each step, given what the stand-in models."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import time
-from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Mapping
+from collections import Counter, OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Any
 
 from lorabench.config import EngineSpec
 from lorabench.engine import EngineDied
 
 VOCAB_SIZE = 1000
+# The KV cache the stand-in reports its usage against, in tokens (it admits requests regardless).
+KV_CACHE_TOKENS = 4096
+# The steps whose stats the stand-in keeps, the last ones: enough for a test, bounded for a long trace.
+STATS_KEPT = 10_000
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,14 @@ class _Request:
 class StandInLLM:
     """The part of vLLM's ``AsyncLLM`` that lorabench's ``Engine`` calls."""
 
-    def __init__(self, costs: Costs, spec: EngineSpec, max_num_seqs: int, weights: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        costs: Costs,
+        spec: EngineSpec,
+        max_num_seqs: int,
+        weights: Mapping[str, str],
+        stat_loggers: Sequence[Callable[..., Any]] = (),
+    ) -> None:
         self.costs, self.max_num_seqs, self.weights = costs, max_num_seqs, weights
         self.max_loras = spec.max_loras or 0
         self.max_cpu_loras = spec.max_cpu_loras or 0
@@ -102,6 +115,12 @@ class StandInLLM:
         )
         self._wake = asyncio.Event()
         self._loop: asyncio.Task | None = None
+        # Stat loggers made and called as vLLM's front end does, and the (scheduler, iteration)
+        # stats of the last steps they were given: the ground truth of a timeline.
+        self.loggers = [factory(self.vllm_config, 0) for factory in stat_loggers]
+        for logger in self.loggers:
+            logger.log_engine_initialized()
+        self.stats_sent: deque[tuple[SimpleNamespace, SimpleNamespace]] = deque(maxlen=STATS_KEPT)
 
     async def add_lora(self, lora: LoraRef) -> bool:
         await asyncio.sleep(self.costs.disk_load_ms / 1000.0)
@@ -165,16 +184,36 @@ class StandInLLM:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            cost = self._schedule()
+            cost, prompt_tokens = self._schedule()
             in_step = {r.lora.lora_int_id for r in self.running if r.lora}
             cost += self.costs.decode_ms_per_step + self.costs.lora_ms_per_adapter * len(in_step)
             await asyncio.sleep(cost / 1000.0)
+            generated = len(self.running)
             self._emit(time.monotonic())
+            if self.loggers:
+                self._report(prompt_tokens, generated)
 
-    def _schedule(self) -> float:
+    def _report(self, prompt_tokens: int, generated: int) -> None:
+        """The step's stats to every stat logger, after its outputs, as vLLM's front end does:
+        KV usage is the tokens running requests hold over ``KV_CACHE_TOKENS``; nothing is preempted."""
+        scheduler = SimpleNamespace(
+            kv_cache_usage=sum(len(r.prompt) + len(r.tokens) for r in self.running) / KV_CACHE_TOKENS,
+            num_running_reqs=len(self.running),
+            num_waiting_reqs=len(self.waiting),
+            running_lora_adapters=Counter(r.lora.lora_name for r in self.running if r.lora),
+            waiting_lora_adapters=Counter(r.lora.lora_name for r in self.waiting if r.lora),
+        )
+        iteration = SimpleNamespace(
+            num_preempted_reqs=0, num_prompt_tokens=prompt_tokens, num_generation_tokens=generated
+        )
+        self.stats_sent.append((scheduler, iteration))
+        for logger in self.loggers:
+            logger.record(scheduler_stats=scheduler, iteration_stats=iteration, engine_idx=0)
+
+    def _schedule(self) -> tuple[float, int]:
         """Admit waiting requests, first come first served; the milliseconds their prefill and
-        adapter moves add to this step."""
-        cost, now = 0.0, time.monotonic()
+        adapter moves add to this step, and the prompt tokens it prefills."""
+        cost, now, prompt_tokens = 0.0, time.monotonic(), 0
         active = {r.lora.lora_int_id for r in self.running if r.lora}
         for request in list(self.waiting):
             if len(self.running) >= self.max_num_seqs:
@@ -185,11 +224,12 @@ class StandInLLM:
             self.waiting.remove(request)
             self.running.append(request)
             request.metrics.scheduled_ts = now
+            prompt_tokens += len(request.prompt)
             cost += self.costs.prefill_ms_per_token * len(request.prompt)
             if lora is not None:
                 cost += self._to_slot(lora, active)
                 active.add(lora.lora_int_id)
-        return cost
+        return cost, prompt_tokens
 
     def _to_slot(self, lora: LoraRef, active: set[int]) -> float:
         cost = 0.0 if lora.lora_int_id in self.cpu else self.costs.disk_load_ms
