@@ -2,17 +2,18 @@
 
 Each result file is one run, drawn beside the others and labelled by commit. A figure
 appears only when some run has what it shows (residency tiers, working sets, online
-traces). The same input gives the same files: figures carry no timestamp.
+traces); each online replay with an engine timeline gets its own, in ``DIR/timelines/``.
+The same input gives the same files: figures carry no timestamp.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from lorabench.report import cache_figures, figures
+from lorabench.report import cache_figures, figures, online_figures
 from lorabench.report.runs import ReportRun, load_runs
 from lorabench.schema import PROVENANCE_COLUMNS
 
@@ -35,8 +36,8 @@ FIGURES: list[tuple[str, str, Callable[[Sequence[ReportRun]], Any]]] = [
     ),
     (
         "online_adapters.png",
-        "Online traces: each adapter's share of requests against its SLO attainment.",
-        figures.online_adapters,
+        "Online traces: each adapter's share of the requests against its SLO attainment and TTFT p99.",
+        online_figures.online_adapters,
     ),
     (
         "residency.png",
@@ -60,10 +61,8 @@ def write_report(paths: Sequence[Path], out: Path, title: str = "lorabench repor
     out.mkdir(parents=True, exist_ok=True)
     plt = figures.pyplot()
     sections = []
-    for name, caption, draw in FIGURES:
-        figure = draw(runs)
-        if figure is None:
-            continue
+    for name, caption, figure in _drawn(runs):
+        (out / name).parent.mkdir(exist_ok=True)
         figure.savefig(out / name, dpi=100, metadata={"Software": None})
         plt.close(figure)
         sections.append(
@@ -73,6 +72,15 @@ def write_report(paths: Sequence[Path], out: Path, title: str = "lorabench repor
     page = out / "index.html"
     page.write_text(_page(title, runs, sections), encoding="utf-8")
     return page
+
+
+def _drawn(runs: Sequence[ReportRun]) -> Iterator[tuple[str, str, Any]]:
+    """Each figure the runs have data for, one at a time (a long run has many timelines)."""
+    for name, caption, draw in FIGURES:
+        figure = draw(runs)
+        if figure is not None:
+            yield name, caption, figure
+    yield from online_figures.timelines(runs)
 
 
 def _page(title: str, runs: Sequence[ReportRun], sections: list[str]) -> str:

@@ -123,38 +123,6 @@ def online_latency_cdfs(runs: Sequence[ReportRun]) -> Any | None:
     return fig
 
 
-def online_adapters(runs: Sequence[ReportRun]) -> Any | None:
-    """Per adapter: its share of the requests against its SLO attainment; starved adapters sit low."""
-    plt, points = pyplot(), []
-    for run in runs:
-        traces = run.scenario("online")
-        if traces.empty or run.samples.empty:
-            continue
-        slo = traces.iloc[0]
-        requests = run.samples[run.samples["scenario"] == "online"]
-        met = (requests["finished"].astype(str).str.lower() == "true") & (requests["ttft_ms"] <= slo["slo_ttft_ms"])
-        met &= requests["decode_ms"].isna() | (requests["decode_ms"] <= slo["slo_tpot_ms"])
-        by = requests.assign(met=met).groupby(["engine", "adapter"])["met"].agg(["size", "mean"])
-        totals = by["size"].groupby(level=0).transform("sum")
-        points.append((run, by.assign(share=by["size"] / totals)))
-    if not points:
-        return None
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for r, (run, by) in enumerate(points):
-        for engine, group in by.groupby(level=0):
-            ax.scatter(group["share"], group["mean"], marker=STYLES[r % len(STYLES)][1], label=f"{run.label} {engine}")
-            worst = group["mean"].idxmin()
-            if group.loc[worst, "mean"] < 1:
-                ax.annotate(worst[1], (group.loc[worst, "share"], group.loc[worst, "mean"]), fontsize=7)
-    ax.set_xlabel("adapter's share of the trace's requests")
-    ax.set_ylabel("SLO attainment of its requests")
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title("online traces: per-adapter attainment (starved adapters sit low)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
 def _legend(fig: Any, axes: Any) -> None:
     handles, labels = {}, []
     for ax in np.ravel(axes):

@@ -1,4 +1,5 @@
-"""The runs a report draws: each result file read as one run, with its samples beside it."""
+"""The runs a report draws: each result file read as one run, with the files beside it
+(samples; online replays' timelines and per-adapter usage)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,20 @@ from pathlib import Path
 
 import pandas as pd
 
+from lorabench import schema
 from lorabench.compare.load import beside, load_run
-from lorabench.schema import samples_path_for
 
 
 @dataclass
 class ReportRun:
-    """One result file's latest run: its rows, samples and a label that names its commit."""
+    """One result file's latest run: its rows, the records beside them and a label that names its commit."""
 
     label: str
     path: Path
     rows: pd.DataFrame
     samples: pd.DataFrame
+    timeline: pd.DataFrame
+    adapters: pd.DataFrame
 
     def scenario(self, name: str) -> pd.DataFrame:
         return self.rows[self.rows["scenario"] == name]
@@ -30,6 +33,32 @@ def engine_of(engine_id: pd.Series) -> pd.Series:
     return engine_id.astype(str).str.replace(r"-build\d+$", "", regex=True)
 
 
+def case_keys(frame: pd.DataFrame) -> pd.Series:
+    """Each line's case, as one string over the columns that key samples to their row
+    (``schema.SAMPLE_KEY``), read alike from any of the files: a column with blanks reads
+    as floats in one file and as integers in another, so whole numbers are written bare."""
+    key = pd.Series("", index=frame.index)
+    for column in (c for c in schema.SAMPLE_KEY if c in frame):
+        key = key + "|" + frame[column].map(_cell)
+    return key
+
+
+def _cell(value: object) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def _beside(paths: Sequence[Path], kind: str, run_ids: set[str]) -> pd.DataFrame:
+    path_for = schema.samples_path_for if kind == "samples" else lambda p: schema.replays_path_for(p, kind)
+    frame = beside(list(paths), path_for, run_ids)
+    if not frame.empty:
+        frame["engine"] = engine_of(frame["engine_id"])
+    return frame
+
+
 def load_runs(paths: Sequence[Path]) -> list[ReportRun]:
     """Read every file (``CompareError`` on one that is missing or not a result file)."""
     runs = []
@@ -38,10 +67,8 @@ def load_runs(paths: Sequence[Path]) -> list[ReportRun]:
         rows = run.all_rows.copy()
         rows["engine"] = engine_of(rows["engine_id"])
         run_ids = set(rows["run_id"]) if "run_id" in rows else set()
-        samples = beside(run.paths, samples_path_for, run_ids)
-        if not samples.empty:
-            samples["engine"] = engine_of(samples["engine_id"])
-        runs.append(ReportRun(run.commit.split(" ")[0][:8], Path(path), rows, samples))
+        files = {kind: _beside(run.paths, kind, run_ids) for kind in ("samples", "timeline", "adapters")}
+        runs.append(ReportRun(run.commit.split(" ")[0][:8], Path(path), rows, **files))
     labels = [r.label for r in runs]
     for i, run in enumerate(runs):
         if labels.count(run.label) > 1:
