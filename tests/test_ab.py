@@ -4,9 +4,12 @@ A/B session on the CPU engine."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -155,9 +158,18 @@ def test_a_smallest_change_no_test_can_flag_is_said_so_not_printed_as_a_figure(t
 
 
 def run_ab(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "lorabench", "ab", *map(str, args)], capture_output=True, text=True, cwd=ROOT
-    )
+    """``lorabench ab`` as its command line runs it from the checkout: its exit status and
+    both streams. Run in this process: an interpreter of its own would import pytest, pandas
+    and scipy again for each of this file's twenty sessions, a third of a second each. The
+    real entry point, and Ctrl-C, run in a subprocess in test_ctrl_c_keeps_every_finished_pair."""
+    stdout, stderr, cwd = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(ROOT)  # the default --config and each side's folder are the current folder's
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            returncode = cli.main(["ab", *map(str, args)])
+    finally:
+        os.chdir(cwd)
+    return subprocess.CompletedProcess(args, returncode, stdout.getvalue(), stderr.getvalue())
 
 
 @pytest.mark.parametrize(
@@ -178,10 +190,12 @@ def test_bad_input_exits_2_before_any_turn(tmp_path, options, selection, message
     assert not (tmp_path / "ab" / "logs").exists()
 
 
-FAKE_PYTHON = '''#!{python}
+FAKE_PYTHON = '''#!{python} -S
 """A stand-in interpreter for lorabench ab's bookkeeping: answers the version probe, and
 for "-m pytest" writes build 0 of a real run to --bench-output, as a turn would. Only the
-standard library: a turn costs an interpreter's start, not pandas's import."""
+standard library, and without site (-S: not the virtual environment's site-packages and
+editable-install finders, most of a bare interpreter's start): a turn costs little more
+than an interpreter's start, and this file starts some sixty."""
 import csv, os, sys, time
 from datetime import datetime, timezone
 
@@ -190,6 +204,7 @@ if sys.argv[1] == "-c":
     sys.exit(0)
 pair = int(os.environ["LORABENCH_AB_PAIR"])
 if os.environ.get("FAKE_SLOW_PAIR") == str(pair):
+    print("asleep", flush=True)  # into the turn's log: the moment to interrupt it
     time.sleep(60)
 with open("{data}", newline="") as source:
     reader = csv.DictReader(source)
@@ -334,11 +349,12 @@ def test_ctrl_c_keeps_every_finished_pair(tmp_path, fake_python):
         # A shell's background job ignores SIGINT, and children inherit that: give ab the default.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    deadline = time.monotonic() + 60
-    while not (out / NEW / "running").exists() or not pair_files(out / NEW):
+    # Interrupted while pair 1's new turn is asleep: its stand-in says so in its log.
+    log, deadline = out / "logs" / "pair-001-new.log", time.monotonic() + 60
+    while not (log.exists() and "asleep" in log.read_text()):
         assert time.monotonic() < deadline and ab.poll() is None
-        time.sleep(0.2)
-    time.sleep(1)  # pair 1's new turn is asleep
+        time.sleep(0.02)
+    assert sorted(pair_files(out / NEW)) == [0] and (out / NEW / "running").is_dir()
     ab.send_signal(signal.SIGINT)
     _, err = ab.communicate(timeout=60)
     assert "interrupted; comparing the pairs finished before it" in err and "comparison of 1 pairs" in err
