@@ -2,17 +2,17 @@
 
 The interruption tests run the real benchmark in a real subprocess on a real engine."""
 
-import multiprocessing
+import json
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 
 import pandas as pd
 import psutil
 import pytest
 
-from lorabench.results import ResultWriter
 from lorabench.schema import COLUMNS
 from tests.helpers import ROOT, make_row, make_sample, result_files
 
@@ -83,21 +83,43 @@ def test_interrupted_run_keeps_every_finished_row(tmp_path, tiny_config, sig):
     assert not _alive(engine_procs)
 
 
-def _append_many(path, worker):
-    writer = ResultWriter(path.parent, path, "c", False)
-    for i in range(50):
-        writer.append(make_row(test_id=f"{worker}-{i}"), [make_sample(request=r) for r in range(3)])
+# One run's writer, in an interpreter that imports only the writer and its records (a
+# spawned process imported this module: pandas, pytest and the helpers, 0.6 s each). It
+# says when it is ready, then on "go" appends 50 cases of 3 samples, all four at once.
+APPEND_MANY = """
+import json, sys
+from pathlib import Path
+from lorabench.results import ResultWriter
+from lorabench.schema import ResultRow, Sample
+
+path, worker, row, sample = json.loads(sys.argv[1])
+writer = ResultWriter(Path(path).parent, Path(path), "c", False)
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(50):
+    samples = [Sample(**{**sample, "request": r}) for r in range(3)]
+    writer.append(ResultRow(**{**row, "test_id": f"{worker}-{i}"}), samples)
+"""
 
 
 def test_concurrent_runs_on_one_fixed_file_never_mix_rows(tmp_path):
     path = tmp_path / "shared.csv"
-    ctx = multiprocessing.get_context("spawn")
-    workers = [ctx.Process(target=_append_many, args=(path, w)) for w in range(4)]
+    row, sample = asdict(make_row()), asdict(make_sample())
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", APPEND_MANY, json.dumps([str(path), w, row, sample])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for w in range(4)
+    ]
+    assert [w.stdout.readline() for w in workers] == ["ready\n"] * 4
     for w in workers:
-        w.start()
-    for w in workers:
-        w.join(60)
-        assert w.exitcode == 0
+        w.stdin.write("go\n")
+        w.stdin.close()
+    assert [w.wait(60) for w in workers] == [0] * 4
     rows = pd.read_csv(path)
     assert sorted(rows["test_id"]) == sorted(f"{w}-{i}" for w in range(4) for i in range(50))
     assert len(pd.read_csv(tmp_path / "shared.samples.csv")) == 4 * 50 * 3
