@@ -1,7 +1,7 @@
-"""``online``: synthetic traces (Gamma arrivals, power-law adapter popularity) replayed in
-real time against the engine, one case per trace of the config's online suites. Each
-replay also gives the engine's timeline (``lorabench.timeline``) and each adapter's usage,
-written beside the samples."""
+"""``online``: traces replayed in real time against the engine, one case per trace of the
+config's online suites: synthetic (Gamma arrivals, power-law adapter popularity) or
+imported (``lorabench trace import``). Each replay also gives the engine's timeline
+(``lorabench.timeline``) and each adapter's usage, written beside the samples."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from lorabench.schema import PERCENTILES
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile, OnlineCase
+    from lorabench.config.expand import ImportedCase
     from lorabench.engine import Engine
 
 ONLINE_COLUMNS = frozenset(
@@ -58,20 +59,21 @@ class Online(Scenario):
             ]
         return [Parametrization("online_case", cases, [c.id for c in cases])]
 
-    def run(self, ctx: Context, engine: Engine, *, online_case: OnlineCase) -> Outcome:  # type: ignore[override]
+    def run(self, ctx: Context, engine: Engine, *, online_case: OnlineCase | ImportedCase) -> Outcome:  # type: ignore[override]
         online = ctx.config.file.online
-        p = online_case.params
-        adapters = {a.name: a for a in ctx.config.adapters[: p.num_adapters]}
+        online_case = online_case.located(ctx.config.path.parent)
+        adapters = {a.name: a for a in ctx.config.adapters[: online_case.num_adapters]}
         requests = online_case.requests(list(adapters))
         records: list[replay.ReplayedRequest] = []
 
         def one_replay() -> None:
-            report = trace_reporter(ctx.progress, online_case.id, p.duration, len(requests)) if ctx.progress else None
+            duration = online_case.duration
+            report = trace_reporter(ctx.progress, online_case.id, duration, len(requests)) if ctx.progress else None
             coroutine = replay.replay(
                 engine,
                 requests,
                 adapters,
-                seed=p.seed,
+                seed=online_case.seed,
                 drain_timeout_s=online.drain_timeout_s,
                 progress=report,
                 timeline=engine.timeline,
@@ -85,7 +87,7 @@ class Online(Scenario):
         steps, notes = _timeline_columns(ctx, engine, online_case.id, online.warmup_s)
         fields = {
             "workload": "trace",
-            "num_adapters": p.num_adapters,
+            "num_adapters": online_case.num_adapters,
             "rounds": 1,
             "warmup_rounds": 0,
             **online_case.fields(online.warmup_s),
