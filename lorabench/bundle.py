@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lorabench.results import CONFIG_SOURCE
-from lorabench.schema import digests_path_for, samples_path_for
+from lorabench.schema import digests_path_for, replays_path_for, samples_path_for
 
 # What a bundle may say about the environment: settings of vLLM, CANN, the devices and lorabench.
 KNOWN_VARIABLES = (
@@ -43,6 +43,7 @@ KNOWN_VARIABLES = (
     "HF_HUB_OFFLINE",
     "LORABENCH_CACHE_DIR",
     "LORABENCH_CPU_BINDING",
+    "LORABENCH_TIMELINE",
 )
 # Columns every lorabench result file has had.
 IDENTIFYING = ("run_id", "scenario", "engine_id")
@@ -67,7 +68,9 @@ def run_files(run: Path, logs: Path | None = None) -> tuple[list[Path], Path | N
         raise BundleError(f"{run}: not a lorabench result file (no {', '.join(IDENTIFYING)} columns)")
     if logs is not None and not logs.is_dir():
         raise BundleError(f"--logs {logs}: no such folder")
+    replays = replays_path_for(run, "timeline").parent
     files = [p for p in (run, samples_path_for(run), digests_path_for(run)) if p.is_file()]
+    files += sorted(p for p in replays.rglob("*") if p.is_file()) if replays.is_dir() else []
     folder = logs if logs is not None else run.with_suffix(".logs")
     return files, folder if folder.is_dir() else None
 
@@ -105,7 +108,7 @@ def write_bundle(run: Path, out: Path, logs: Path | None = None) -> list[str]:
     tmp = out.with_name(out.name + ".tmp")
     with tarfile.open(tmp, "w:gz") as tar:
         for path in files:
-            tar.add(path, arcname=f"{stem}/{path.name}")
+            tar.add(path, arcname=f"{stem}/{path.relative_to(run.parent)}")
         if log_dir is not None:
             for path in sorted(p for p in log_dir.rglob("*") if p.is_file()):
                 tar.add(path, arcname=f"{stem}/logs/{path.relative_to(log_dir)}")

@@ -163,7 +163,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _run_progress(items: list[pytest.Item]) -> RunProgress:
     params = [item.callspec.params for item in items]
-    traces = sum(p["online_case"].params.duration for p in params if p.get("online_case") is not None)
+    traces = sum(p["online_case"].duration for p in params if p.get("online_case") is not None)
     return RunProgress(builds=len({p[ENGINE_FIXTURE] for p in params}), cases=len(items), trace_s=traces)
 
 

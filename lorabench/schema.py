@@ -88,6 +88,8 @@ class ResultRow:
     # pairs only replays of the same trace.
     trace_file: str | None = _col(TRACE, optional=True)
     trace_sha256: str | None = _col(TRACE, key=True, optional=True)
+    # Seconds into the imported trace where the replayed window begins.
+    trace_start_s: float | None = _col(TRACE, key=True, optional=True)
 
     # Mean and percentiles over requests (over rounds for e2e_ms, which is per batch).
     ttft_ms: float | None = _col(METRIC, optional=True)

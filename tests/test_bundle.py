@@ -19,6 +19,9 @@ def run(tmp_path, tiny_config):
     writer.keep_config(tiny_config())
     writer.append(make_row(), [make_sample()])
     (writer.log_dir / "loras2-rank16-cpu4-build0.log").write_text("INFO engine started\n")
+    replays = writer.path.with_name(writer.path.stem + ".replays")
+    replays.mkdir()
+    (replays / "timeline.csv").write_text("t_s,kv_usage\n0.0,0.5\n")
     return writer
 
 
@@ -37,6 +40,7 @@ def test_a_bundle_holds_the_run_and_only_known_settings(run, tmp_path, monkeypat
     assert set(files) == {
         f"{stem}/{stem}.csv",
         f"{stem}/{stem}.samples.csv",
+        f"{stem}/{stem}.replays/timeline.csv",
         f"{stem}/logs/loras2-rank16-cpu4-build0.log",
         f"{stem}/logs/config.json",
         f"{stem}/logs/config.source",

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from lorabench import cli
@@ -10,6 +11,7 @@ from lorabench.config import ConfigError, online_cases, read_config_file, resolv
 from lorabench.config.expand import IMPORTED_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, SYNTHETIC_TRACE_COLUMNS
 from lorabench.traces import data
 from lorabench.traces.transforms import replay_window
+from tests.helpers import ROOT, result_files
 from tests.test_trace_import import CSV_COLUMNS, TRACES, bursty_csv
 
 SYNTHETIC = {"name": "syn", "num_adapters": [2], "rate": [2], "duration": 5, "input_range": [8, 32]}
@@ -84,6 +86,7 @@ def test_imported_suites_resolve_and_expand(two_traces):
         "trace_warmup_s": 1.0,
         "trace_file": "mooncake.jsonl",
         "trace_sha256": shas[2],
+        "trace_start_s": 3,
     }
     requests = cases[2].requests(names[: cases[2].num_adapters])
     assert len(requests) == 4 and {r.adapter for r in requests} <= set(names[:3])
@@ -140,3 +143,56 @@ def test_stats_of_a_synthetic_trace_show_its_rate_over_time(tmp_path, capsys):
     assert cli.main(["trace", "stats", str(out)]) == 0
     text = capsys.readouterr().out
     assert "(asked 5)" in text and "rate over time (1 s buckets, req/s)" in text
+
+
+def standin_replay(pytester, folder: Path, source: Path, fmt: str) -> Path:
+    """Replay an imported trace on the stand-in through the plugin; returns the result file."""
+    from lorabench.testing import Costs, StandIn, write_config
+
+    folder.mkdir()
+    import_to(folder, fmt, source, "--adapters", 2, "--max-model-len", 128)
+    suite = {"name": "real", "trace": f"traces/{source.stem}.jsonl", "rate": [6], "duration": 1}
+    config = write_config(folder, adapters=2, online={"warmup_s": 0.2, "suites": [suite]})
+    result = pytester.runpytest(
+        "--bench-config", str(config), "-k", "online", "-p", "no:cacheprovider", plugins=[StandIn(Costs())]
+    )
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(folder / "results")
+    return csv
+
+
+def test_replays_of_two_imported_traces_run_and_are_never_matched(pytester):
+    """Each row names its trace by file and sha256 and leaves the synthetic columns blank;
+    compare pairs no case of a BurstGPT replay with one of a Mooncake replay."""
+    from lorabench.compare.load import CompareError
+    from lorabench.compare.select import run_comparison
+
+    pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
+    burst = standin_replay(pytester, pytester.path / "a", TRACES / "burstgpt.csv", "burstgpt")
+    moon = standin_replay(pytester, pytester.path / "b", TRACES / "mooncake.jsonl", "mooncake")
+    (row,) = pd.read_csv(burst).to_dict("records")
+    assert row["trace_file"] == "burstgpt.jsonl" and len(row["trace_sha256"]) == 64
+    assert row["trace_sha256"] == data.file_sha256(pytester.path / "a" / "traces" / "burstgpt.jsonl")
+    assert row["trace_start_s"] == 0 and row["num_requests"] > 0
+    assert all(pd.isna(row[c]) for c in SYNTHETIC_TRACE_COLUMNS)
+    with pytest.raises(CompareError, match="no case in common"):
+        run_comparison(str(burst), str(moon))
+
+
+@pytest.mark.engine
+def test_the_example_imported_trace_replays_on_the_real_cpu_engine(pytester, tmp_path):
+    """config/imported-trace.json as a user runs it: both rates replay, with a timeline."""
+    from lorabench.schema import replays_path_for
+
+    pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
+    csv = tmp_path / "imported.csv"
+    config = ROOT / "config" / "imported-trace.json"
+    result = pytester.runpytest_subprocess(
+        "--bench-config", str(config), "-k", "online", "-p", "no:cacheprovider", "--bench-output", str(csv), timeout=300
+    )
+    result.assert_outcomes(passed=2)
+    rows = pd.read_csv(csv)
+    assert sorted(rows["trace_rate"]) == [1, 2] and rows["trace_file"].eq("azure-code-excerpt.jsonl").all()
+    assert (rows["num_requests"] > 0).all() and (rows["kv_usage_max"] > 0).all()
+    steps = pd.read_csv(replays_path_for(csv, "timeline"))
+    assert (steps.loc[steps["running"] > 0, "kv_usage"] > 0).all()

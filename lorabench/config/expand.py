@@ -108,11 +108,9 @@ SYNTHETIC_TRACE_COLUMNS = frozenset(
     {"trace_alpha", "trace_cv", "trace_lengths", "trace_input_range", "trace_output_range", "trace_seed"}
 )
 # ...and those an imported trace fills with its file.
-IMPORTED_TRACE_COLUMNS = frozenset({"trace_file", "trace_sha256"})
+IMPORTED_TRACE_COLUMNS = frozenset({"trace_file", "trace_sha256", "trace_start_s"})
 # Filled by some online cases only: the scenario's maybe_columns.
 MAYBE_TRACE_COLUMNS = SYNTHETIC_TRACE_COLUMNS | IMPORTED_TRACE_COLUMNS
-# What the online scenario declares until it declares the two sets above.
-TRACE_COLUMNS = ONLINE_TRACE_COLUMNS | SYNTHETIC_TRACE_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -216,6 +214,7 @@ class ImportedCase:
             "trace_warmup_s": warmup_s,
             "trace_file": self.trace.name,
             "trace_sha256": trace_data.file_sha256(self.trace),
+            "trace_start_s": self.start,
         }
 
 

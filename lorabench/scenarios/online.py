@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lorabench import replay, timeline
-from lorabench.config.expand import TRACE_COLUMNS, online_cases
+from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, online_cases
 from lorabench.progress import trace_reporter
 from lorabench.results import CaseSamples
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
@@ -46,10 +46,11 @@ METRIC_COLUMNS = frozenset(
 
 class Online(Scenario):
     name = "online"
-    columns = TRACE_COLUMNS | ONLINE_COLUMNS | METRIC_COLUMNS
+    columns = ONLINE_TRACE_COLUMNS | ONLINE_COLUMNS | METRIC_COLUMNS
     # timed_adapter_loads: known only when the trace's adapters fit the CPU cache (then none
     # loads inside the replay). The timeline's: blank when there is none (the reason is said).
-    maybe_columns = frozenset({"timed_adapter_loads", *TIMELINE_COLUMNS})
+    # The trace's: synthetic and imported traces are described by different columns.
+    maybe_columns = frozenset({"timed_adapter_loads", *TIMELINE_COLUMNS}) | MAYBE_TRACE_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         cases = online_cases(file)
