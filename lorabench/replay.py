@@ -68,6 +68,10 @@ class ReplayedRequest:
         return (self.token_times[-1] - self.sent_s) * 1000.0 if self.finished else float("nan")
 
 
+# How long before a send's time the replay stops sleeping and starts yielding to the loop.
+EARLY_WAKE_S = 0.001
+
+
 async def replay(
     engine: Engine,
     requests: Sequence[TraceRequest],
@@ -112,9 +116,13 @@ async def replay(
     tasks = []
     try:
         for record in records:
-            delay = start + record.scheduled_s - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            due = start + record.scheduled_s
+            # The event loop's timers wake up to a millisecond late: sleep to just before the
+            # send, then yield to the loop until it is due.
+            if due - time.perf_counter() > EARLY_WAKE_S:
+                await asyncio.sleep(due - time.perf_counter() - EARLY_WAKE_S)
+            while time.perf_counter() < due:
+                await asyncio.sleep(0)
             tasks.append(asyncio.create_task(serve(record)))
             if progress is not None:
                 progress(len(tasks), finished, time.perf_counter() - start)
