@@ -84,7 +84,7 @@ class BenchCase:
 
         outcome = self._on_engine(engine, work)
         row = self._row(engine, outcome)
-        self.writer.append(row, outcome.samples)
+        self.writer.append(row, outcome.samples, outcome.records)
         self.benchmark.extra_info.update(
             {**outcome.extra_info, "adapter_load_ms": row.adapter_load_ms, "peak_memory_mb": row.peak_memory_mb}
         )

@@ -16,7 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,11 +31,9 @@ from lorabench.schema import (
     SAMPLE_COLUMNS,
     SAMPLE_KEY,
     TIMELINE_COLUMNS,
-    AdapterRecord,
     DigestRecord,
     ResultRow,
     Sample,
-    TimelineRecord,
     digests_path_for,
     replays_path_for,
     samples_path_for,
@@ -47,15 +45,9 @@ class ResultsFileError(RuntimeError):
     pass
 
 
-class CaseSamples(list):
-    """A case's samples, carrying what an online replay records beside them (its timeline and
-    per-adapter usage): the result writer puts each in its own file, keyed like the samples."""
-
-    def __init__(
-        self, samples: Iterable[Sample], timeline: Iterable[TimelineRecord] = (), adapters: Iterable[AdapterRecord] = ()
-    ) -> None:
-        super().__init__(samples)
-        self.timeline, self.adapters = list(timeline), list(adapters)
+# Records a case may keep beside its samples, by kind: each kind is its own file in the
+# run's replays folder (schema.replays_path_for), keyed like the samples.
+REPLAY_FILES = {"timeline": TIMELINE_COLUMNS, "adapters": ADAPTER_COLUMNS}
 
 
 def git_state(root: Path) -> tuple[str, bool]:
@@ -177,26 +169,22 @@ class ResultWriter:
             self.path = self._claim_new_file()
         _append(digests_path_for(self.path), DIGEST_COLUMNS, [asdict(r) for r in records], exclusive=False)
 
-    def append(self, row: ResultRow, samples: Sequence[Sample]) -> None:
-        """Make one finished case durable: its samples first (and what a ``CaseSamples``
-        carries: ``<run>.replays/timeline.csv`` and ``adapters.csv``), then the row that
-        summarizes them, so every row on disk has its records behind it."""
+    def append(
+        self, row: ResultRow, samples: Sequence[Sample], records: Mapping[str, Sequence[Any]] | None = None
+    ) -> None:
+        """Make one finished case durable: its samples and other records (``REPLAY_FILES``)
+        first, then the row that summarizes them, so every row on disk has its records behind it."""
         if self.path is None:
             self.path = self._claim_new_file()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         values = asdict(row)
         key = {c: values[c] for c in SAMPLE_KEY}
         _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
-        beside_samples = (
-            [("timeline", TIMELINE_COLUMNS, samples.timeline), ("adapters", ADAPTER_COLUMNS, samples.adapters)]
-            if isinstance(samples, CaseSamples)
-            else []
-        )
-        for kind, columns, records in beside_samples:
-            if records:
+        for kind, kept in (records or {}).items():
+            if kept:
                 path = replays_path_for(self.path, kind)
                 path.parent.mkdir(exist_ok=True)
-                _append(path, columns, [{**key, **asdict(r)} for r in records], exclusive=False)
+                _append(path, REPLAY_FILES[kind], [{**key, **asdict(r)} for r in kept], exclusive=False)
         _append(self.path, COLUMNS, [values], exclusive=False)
         self.rows.append(row)
         self.by_rank += [(s.adapter_rank, s.ttft_ms, s.decode_ms) for s in samples if s.adapter_rank is not None]

@@ -56,6 +56,9 @@ class Outcome:
     extra_info: dict[str, Any] = field(default_factory=dict)
     # Outputs of this case whose digest differs from their adapter's reference (residency tiers).
     digest_mismatches: int = 0
+    # Records kept in files of their own beside the samples, by kind (lorabench.results.REPLAY_FILES):
+    # an online replay's engine timeline and per-adapter usage.
+    records: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class Scenario:

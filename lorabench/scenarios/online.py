@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from lorabench import replay, timeline
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, online_cases
 from lorabench.progress import trace_reporter
-from lorabench.results import CaseSamples
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.schema import PERCENTILES
 
@@ -101,8 +100,9 @@ class Online(Scenario):
         usage = replay.adapter_usage(records, **slo)
         return Outcome(
             fields,
-            CaseSamples(samples, timeline=engine.timeline.rows, adapters=usage),
+            samples,
             extra_info={**metrics, **steps, **notes, "per_adapter": per_adapter},
+            records={"timeline": list(engine.timeline.rows), "adapters": usage},
         )
 
 
