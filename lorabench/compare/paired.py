@@ -31,7 +31,7 @@ from lorabench.compare.noise import Noise, case_run_means, detectable, t_sf
 
 PAIRS = "A/B pairs (sd of one pair's log ratio new/base, drift removed)"
 PAIR_NAME = re.compile(r"pair-(\d+)\.csv")
-NO_RUNS = pd.Series([], dtype=float)
+NO_RUNS = (np.array([], dtype=int), np.array([], dtype=float))  # a case one side did not measure
 
 
 def pair_file(side_dir: Path, pair: int) -> Path:
@@ -70,9 +70,14 @@ def load_pairs(base_dir: Path, new_dir: Path) -> tuple[Run, Run, np.ndarray]:
     if not complete:
         raise CompareError(f"{base_dir} and {new_dir} have no pair in common: no finished pair to compare")
     base, new = (load_run([files[p] for p in complete]) for files in sides)
+    return base, new, pair_order(base, new)
+
+
+def pair_order(base: Run, new: Run) -> np.ndarray:
+    """Each pair's order (run ``i`` of each side is pair ``i``), from when its turns
+    started: +1 where new ran second, -1 where it ran first."""
     started = [run.all_rows.groupby("_run")["timestamp"].min() for run in (base, new)]
-    order = np.array([1.0 if started[1][i] > started[0][i] else -1.0 for i in range(len(complete))])
-    return base, new, order
+    return np.array([1.0 if started[1][i] > started[0][i] else -1.0 for i in range(len(base.paths))])
 
 
 @dataclass(frozen=True)
@@ -119,20 +124,35 @@ def compare_pairs(
 ) -> Comparison:
     """Every shared case-metric of an A/B session, judged pair by pair."""
     base, new, order = load_pairs(base_dir, new_dir)
+    return compare_paired_runs(base, new, order, threshold=threshold, per_metric=per_metric, alpha=alpha)
+
+
+def compare_paired_runs(
+    base: Run,
+    new: Run,
+    order: np.ndarray,
+    *,
+    threshold: float,
+    per_metric: dict[str, float] | None = None,
+    alpha: float,
+) -> Comparison:
+    """``compare_pairs`` on pairs loaded already: run ``i`` of each side is pair ``i``, run
+    in the order ``order[i]`` (``pair_order``)."""
     common, metrics = shared_cases(base, new, alpha)
     findings, fits = [], {m: [] for m in metrics}
     run_logs = {m: (case_run_means(base, m), case_run_means(new, m)) for m in metrics}
     for key in common:
         for metric in metrics:
-            b, n = (side.get(key, NO_RUNS) for side in run_logs[metric])
-            pairs = b.index.intersection(n.index)
+            (b_runs, b), (n_runs, n) = (side.get(key, NO_RUNS) for side in run_logs[metric])
+            pairs, in_b, in_n = np.intersect1d(b_runs, n_runs, assume_unique=True, return_indices=True)
             if not len(pairs):
                 continue
-            fit = fit_pairs((n[pairs] - b[pairs]).to_numpy(), order[pairs.to_numpy()])
+            b, n = b[in_b], n[in_n]
+            fit = fit_pairs(n - b, order[pairs])
             if fit is not None:
                 fits[metric].append(fit)
             p = None if fit is None else fit.p_value
-            ratio = math.exp(fit.estimate if fit else float(n[pairs].mean() - b[pairs].mean()))
+            ratio = math.exp(fit.estimate if fit else float(n.mean() - b.mean()))
             limit = (per_metric or {}).get(metric, threshold) * 100.0
             means = (float(base.rows.at[key, metric]), float(new.rows.at[key, metric]))
             counts = (len(pairs), len(pairs))
