@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,8 +27,9 @@ from lorabench import cli
 from lorabench.ab import runner
 from lorabench.ab.plan import BASE, NEW, ABError, alternation
 from lorabench.compare import IMPROVED, REGRESSED, compare_pairs
+from lorabench.compare.load import load_run
 from lorabench.compare.noise import UNTESTABLE_PCT
-from lorabench.compare.paired import fit_pairs, pair_file, pair_files
+from lorabench.compare.paired import compare_paired_runs, fit_pairs, pair_file, pair_files, pair_order
 from tests.helpers import ROOT
 
 DATA = ROOT / "tests" / "data" / "default-run.csv"
@@ -56,15 +58,17 @@ def test_fit_removes_a_linear_drift_exactly():
     assert fit_pairs(d[:1], order[:1]) is None
 
 
-def write_session(folder, pairs, *, drift=0.0, factor=1.0, turn_sd=0.03, rng=None, new_pairs=None):
-    """An A/B session's pair files made from build 0 of a real run: every turn's latencies
-    scaled by exp(drift * its position) (the machine getting slower, both sides alike) and a
-    random speed of its own (shared by its cases), the new side's by ``factor`` too."""
+def session_rows(pairs, *, drift=0.0, factor=1.0, turn_sd=0.03, rng=None, new_pairs=None):
+    """An A/B session's pair files' rows, by side and pair, made from build 0 of a real run:
+    every turn's latencies scaled by exp(drift * its position) (the machine getting slower,
+    both sides alike) and a random speed of its own (shared by its cases), the new side's by
+    ``factor`` too."""
     rng = rng or np.random.default_rng(0)
     rows = pd.read_csv(DATA)
     rows = rows[rows["build"] == 0]
     by_metric = [[c for c in rows.columns if c == metric or c.startswith(metric + "_p")] for metric in LATENCIES]
     values = [rows[columns].to_numpy() for columns in by_metric]
+    sides = {BASE: {}, NEW: {}}
     for slot, (pair, side) in enumerate(alternation(pairs)):
         if side == NEW and new_pairs is not None and pair >= new_pairs:
             continue
@@ -76,9 +80,27 @@ def write_session(folder, pairs, *, drift=0.0, factor=1.0, turn_sd=0.03, rng=Non
         turn["output_tokens_per_s"] /= speed
         turn["timestamp"] = f"2026-11-23T10:{slot:02d}:00Z"
         turn["run_id"], turn["ab_pair"] = f"{side}-{pair}", pair
+        sides[side][pair] = turn
+    return sides
+
+
+def write_session(folder, pairs, **kwargs):
+    """``session_rows`` in pair files, as lorabench ab leaves them; the base and new folders."""
+    for side, turns in session_rows(pairs, **kwargs).items():
         (folder / side).mkdir(parents=True, exist_ok=True)
-        turn.to_csv(pair_file(folder / side, pair), index=False)
+        for pair, turn in turns.items():
+            turn.to_csv(pair_file(folder / side, pair), index=False)
     return folder / BASE, folder / NEW
+
+
+def session_runs(pairs, **kwargs):
+    """``session_rows`` as ``load_pairs`` reads them from the files, without the files (two
+    thirds of a simulated session's time): both sides' runs and their pairs' order."""
+    runs = []
+    for side, turns in session_rows(pairs, **kwargs).items():
+        done = sorted(turns)
+        runs.append(load_run([pair_file(Path(side), pair) for pair in done], [turns[pair] for pair in done]))
+    return *runs, pair_order(*runs)
 
 
 def flagged(result):
@@ -105,13 +127,14 @@ def test_a_planted_slowdown_is_caught_under_drift_and_its_size_reported(tmp_path
     assert cli.main(["compare", str(base), str(new)]) == 1
 
 
-def test_same_code_sessions_flag_something_at_about_alpha(tmp_path):
+def test_same_code_sessions_flag_something_at_about_alpha():
+    """Sessions in memory: reading pair files is tested above, the calibration here."""
     rng = np.random.default_rng(3)
     trials = 20
     false_flags = 0
-    for trial in range(trials):
-        base, new = write_session(tmp_path / str(trial), 6, drift=0.02, rng=rng)
-        false_flags += bool(flagged(compare_pairs(base, new, threshold=0.02, alpha=0.05)))
+    for _ in range(trials):
+        session = session_runs(6, drift=0.02, rng=rng)
+        false_flags += bool(flagged(compare_paired_runs(*session, threshold=0.02, alpha=0.05)))
     assert false_flags <= 3, f"{false_flags} of {trials} same-code A/B sessions flagged something"
 
 
