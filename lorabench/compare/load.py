@@ -72,22 +72,22 @@ class Run:
 
 
 def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
-    # The optional key columns older files lack, empty, added in one step: one at a time,
-    # each copied the frame's blocks again (half of this function's time).
+    """``frame`` with the optional key columns older files lack (empty), each row's case key
+    and its engine configuration, added in one step: each column added alone copied the
+    frame's columns again."""
     missing = [column for column in CASE_KEY if column not in frame]
-    frame = pd.concat([frame, pd.DataFrame(dict.fromkeys(missing, ""), index=frame.index)], axis=1)
-    keys = frame[list(CASE_KEY)].to_numpy(dtype=object).tolist()  # plain rows: a third of itertuples's time
-    frame["_key"] = [KEY_SEP.join(map(_norm, values)) for values in keys]
+    # Plain values, column by column: a third of itertuples's time.
+    values = {c: frame[c].to_numpy(dtype=object) if c in frame else [""] * len(frame) for c in (*CASE_KEY, *ENGINE_KEY)}
+    added: dict[str, Any] = dict.fromkeys(missing, "")
+    added["_key"] = [KEY_SEP.join(map(_norm, row)) for row in zip(*(values[c] for c in CASE_KEY))]
     # The engine configuration a row ran on, as recorded (older files built online
     # cases on engines of their own, named "...-online-buildN"); builds of one are the
     # independent draws of the noise.
     if "engine_id" in frame:
-        frame["_engine"] = frame["engine_id"].astype(str).str.replace(r"-build\d+$", "", regex=True)
+        added["_engine"] = frame["engine_id"].astype(str).str.replace(r"-build\d+$", "", regex=True).to_numpy()
     else:
-        frame["_engine"] = [
-            KEY_SEP.join(_norm(v) for v in values) for values in frame[list(ENGINE_KEY)].itertuples(index=False)
-        ]
-    return frame
+        added["_engine"] = [KEY_SEP.join(map(_norm, row)) for row in zip(*(values[c] for c in ENGINE_KEY))]
+    return pd.concat([frame, pd.DataFrame(added, index=frame.index)], axis=1)
 
 
 def case_of(key: str) -> dict[str, str]:
@@ -114,13 +114,19 @@ def _load_one(path: Path, rows: pd.DataFrame | None = None) -> pd.DataFrame:
         raise CompareError(f"{path}: has no result rows")
     # Metrics measured only by newer versions: nothing to compare.
     rows = rows.assign(**{metric: np.nan for metric in METRICS if metric not in rows})
-    rows = _keyed(rows).sort_values("timestamp")
-    if "run_id" in rows and rows["run_id"].notna().all():
-        rows = rows[rows["run_id"] == rows["run_id"].iloc[-1]]
+    rows = _keyed(rows)
+    # Which rows stay is decided on the columns that decide it, by position in the order
+    # sort_values("timestamp") gives, and the rows are taken once: each step taking every
+    # column was most of a file's load.
+    subset = ["_key", "build"] if "build" in rows else ["_key"]
+    kept = rows[[*subset, *(["run_id"] if "run_id" in rows else []), "timestamp"]].reset_index(drop=True)
+    kept = kept.iloc[kept["timestamp"].sort_values().index]
+    if "run_id" in kept and kept["run_id"].notna().all():
+        kept = kept[kept["run_id"] == kept["run_id"].iloc[-1]]
     else:  # written before runs had an id: one build per case
-        rows = rows.drop_duplicates("_key", keep="last")
-    rows = rows.drop_duplicates(["_key", "build"] if "build" in rows else "_key", keep="last")
-    return rows.assign(build=rows["build"] if "build" in rows else 0)
+        kept = kept.drop_duplicates("_key", keep="last")
+    rows = rows.iloc[kept.drop_duplicates(subset, keep="last").index]
+    return rows if "build" in rows else rows.assign(build=0)
 
 
 def split_paths(text: str) -> list[Path]:
