@@ -62,6 +62,7 @@ def check_stack(host: Host) -> list[Finding]:
     else:
         found = [Finding(FAIL, "vLLM is not installed", "pip install -e '.[cpu]' (or '.[gpu]', '.[npu]')")]
     found += [Finding(FAIL, problem, fix) for problem, fix in stack.mismatches(host.packages)]
+    found += [Finding(NOTE, problem, fix) for problem, fix in stack.unmet_pins(host.packages)]
     if "vllm-ascend" in host.packages and host.device_type != "npu":
         why = host.platform_note or f"vLLM's platform is {host.device_type}"
         found.append(Finding(FAIL, f"vllm-ascend is installed but no NPU platform loads ({why})", SET_ENV))
@@ -167,6 +168,9 @@ def check_config(path: Path | None, host: Host) -> tuple[list[Finding], list[Pat
         config = resolve_config(path, read_config_file(path), needs_lora=True)
     except ConfigError as exc:
         return [Finding(FAIL, problem, "see docs/configuration.md") for problem in exc.problems], folders
+    except Exception as exc:  # noqa: BLE001 - a broken install or a full disk is a finding, not a traceback
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return [Finding(FAIL, f"{path} does not resolve: {reason}", "fix what it names, and run again")], folders
     folders += [config.model, *(a.path.parent for a in config.adapters[:1])]
     ranks = sorted({a.rank for a in config.adapters if a.rank} | set(as_list(config.file.engine.max_lora_rank)))
     found = [Finding(OK, f"{path} resolves: {len(config.adapters)} adapters, ranks {', '.join(map(str, ranks))}")]

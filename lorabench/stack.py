@@ -62,10 +62,10 @@ def _dotted(parts: Iterable[int]) -> str:
 
 
 def mismatches(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
-    """(problem, fix) for every pair of packages that do not go together."""
+    """(problem, fix) for every pair of packages whose releases do not pair: these stop a run."""
     found = []
     ascend, vllm = stack.get("vllm-ascend"), stack.get("vllm")
-    if ascend and vllm and release(ascend.version) != release(vllm.version):
+    if ascend and vllm and not _dev(ascend, vllm) and release(ascend.version) != release(vllm.version):
         want = _dotted(release(ascend.version))
         found.append(
             (
@@ -74,7 +74,7 @@ def mismatches(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
             )
         )
     npu, torch = stack.get("torch-npu"), stack.get("torch")
-    if npu and torch and release(npu.version) != release(torch.version):
+    if npu and torch and not _dev(npu, torch) and release(npu.version) != release(torch.version):
         want = _dotted(release(npu.version))
         found.append(
             (
@@ -82,33 +82,50 @@ def mismatches(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
                 f"pip install torch=={want}, or the torch-npu release for torch {torch.version}",
             )
         )
-    found += _unmet_pins(stack)
     return found
 
 
-def _unmet_pins(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
-    """Each package's own requirements on the others (vllm-ascend's torch-npu==..., say)."""
+def _dev(*packages: Package) -> bool:
+    """A development or locally built version: its release number says little about what it pairs with."""
+    try:
+        return any(Version(p.version).is_devrelease for p in packages)
+    except InvalidVersion:
+        return True
+
+
+def unmet_pins(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
+    """Each package's own requirements on the others (vllm-ascend's torch-npu==..., say):
+    worth a look, not a stop. vLLM's own torch pin is left out beside vllm-ascend, whose
+    documented install replaces vLLM's torch with the one torch-npu needs."""
     by_dist = {_norm(p.name): p for p in stack.values()} | {_norm(role): p for role, p in stack.items()}
     found = []
-    for package in stack.values():
-        for text in package.requires:
-            try:
-                req = Requirement(text)
-            except InvalidRequirement:
-                continue
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-                continue
+    for role, package in stack.items():
+        if role == "vllm" and "vllm-ascend" in stack:
+            continue
+        for req in _requirements(package):
             other = by_dist.get(_norm(req.name))
             if other is None or other is package or not req.specifier:
                 continue
             if not req.specifier.contains(other.version, prereleases=True):
                 found.append(
                     (
-                        f"{package.name} {package.version} requires {req.name}{req.specifier}, "
-                        f"but {other.name} {other.version} is installed",
-                        f"pip install '{req.name}{req.specifier}'",
+                        f"{package.name} {package.version} asks for {req.name}{req.specifier}, "
+                        f"and {other.name} {other.version} is installed",
+                        f"if the engine fails to start, pip install '{req.name}{req.specifier}'",
                     )
                 )
+    return found
+
+
+def _requirements(package: Package) -> list[Requirement]:
+    found = []
+    for text in package.requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            found.append(req)
     return found
 
 

@@ -20,7 +20,8 @@ NPU_SMI = """\
 | 0                         | 0000:C1:00.0  | 0           0    / 0          3072 / 64512         |
 """
 MATCHING = {
-    "vllm": ("0.11.0", ()),
+    # vLLM's wheel pins the torch of its CUDA build; vllm-ascend's install replaces it.
+    "vllm": ("0.11.0", ("torch==2.8.0",)),
     "vllm-ascend": ("0.11.0rc1", ("torch==2.7.1", "torch-npu==2.7.1.post1", "pyyaml")),
     "torch": ("2.7.1+cpu", ()),
     "torch-npu": ("2.7.1.post1", ("torch==2.7.1",)),
@@ -81,9 +82,18 @@ def test_vllm_ascend_built_for_another_vllm(npu_host):
 
 
 def test_torch_npu_against_the_wrong_torch(npu_host):
-    lines = failures(doctor.check_stack(npu_host(torch=("2.8.0", ()))))
-    assert any("torch-npu 2.7.1.post1 runs on torch 2.7.1, but torch 2.8.0 is installed" in line for line in lines)
-    assert any("vllm-ascend 0.11.0rc1 requires torch==2.7.1" in line for line in lines), lines
+    findings = doctor.check_stack(npu_host(torch=("2.8.0", ())))
+    (line,) = failures(findings)
+    assert "torch-npu 2.7.1.post1 runs on torch 2.7.1, but torch 2.8.0 is installed" in line
+    notes = [f.text for f in findings if f.level == doctor.NOTE]
+    assert any("vllm-ascend 0.11.0rc1 asks for torch==2.7.1" in note for note in notes), notes
+
+
+def test_a_later_torch_npu_post_release_or_a_dev_build_is_a_note_not_a_stop(npu_host):
+    findings = doctor.check_stack(npu_host(torch_npu=("2.7.1.post2", ("torch==2.7.1",))))
+    assert failures(findings) == []
+    assert any("asks for torch-npu==2.7.1.post1" in f.text for f in findings if f.level == doctor.NOTE)
+    assert failures(doctor.check_stack(npu_host(vllm=("0.11.2.dev5", ()), vllm_ascend=("0.11.1.dev3", ())))) == []
 
 
 def test_an_unsourced_cann(npu_host):
