@@ -83,6 +83,7 @@ class Engine(AdapterCache):
         self._processes: list[psutil.Process] = []
         self._reaper: subprocess.Popen | None = None
         self._unpin: Callable[[], None] | None = None
+        self._log_start = 0
 
     @property
     def id(self) -> str:
@@ -106,6 +107,7 @@ class Engine(AdapterCache):
         self._saved_env = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         self.memory.start()
+        self._log_start = self.log_path.stat().st_size if self.log_path is not None and self.log_path.is_file() else 0
         before = processes.children()
         self.loop = asyncio.new_event_loop()
         try:
@@ -130,9 +132,12 @@ class Engine(AdapterCache):
         return self
 
     def _log_text(self) -> str:
+        """What this build's processes wrote: the log is appended to, so earlier runs' lines stay out."""
         if self.log_path is None or not self.log_path.is_file():
             return ""
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+        with open(self.log_path, "rb") as log:
+            log.seek(self._log_start)
+            return log.read().decode("utf-8", errors="replace")
 
     def _kv_cache_tokens(self) -> int:
         cache = self.llm.vllm_config.cache_config

@@ -25,8 +25,10 @@ from typing import Any
 GRAPH_KEYS = ("enforce_eager", "compilation_config", "additional_config")
 # The part of them a configuration's graph_config column and name carry (enforce_eager has its own).
 _SETTINGS_KEYS = GRAPH_KEYS[1:]
+# vLLM's wording across versions: "torch.compile takes 12.3 s in total" (up to 0.11),
+# "torch.compile took ..." and "torch.compile and initial profiling/warmup run together took ...".
 _CAPTURE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
-_COMPILE = re.compile(r"torch\.compile took ([\d.]+) s in total")
+_COMPILE = re.compile(r"torch\.compile (?:and [^.]*? )?(?:takes|took) ([\d.]+) s")
 
 
 def canonical(settings: dict[str, Any]) -> str | None:
@@ -83,13 +85,17 @@ def _mode_name(value: Any) -> str:
 
 def reported(vllm_config: Any, log_text: str) -> GraphFacts:
     """Read from the front end's copy of the engine configuration (plain attributes, no
-    device call) and the build's log; the last logged time wins (one per worker)."""
+    device call: the modes after vLLM's platform checks) and from what this build logged;
+    with several workers, the longest time, the one the build waited for."""
     compilation = getattr(vllm_config, "compilation_config", None)
-    captures = _CAPTURE.findall(log_text)
-    compiles = _COMPILE.findall(log_text)
+    # vLLM up to 0.11 calls the mode ``level``.
+    mode = getattr(compilation, "mode", None)
+    mode = mode if mode is not None else getattr(compilation, "level", None)
+    captures = [float(v) for v in _CAPTURE.findall(log_text)]
+    compiles = [float(v) for v in _COMPILE.findall(log_text)]
     return GraphFacts(
-        compilation_mode=_mode_name(getattr(compilation, "mode", None)),
+        compilation_mode=_mode_name(mode),
         cudagraph_mode=_mode_name(getattr(compilation, "cudagraph_mode", None)),
-        compile_s=float(compiles[-1]) if compiles else None,
-        graph_capture_s=float(captures[-1]) if captures else None,
+        compile_s=max(compiles) if compiles else None,
+        graph_capture_s=max(captures) if captures else None,
     )

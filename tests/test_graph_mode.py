@@ -23,7 +23,9 @@ def specs_of(path):
 
 
 def test_each_graph_setting_is_its_own_configuration(tiny_config):
-    path = tiny_config(engine={"max_loras": 2, "enforce_eager": [True, False], "compilation_config": [PIECEWISE, 3]})
+    path = tiny_config(
+        engine={"max_loras": 2, "enforce_eager": [True, False], "compilation_config": [PIECEWISE, {"mode": 3}]}
+    )
     specs = specs_of(path)
     assert len(specs) == 8, "2 eager values x 2 compilation settings x (lora-off + one LoRA configuration)"
     assert len({s.name for s in specs}) == 8
@@ -59,13 +61,43 @@ def test_the_engine_reports_its_modes_and_logged_times():
             mode=SimpleNamespace(name="VLLM_COMPILE"), cudagraph_mode=SimpleNamespace(name="FULL_AND_PIECEWISE")
         )
     )
+    # Two workers of a tensor-parallel build: the build waited for the slower.
     log = (
-        "(EngineCore) INFO [monitor.py:34] torch.compile took 3.21 s in total\n"
-        "(EngineCore) INFO [gpu_model_runner.py:6582] Graph capturing finished in 12 secs, took 0.50 GiB\n"
+        "(Worker_TP0) INFO [monitor.py:34] torch.compile took 3.21 s in total\n"
+        "(Worker_TP1) INFO [monitor.py:34] torch.compile took 4.50 s in total\n"
+        "(Worker_TP1) INFO [gpu_model_runner.py:6582] Graph capturing finished in 12 secs, took 0.50 GiB\n"
+        "(Worker_TP0) INFO [gpu_model_runner.py:6582] Graph capturing finished in 9 secs, took 0.50 GiB\n"
     )
     facts = graph.reported(config, log)
-    assert facts == graph.GraphFacts("VLLM_COMPILE", "FULL_AND_PIECEWISE", 3.21, 12.0)
+    assert facts == graph.GraphFacts("VLLM_COMPILE", "FULL_AND_PIECEWISE", 4.5, 12.0)
     assert graph.reported(config, "no capture here").graph_capture_s is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO 10-02 [monitor.py:33] torch.compile takes 7.25 s in total",  # vLLM up to 0.11
+        "INFO [decorators.py:705] torch.compile and initial profiling/warmup run together took 7.25 s in total",
+    ],
+)
+def test_compile_times_in_other_vllm_versions_wording(line):
+    old = SimpleNamespace(compilation_config=SimpleNamespace(level=3, cudagraph_mode=None))
+    facts = graph.reported(old, line + "\n")
+    assert facts.compile_s == 7.25 and facts.compilation_mode == "3"
+
+
+def test_an_engine_reads_only_what_its_own_build_logged(tmp_path, tiny_config):
+    """The log file is appended to: a line an earlier run left there is not this build's."""
+    from lorabench.testing import Costs, StandInEngine
+
+    log = tmp_path / "engine.log"
+    log.write_text("INFO torch.compile took 99.00 s in total\n")
+    path = tiny_config(engine={"max_loras": 2})
+    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    spec = engine_specs(config.file, with_lora_off=False)[0]
+    with StandInEngine(config, spec, "cpu", log, costs=Costs(), weights={}) as engine:
+        assert engine.graph.compile_s is None
+        assert engine._log_text() == ""
 
 
 def test_eager_and_graph_rows_on_the_stand_in_have_their_own_keys(pytester):

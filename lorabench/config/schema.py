@@ -60,7 +60,8 @@ class EngineArgs(BaseModel):
     max_cpu_loras: IntOrList | None = None
     # Unset: vLLM's own default, and nothing is passed.
     enforce_eager: bool | list[bool] | None = None
-    compilation_config: Settings | int | list[Settings | int] | None = None
+    # Objects only: vLLM's async engine takes a mode number only as {"mode": N}.
+    compilation_config: Settings | list[Settings] | None = None
     additional_config: Settings | list[Settings] | None = None
 
     @field_validator(*LORA_KEYS, *GRAPH_KEYS)
