@@ -14,11 +14,12 @@ import contextlib
 import io
 import json
 import os
+import re
 import tarfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from lorabench.results import CONFIG_SOURCE
+from lorabench.results import CONFIG_COPY, CONFIG_SOURCE
 from lorabench.schema import digests_path_for, replays_path_for, samples_path_for
 
 # What a bundle may say about the environment: settings of vLLM, CANN, the devices and lorabench.
@@ -45,6 +46,8 @@ KNOWN_VARIABLES = (
     "LORABENCH_CPU_BINDING",
     "LORABENCH_TIMELINE",
 )
+REDACTED = "(redacted)"
+_SECRET = re.compile(r"token|key|secret|password", re.IGNORECASE)
 # Columns every lorabench result file has had.
 IDENTIFYING = ("run_id", "scenario", "engine_id")
 
@@ -100,23 +103,51 @@ def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def write_bundle(run: Path, out: Path, logs: Path | None = None) -> list[str]:
-    """Write the bundle (to a temporary name, then in place) and return its member names."""
+def redacted_config(path: Path) -> str:
+    """The config the run read, with what could be a secret left out: ``env`` values not on
+    the known list, and engine arguments named like a token, key, secret or password."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "(the config copy does not read as JSON: left out)\n"
+    env = data.get("env") if isinstance(data, dict) else None
+    if isinstance(env, dict):
+        data["env"] = {k: (v if k in KNOWN_VARIABLES or k.startswith("//") else REDACTED) for k, v in env.items()}
+    engine = data.get("engine") if isinstance(data, dict) else None
+    if isinstance(engine, dict):
+        data["engine"] = {k: (REDACTED if _SECRET.search(k) else v) for k, v in engine.items()}
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _refuse_clobbering(out: Path, files: list[Path], log_dir: Path | None) -> None:
+    out = out.resolve()
+    if any(out == f.resolve() for f in files) or (log_dir is not None and log_dir.resolve() in out.parents):
+        raise BundleError(f"--out {out}: that is one of the run's own files or folders; write the bundle elsewhere")
+
+
+def write_bundle(run: Path, out: Path, logs: Path | None = None) -> tuple[list[str], list[str]]:
+    """Write the bundle (to a temporary name, then in place); return its member names and
+    what it could not find."""
     files, log_dir = run_files(run, logs)
+    _refuse_clobbering(out, files, log_dir)
+    missing = [] if log_dir is not None else ["no engine logs or config: no <run>.logs folder beside it (--logs DIR)"]
     stem = run.name.removesuffix(".logs").removesuffix(".csv")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with tarfile.open(tmp, "w:gz") as tar:
         for path in files:
             tar.add(path, arcname=f"{stem}/{path.relative_to(run.parent)}")
-        if log_dir is not None:
-            for path in sorted(p for p in log_dir.rglob("*") if p.is_file()):
-                tar.add(path, arcname=f"{stem}/logs/{path.relative_to(log_dir)}")
+        for path in sorted(p for p in log_dir.rglob("*") if p.is_file()) if log_dir is not None else ():
+            name = f"{stem}/logs/{path.relative_to(log_dir)}"
+            if path.name == CONFIG_COPY:
+                _add_text(tar, name, redacted_config(path))
+            else:
+                tar.add(path, arcname=name)
         _add_text(tar, f"{stem}/doctor.txt", doctor_text(log_dir))
         _add_text(tar, f"{stem}/environment.json", json.dumps(environment(), indent=2) + "\n")
         names = tar.getnames()
     os.replace(tmp, out)
-    return names
+    return names, missing
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -127,7 +158,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        names = write_bundle(Path(args.run), Path(args.out), Path(args.logs) if args.logs else None)
+        names, missing = write_bundle(Path(args.run), Path(args.out), Path(args.logs) if args.logs else None)
     except (BundleError, OSError) as exc:
         print(f"lorabench bundle: {exc}")
         with contextlib.suppress(OSError):
@@ -135,4 +166,5 @@ def main(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote {args.out}:")
     print("".join(f"  {name}\n" for name in names), end="")
+    print("".join(f"lorabench bundle: {line}\n" for line in missing), end="")
     return 0

@@ -16,7 +16,9 @@ from tests.helpers import make_row, make_sample
 def run(tmp_path, tiny_config):
     """A finished run: one row with its samples, an engine log and the config kept at its start."""
     writer = ResultWriter(tmp_path / "results", None, "abc12345", False)
-    writer.keep_config(tiny_config())
+    writer.keep_config(
+        tiny_config(env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_in_config"}, engine={"hf_token": "hf_arg"})
+    )
     writer.append(make_row(), [make_sample()])
     (writer.log_dir / "loras2-rank16-cpu4-build0.log").write_text("INFO engine started\n")
     replays = writer.path.with_name(writer.path.stem + ".replays")
@@ -51,7 +53,11 @@ def test_a_bundle_holds_the_run_and_only_known_settings(run, tmp_path, monkeypat
     assert "resolves: 4 adapters" in files[f"{stem}/doctor.txt"]
     environment = json.loads(files[f"{stem}/environment.json"])
     assert environment["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    assert "hf_secret" not in "".join(files.values())
+    everything = "".join(files.values())
+    assert "hf_secret" not in everything and "hf_in_config" not in everything and "hf_arg" not in everything
+    kept = json.loads(files[f"{stem}/logs/config.json"])
+    assert kept["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "(redacted)"}
+    assert kept["engine"]["hf_token"] == "(redacted)" and kept["engine"]["max_loras"] == [1, 2]
     assert f"{stem}/doctor.txt" in capsys.readouterr().out
 
 
@@ -79,3 +85,15 @@ def test_bad_input_exits_2_and_says_why(tmp_path, capsys, what, message):
     assert main(["bundle", str(tmp_path / what), "--out", str(out)]) == 2
     assert message in capsys.readouterr().out
     assert not out.exists() and not (tmp_path / "b.tar.gz.tmp").exists()
+
+
+def test_the_bundle_never_overwrites_the_run_and_says_what_it_lacks(run, tmp_path, capsys):
+    assert main(["bundle", str(run.path), "--out", str(run.path)]) == 2
+    assert main(["bundle", str(run.path), "--out", str(run.log_dir / "b.tar.gz")]) == 2
+    assert "one of the run's own files or folders" in capsys.readouterr().out
+    assert run.path.read_text().startswith("timestamp,")
+    lone = tmp_path / "elsewhere" / run.path.name
+    lone.parent.mkdir()
+    lone.write_text(run.path.read_text())
+    assert main(["bundle", str(lone), "--out", str(tmp_path / "lone.tar.gz")]) == 0
+    assert "no engine logs or config: no <run>.logs folder beside it (--logs DIR)" in capsys.readouterr().out
