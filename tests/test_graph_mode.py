@@ -111,7 +111,7 @@ def test_eager_and_graph_rows_on_the_stand_in_have_their_own_keys(pytester):
     rows = pd.read_csv(csv).set_index("enforce_eager")
     assert rows.loc[True, "compilation_mode"] == "NONE" and rows.loc[False, "compilation_mode"] == "VLLM_COMPILE"
     assert rows.loc[True, "engine_id"] == "loras2-rank8-cpu4-eager-build0"
-    keys = pd.read_csv(csv)[list(CASE_KEY)].fillna("").astype(str).agg("|".join, axis=1)
+    keys = pd.read_csv(csv)[list(CASE_KEY)].astype(object).fillna("").astype(str).agg("|".join, axis=1)
     assert keys.nunique() == 2, "compare must not match an eager row against a graph row"
 
 
