@@ -61,27 +61,23 @@ def _dotted(parts: Iterable[int]) -> str:
     return ".".join(map(str, parts))
 
 
+# (package, what it is built for, that one's name in messages, how they relate): the X.Y.Z must match.
+_PAIRED = (("vllm-ascend", "vllm", "vLLM", "is built for"), ("torch-npu", "torch", "torch", "runs on"))
+
+
 def mismatches(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
     """(problem, fix) for every pair of packages whose releases do not pair: these stop a run."""
     found = []
-    ascend, vllm = stack.get("vllm-ascend"), stack.get("vllm")
-    if ascend and vllm and not _dev(ascend, vllm) and release(ascend.version) != release(vllm.version):
-        want = _dotted(release(ascend.version))
-        found.append(
-            (
-                f"vllm-ascend {ascend.version} is built for vLLM {want}, but vLLM {vllm.version} is installed",
-                f"pip install vllm=={want}, or the vllm-ascend release for vLLM {vllm.version}",
+    for name, base_name, label, relation in _PAIRED:
+        package, base = stack.get(name), stack.get(base_name)
+        if package and base and not _dev(package, base) and release(package.version) != release(base.version):
+            want = _dotted(release(package.version))
+            found.append(
+                (
+                    f"{name} {package.version} {relation} {label} {want}, but {label} {base.version} is installed",
+                    f"pip install {base_name}=={want}, or the {name} release for {label} {base.version}",
+                )
             )
-        )
-    npu, torch = stack.get("torch-npu"), stack.get("torch")
-    if npu and torch and not _dev(npu, torch) and release(npu.version) != release(torch.version):
-        want = _dotted(release(npu.version))
-        found.append(
-            (
-                f"torch-npu {npu.version} runs on torch {want}, but torch {torch.version} is installed",
-                f"pip install torch=={want}, or the torch-npu release for torch {torch.version}",
-            )
-        )
     return found
 
 
