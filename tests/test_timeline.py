@@ -203,3 +203,6 @@ def test_a_real_engines_timeline_and_its_figure(pytester, tiny_config, tmp_path)
     (row,) = pd.read_csv(csv).to_dict("records")
     assert row["kv_usage_max"] == steps[steps["t_s"] >= 0.5]["kv_usage"].max() > 0
     assert (report / "timelines" / "1.png").is_file()
+    usage = pd.read_csv(replays_path_for(csv, "adapters"))
+    assert usage["requests"].sum() == row["num_requests"] and (usage["output_tokens"] > 0).all()
+    assert (report / "online_adapters.png").is_file()
