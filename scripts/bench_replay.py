@@ -53,6 +53,13 @@ def stand_in(folder: Path, args: argparse.Namespace) -> StandInEngine:
     return StandInEngine(config, spec, "cpu", None, costs=costs, weights={a.name: "" for a in config.adapters})
 
 
+def peak_rss_mib(*samples: float) -> float:
+    """The process's peak RSS. The kernel's high-water mark (ru_maxrss, KiB on Linux) is
+    synced from per-thread counters lazily and can read a few pages below a fresh
+    /proc sample, so the samples taken here bound it from below."""
+    return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, *samples)
+
+
 def measure(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as folder, stand_in(Path(folder), args) as engine:
         adapters = {a.name: a for a in engine.config.adapters}
@@ -69,6 +76,7 @@ def measure(args: argparse.Namespace) -> dict:
         start = time.perf_counter()
         records = engine.run(replay.replay(engine, requests, adapters, timeline=engine.timeline))
         wall = time.perf_counter() - start
+        rss_after = psutil.Process().memory_info().rss / MIB
         lags = [r.send_lag_ms for r in records]
         return {
             "requests": len(records),
@@ -81,8 +89,8 @@ def measure(args: argparse.Namespace) -> dict:
             "send_lag_ms_max": round(max(lags), 3),
             "timeline_records": len(engine.timeline.rows),
             "rss_before_replay_mib": round(rss_before),
-            # ru_maxrss is in KiB on Linux.
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "rss_after_replay_mib": round(rss_after),
+            "peak_rss_mib": round(peak_rss_mib(rss_before, rss_after)),
             "cpu": cpu_name(),
             "cores": psutil.cpu_count(),
         }
