@@ -16,7 +16,7 @@ from typing import Any
 
 from lorabench import graph, trace
 from lorabench.adapters import Adapter
-from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix
+from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix, TraceShape
 from lorabench.schema import engine_id, engine_name
 from lorabench.trace import TraceParams, TraceRequest
 from lorabench.traces import data as trace_data
@@ -121,9 +121,17 @@ class OnlineCase:
     params: TraceParams
 
     @property
-    def id(self) -> str:
+    def shape_id(self) -> str:
+        """The trace without its rate: what a capacity search varies the rate of."""
         p = self.params
-        return f"{self.suite}-n{p.num_adapters}-a{p.alpha:g}-cv{p.cv:g}-r{p.rate:g}"
+        return f"{self.suite}-n{p.num_adapters}-a{p.alpha:g}-cv{p.cv:g}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.shape_id}-r{self.params.rate:g}"
+
+    def at(self, rate: float, duration: float) -> OnlineCase:
+        return replace(self, params=replace(self.params, rate=rate, duration=duration))
 
     @property
     def num_adapters(self) -> int:
@@ -178,9 +186,16 @@ class ImportedCase:
     start: float = 0.0
 
     @property
-    def id(self) -> str:
+    def shape_id(self) -> str:
         start = f"-s{self.start:g}" if self.start else ""
-        return f"{self.suite}-{self.trace.stem}{start}-r{self.rate:g}"
+        return f"{self.suite}-{self.trace.stem}{start}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.shape_id}-r{self.rate:g}"
+
+    def at(self, rate: float, duration: float) -> ImportedCase:
+        return replace(self, rate=rate, duration=duration)
 
     @cached_property
     def _data(self) -> trace_data.TraceData:
@@ -218,27 +233,34 @@ class ImportedCase:
         }
 
 
-def online_cases(file: ConfigFile) -> list[OnlineCase | ImportedCase]:
-    """Every combination of each synthetic suite's lists, and each rate of each imported one."""
-    cases: list[OnlineCase | ImportedCase] = []
-    for suite in file.online.suites if file.online else ():
-        if suite.trace is not None:
-            cases += [ImportedCase(suite.name, Path(suite.trace), r, suite.duration, suite.start) for r in suite.rate]
-            continue
-        for n, alpha, cv, rate in itertools.product(suite.num_adapters, suite.alpha, suite.cv, suite.rate):
-            params = TraceParams(
+def trace_cases(shape: TraceShape, rates: Sequence[float], duration: float) -> list[OnlineCase | ImportedCase]:
+    """Every combination of a synthetic shape's lists with each rate; each rate of an imported one."""
+    if shape.trace is not None:
+        return [ImportedCase(shape.name, Path(shape.trace), r, duration, shape.start) for r in rates]
+    combinations = itertools.product(shape.num_adapters, shape.alpha, shape.cv, rates)
+    return [
+        OnlineCase(
+            shape.name,
+            TraceParams(
                 num_adapters=n,
                 rate=rate,
                 alpha=alpha,
                 cv=cv,
-                input_range=suite.input_range,
-                output_range=suite.output_range,
-                lengths=suite.lengths,
-                duration=suite.duration,
-                seed=suite.seed,
-            )
-            cases.append(OnlineCase(suite.name, params))
-    return cases
+                input_range=shape.input_range,
+                output_range=shape.output_range,
+                lengths=shape.lengths,
+                duration=duration,
+                seed=shape.seed,
+            ),
+        )
+        for n, alpha, cv, rate in combinations
+    ]
+
+
+def online_cases(file: ConfigFile) -> list[OnlineCase | ImportedCase]:
+    """Every case of every online suite."""
+    suites = file.online.suites if file.online else ()
+    return [case for suite in suites for case in trace_cases(suite, suite.rate, suite.duration)]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -19,10 +18,9 @@ from lorabench import builtin
 from lorabench.adapters import Adapter, read_adapters_file, read_rank
 from lorabench.config.expand import BenchConfig, as_list, shape_of
 from lorabench.config.read import ConfigError, read_json
-from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters, OnlineSuite
+from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters
+from lorabench.config.traces import check_traces, length_limit
 from lorabench.schema import COLUMNS, SAMPLE_COLUMNS, samples_path_for
-from lorabench.traces.data import load as load_trace
-from lorabench.traces.transforms import replay_window
 from lorabench.workload import pool_size
 
 
@@ -81,7 +79,7 @@ def resolve_config(
     adapters = _adapters(path, parsed, model, prompts, problems)
     problems += _check_adapters(path, parsed, adapters, needs_lora)
     problems += _check_lengths(path, parsed, model)
-    problems += _check_online(path, parsed, adapters, model)
+    problems += check_traces(path, parsed, len(adapters), length_limit(parsed, model))
     if output is not None:
         out_path: Path | None = Path(output).resolve()
     else:
@@ -228,20 +226,9 @@ def _check_adapters(path: Path, parsed: ConfigFile, adapters: list[Adapter], nee
     return problems
 
 
-def _length_limit(parsed: ConfigFile, model: Path) -> tuple[int | None, str]:
-    limit = (parsed.engine.model_extra or {}).get("max_model_len")
-    if limit is not None:
-        return limit, "engine.max_model_len"
-    try:
-        limit = json.loads((model / "config.json").read_text()).get("max_position_embeddings")
-    except (OSError, json.JSONDecodeError):
-        return None, ""
-    return limit, f"{model / 'config.json'} max_position_embeddings"
-
-
 def _check_lengths(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
     input_len = parsed.matrix.input_len
-    limit, source = _length_limit(parsed, model)
+    limit, source = length_limit(parsed, model)
     if input_len is None or limit is None:
         return []
     total = input_len + parsed.matrix.output_len
@@ -251,61 +238,3 @@ def _check_lengths(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
             f"shorten the requests or raise the limit"
         ]
     return []
-
-
-def _check_online(path: Path, parsed: ConfigFile, adapters: list[Adapter], model: Path) -> list[str]:
-    problems = []
-    limit, source = _length_limit(parsed, model)
-    for i, suite in enumerate(parsed.online.suites if parsed.online else ()):
-        field = f"online.suites[{i}]"
-        if suite.trace is not None:
-            problems += _check_trace_suite(path, field, suite, len(adapters), (limit, source))
-        elif max(suite.num_adapters) > len(adapters):
-            problems.append(
-                f"{path}: field '{field}.num_adapters' has bad value {max(suite.num_adapters)}: only "
-                f"{len(adapters)} adapters are configured: add adapters or lower it"
-            )
-        total = suite.input_range[1] + suite.output_range[1]
-        if suite.trace is None and limit is not None and total > limit:
-            problems.append(
-                f"{path}: field '{field}.input_range': the longest request, {total} tokens, exceeds {source} = {limit}"
-            )
-        if parsed.online.warmup_s >= suite.duration:
-            problems.append(
-                f"{path}: field 'online.warmup_s' has bad value {parsed.online.warmup_s}: it leaves nothing of "
-                f"suite '{suite.name}' ({suite.duration:g} s) to measure"
-            )
-    return problems
-
-
-def _check_trace_suite(
-    path: Path, field: str, suite: OnlineSuite, configured: int, limit: tuple[int | None, str]
-) -> list[str]:
-    """An imported trace's suite: the file reads, its adapters map onto the config's first N
-    (by position: the trace's i-th onto the config's i-th), every rate's window exists and
-    its requests fit the model."""
-    file = _resolve(path.parent, suite.trace)
-    where = f"{path}: field '{field}.trace'"
-    try:
-        data = load_trace(file)
-    except ValueError as exc:
-        return [f"{where}: {exc}: write it with `lorabench trace import`"]
-    problems = []
-    if len(data.adapters) > configured:
-        problems.append(
-            f"{where}: {file.name} labels requests with {len(data.adapters)} adapters, only {configured} are "
-            "configured (its i-th adapter replays as the config's i-th): add adapters or import with fewer"
-        )
-    for rate in suite.rate:
-        try:
-            window = replay_window(data, suite.start, suite.duration, rate)
-        except ValueError as exc:
-            problems.append(f"{path}: field '{field}.rate' has bad value {rate:g}: {exc}")
-            continue
-        longest = int((window.input_len + window.output_len).max())
-        if limit[0] is not None and longest > limit[0]:
-            problems.append(
-                f"{where}: the longest request at rate {rate:g}, {longest} tokens, exceeds {limit[1]} = {limit[0]}: "
-                f"import it again with --max-model-len {limit[0]}"
-            )
-    return problems

@@ -1,0 +1,113 @@
+"""Checks of the traces a config replays: the online suites' and the capacity search's shapes.
+
+Each shape must have the adapters it labels requests with, requests that fit the model,
+and room to measure after its warm-up. An imported trace's file must read, and each rate
+it is replayed at must leave requests in its window; a capacity search's rates are not
+known before it runs, so its trace is checked whole from ``start`` on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from lorabench.config.schema import ConfigFile, TraceShape
+from lorabench.traces.data import load as load_trace
+from lorabench.traces.transforms import replay_window, window
+
+Limit = tuple[int | None, str]
+
+
+def length_limit(parsed: ConfigFile, model: Path) -> Limit:
+    """The model's longest request in tokens, and where that figure comes from."""
+    limit = (parsed.engine.model_extra or {}).get("max_model_len")
+    if limit is not None:
+        return limit, "engine.max_model_len"
+    try:
+        limit = json.loads((model / "config.json").read_text()).get("max_position_embeddings")
+    except (OSError, json.JSONDecodeError):
+        return None, ""
+    return limit, f"{model / 'config.json'} max_position_embeddings"
+
+
+def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) -> list[str]:
+    problems = []
+    if parsed.online is not None:
+        for i, suite in enumerate(parsed.online.suites):
+            field = f"online.suites[{i}]"
+            problems += _check_shape(path, field, suite, configured, limit, suite.rate, suite.duration)
+            if parsed.online.warmup_s >= suite.duration:
+                problems.append(
+                    f"{path}: field 'online.warmup_s' has bad value {parsed.online.warmup_s}: it leaves nothing of "
+                    f"suite '{suite.name}' ({suite.duration:g} s) to measure"
+                )
+    if parsed.capacity is not None:
+        for i, shape in enumerate(parsed.capacity.shapes):
+            field = f"capacity.shapes[{i}]"
+            problems += _check_shape(path, field, shape, configured, limit, (), parsed.capacity.probe_duration_s)
+    return problems
+
+
+def _check_shape(
+    path: Path, field: str, shape: TraceShape, configured: int, limit: Limit, rates: Sequence[float], duration: float
+) -> list[str]:
+    if shape.trace is not None:
+        return _check_imported(path, field, shape, configured, limit, rates, duration)
+    problems = []
+    if max(shape.num_adapters) > configured:
+        problems.append(
+            f"{path}: field '{field}.num_adapters' has bad value {max(shape.num_adapters)}: only "
+            f"{configured} adapters are configured: add adapters or lower it"
+        )
+    total = shape.input_range[1] + shape.output_range[1]
+    if limit[0] is not None and total > limit[0]:
+        problems.append(
+            f"{path}: field '{field}.input_range': the longest request, {total} tokens, exceeds {limit[1]} = {limit[0]}"
+        )
+    return problems
+
+
+def _check_imported(
+    path: Path,
+    field: str,
+    shape: TraceShape,
+    configured: int,
+    limit: Limit,
+    rates: Sequence[float],
+    duration: float,
+) -> list[str]:
+    """The file reads, its adapters map onto the config's first N (by position: the
+    trace's i-th onto the config's i-th), every rate's window exists and its requests
+    fit the model (the whole trace from ``start`` when no rate is given)."""
+    file = (path.parent / shape.trace).resolve()
+    where = f"{path}: field '{field}.trace'"
+    try:
+        data = load_trace(file)
+    except ValueError as exc:
+        return [f"{where}: {exc}: write it with `lorabench trace import`"]
+    problems = []
+    if len(data.adapters) > configured:
+        problems.append(
+            f"{where}: {file.name} labels requests with {len(data.adapters)} adapters, only {configured} are "
+            "configured (its i-th adapter replays as the config's i-th): add adapters or import with fewer"
+        )
+    windows = []
+    for rate in rates:
+        try:
+            windows.append((f" at rate {rate:g}", replay_window(data, shape.start, duration, rate)))
+        except ValueError as exc:
+            problems.append(f"{path}: field '{field}.rate' has bad value {rate:g}: {exc}")
+    if not rates:
+        rest, _ = window(data, shape.start, None)
+        if not len(rest):
+            return [*problems, f"{path}: field '{field}.start' has bad value {shape.start:g}: the trace ends before it"]
+        windows.append(("", rest))
+    for said, kept in windows:
+        longest = int((kept.input_len + kept.output_len).max())
+        if limit[0] is not None and longest > limit[0]:
+            problems.append(
+                f"{where}: the longest request{said}, {longest} tokens, exceeds {limit[1]} = {limit[0]}: "
+                f"import it again with --max-model-len {limit[0]}"
+            )
+    return problems
