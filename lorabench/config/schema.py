@@ -19,8 +19,10 @@ from pydantic import (
     PositiveInt,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
+from lorabench.capacity import MIN_REQUESTS
 from lorabench.graph import GRAPH_KEYS
 
 WORKLOADS = ("distinct", "uniform", "skewed", "identical", "mixed")
@@ -119,13 +121,10 @@ class GeneratedAdapters(_Strict):
 SYNTHETIC_FIELDS = ("num_adapters", "alpha", "cv", "input_range", "output_range", "lengths", "seed")
 
 
-class OnlineSuite(_Strict):
-    """One sweep of traces, as in S-LoRA's experiment suites.
-
-    Synthetic: every combination of the listed adapter counts, popularity exponents,
-    burstiness and rates is a case. Imported (``trace``: a file ``lorabench trace import``
-    wrote, relative to the config's folder): each rate is a case, the trace from ``start``
-    time-scaled so that ``duration`` seconds of it arrive at that mean rate."""
+class TraceShape(_Strict):
+    """What a trace is made of, whatever its rate: synthetic (adapters, popularity,
+    burstiness, lengths; each list crossed with the others) or imported (``trace``: a file
+    ``lorabench trace import`` wrote, relative to the config's folder, from ``start`` on)."""
 
     name: str = Field(default="suite", pattern=r"^[A-Za-z0-9_.]+$")
     # Declared before the fields whose checks depend on it.
@@ -133,8 +132,6 @@ class OnlineSuite(_Strict):
     num_adapters: Annotated[list[PositiveInt], Field(min_length=1)] | None = Field(default=None, validate_default=True)
     alpha: list[PositiveFloat] = Field(default=[1.0], min_length=1)
     cv: list[PositiveFloat] = Field(default=[1.0], min_length=1)
-    rate: list[PositiveFloat] = Field(min_length=1)
-    duration: PositiveFloat = 300.0
     input_range: tuple[PositiveInt, PositiveInt] = (8, 64)
     output_range: tuple[PositiveInt, PositiveInt] = (8, 64)
     lengths: Literal["uniform", "longtail"] = "uniform"
@@ -170,6 +167,15 @@ class OnlineSuite(_Strict):
         return value
 
 
+class OnlineSuite(TraceShape):
+    """One sweep of traces, as in S-LoRA's experiment suites: each rate (and, for a
+    synthetic shape, each combination of its lists) is a case. An imported trace is
+    time-scaled so that ``duration`` seconds of it arrive at that mean rate."""
+
+    rate: list[PositiveFloat] = Field(min_length=1)
+    duration: PositiveFloat = 300.0
+
+
 class Online(_Strict):
     suites: list[OnlineSuite] = Field(min_length=1)
     # S-LoRA's target: first token within 6 s.
@@ -201,6 +207,49 @@ class WorkingSet(_Strict):
         return _unique(value)
 
 
+class Capacity(_Strict):
+    """The capacity search (``lorabench.capacity``): the highest rate at which ``target`` of
+    the requests meet both SLOs, for each trace shape, on every LoRA engine."""
+
+    shapes: list[TraceShape] = Field(min_length=1)
+    slo_ttft_ms: PositiveFloat
+    slo_tpot_ms: PositiveFloat
+    # The share of requests that must meet both SLOs (DistServe's 90 %).
+    target: float = Field(default=0.9, gt=0, le=1)
+    # The search stops once the lowest failing rate is within this ratio of the highest passing one.
+    precision: float = Field(default=0.1, gt=0, le=1)
+    probe_duration_s: PositiveFloat = 10.0
+    # Requests arriving in a probe's first seconds are left out of its attainment.
+    warmup_s: NonNegativeFloat = 2.0
+    # After a probe's last arrival: how long its requests may take to finish before it counts as over.
+    drain_s: PositiveFloat = 5.0
+    max_probes: int = Field(default=8, ge=2)
+    max_time_s: PositiveFloat = 300.0
+    max_rate: PositiveFloat | None = None
+    # The closed-loop estimate the search starts from: this many requests, this many at a time.
+    estimate_requests: PositiveInt = 32
+    estimate_concurrency: PositiveInt = 8
+
+    @model_validator(mode="after")
+    def _probes_can_judge(self) -> Capacity:
+        if self.warmup_s >= self.probe_duration_s:
+            raise ValueError(
+                f"warmup_s {self.warmup_s:g} leaves nothing of probe_duration_s {self.probe_duration_s:g} "
+                "to measure: make probe_duration_s longer than warmup_s"
+            )
+        if self.max_rate is not None and self.max_rate <= self.min_rate:
+            raise ValueError(
+                f"max_rate {self.max_rate:g} is at or below {self.min_rate:.3g} requests/s, the lowest rate whose "
+                f"probe holds {MIN_REQUESTS} measured requests: raise max_rate or lengthen probe_duration_s"
+            )
+        return self
+
+    @property
+    def min_rate(self) -> float:
+        """The lowest rate a probe can judge: ``MIN_REQUESTS`` measured requests on average."""
+        return MIN_REQUESTS / (self.probe_duration_s - self.warmup_s)
+
+
 class ConfigFile(_Strict):
     """The JSON document as written; paths are still relative to its folder."""
 
@@ -217,3 +266,4 @@ class ConfigFile(_Strict):
     online: Online | None = None
     residency: Residency | None = None
     working_set: WorkingSet | None = None
+    capacity: Capacity | None = None

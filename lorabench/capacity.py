@@ -1,0 +1,156 @@
+"""The capacity search: the highest request rate at which a target share of requests meets
+both latency SLOs (DistServe's goodput definition), found by probing.
+
+A probe is one open-loop replay at one rate. It is *over* when its attainment is below
+the target, or when requests are still unfinished once the drain bound after its last
+arrival has passed: an engine whose queue grows is overloaded whatever the requests that
+did finish say. The search starts from a short closed-loop estimate of what the engine
+can serve, brackets the SLO edge by doubling and halving the rate, then bisects (on a log
+scale: the bracket is a ratio) until the lowest failing rate is within ``precision`` of
+the highest passing one. Only rates inside the bracket are probed once it exists, so the
+highest passing rate always stays below the lowest failing one, whatever the noise.
+
+Everything here is independent of the engine: a probe is a function of the rate, so the
+search is tested against engines whose true capacity is known.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Below this many measured requests a probe's attainment means little: the search never
+# goes to a rate whose probe would hold fewer on average.
+MIN_REQUESTS = 10
+# The first probe, as a share of the closed-loop estimate: that estimate is the engine's
+# throughput with no latency target, an upper bound on its capacity under one.
+FIRST_PROBE_SHARE = 0.5
+Z_95 = 1.959964
+
+# Why a search stopped (the row's ``search_stop``).
+BRACKETED = "bracketed"
+ABOVE_RANGE = "above max_rate"
+BELOW_RANGE = "below min_rate"
+PROBE_LIMIT = "max_probes"
+TIME_LIMIT = "max_time_s"
+
+
+def wilson_interval(met: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of a binomial share: honest near 0 and 1, where the
+    normal approximation gives bounds outside [0, 1] or of zero width."""
+    if n == 0:
+        return (math.nan, math.nan)
+    p = met / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One replay at one rate: its measured requests (after the warm-up), how many met the
+    SLO, how many were still unfinished after the drain bound, and what else it recorded."""
+
+    rate: float
+    requests: int
+    met: int
+    unfinished: int
+    target: float
+    # Goodput, engine state and latencies of the probe, as the probes file keeps them.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def attainment(self) -> float:
+        return self.met / self.requests if self.requests else math.nan
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.met, self.requests)
+
+    @property
+    def passed(self) -> bool:
+        """At or above the target with nothing left unfinished: an overload never passes."""
+        return self.requests > 0 and self.unfinished == 0 and self.attainment >= self.target
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Where the search may look and when it gives up."""
+
+    precision: float
+    min_rate: float
+    max_rate: float | None
+    max_probes: int
+    max_time_s: float
+
+
+@dataclass
+class Search:
+    """The probes in the order they ran, and why the search stopped."""
+
+    probes: list[Probe]
+    stop: str
+    estimate_rps: float = math.nan
+
+    @property
+    def capacity(self) -> Probe | None:
+        """The highest passing probe."""
+        passed = [p for p in self.probes if p.passed]
+        return max(passed, key=lambda p: p.rate) if passed else None
+
+    @property
+    def over(self) -> Probe | None:
+        """The lowest failing probe."""
+        failed = [p for p in self.probes if not p.passed]
+        return min(failed, key=lambda p: p.rate) if failed else None
+
+
+def next_rate(search: Search, limits: Limits) -> float | None:
+    """The rate to probe next, or None with ``search.stop`` set when the search is done."""
+    low, high = search.capacity, search.over
+    if low is not None and high is not None:
+        if high.rate <= low.rate * (1 + limits.precision):
+            search.stop = BRACKETED
+            return None
+        return math.sqrt(low.rate * high.rate)
+    if high is None:
+        if limits.max_rate is not None and low.rate >= limits.max_rate:
+            search.stop = ABOVE_RANGE
+            return None
+        return min(2 * low.rate, limits.max_rate or math.inf)
+    if high.rate <= limits.min_rate:
+        search.stop = BELOW_RANGE
+        return None
+    return max(high.rate / 2, limits.min_rate)
+
+
+def first_rate(estimate_rps: float, limits: Limits) -> float:
+    """Where the search starts: a share of the closed-loop estimate, inside the range."""
+    rate = FIRST_PROBE_SHARE * estimate_rps if estimate_rps > 0 else limits.min_rate
+    return min(max(rate, limits.min_rate), limits.max_rate or math.inf)
+
+
+def search(
+    probe_at: Callable[[float], Probe],
+    estimate_rps: float,
+    limits: Limits,
+    clock: Callable[[], float] = time.monotonic,
+) -> Search:
+    """Probe rates until the SLO edge is bracketed within ``limits.precision``, the range's
+    end is passed, or a limit on probes or time is reached (``Search.stop`` says which)."""
+    started = clock()
+    found = Search([], stop="", estimate_rps=estimate_rps)
+    rate: float | None = first_rate(estimate_rps, limits)
+    while rate is not None:
+        if len(found.probes) >= limits.max_probes:
+            found.stop = PROBE_LIMIT
+            break
+        if clock() - started >= limits.max_time_s:
+            found.stop = TIME_LIMIT
+            break
+        found.probes.append(probe_at(rate))
+        rate = next_rate(found, limits)
+    return found
