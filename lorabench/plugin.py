@@ -29,6 +29,7 @@ from lorabench.device import DEVICE_TYPES, Platform
 from lorabench.engine import Engine, EngineBuildError, VllmBackend
 from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
 from lorabench.progress import RunProgress
+from lorabench.recommend import for_session
 from lorabench.results import ResultWriter, format_rank_summary, format_summary, provenance
 from lorabench.scenarios import SCENARIOS, Scenario
 from lorabench.schema import SchemaError, check_declared
@@ -305,6 +306,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         lines.append(format_summary(state.writer.rows))
         if state.writer.by_rank:
             lines.append(format_rank_summary(state.writer.by_rank))
+        lines += for_session(state.writer.rows)
         lines += [f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
     if state.report is not None:
         lines.append(f"report: {state.report}")

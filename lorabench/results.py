@@ -28,6 +28,7 @@ from lorabench.schema import (
     ADAPTER_COLUMNS,
     COLUMNS,
     DIGEST_COLUMNS,
+    PROBE_COLUMNS,
     SAMPLE_COLUMNS,
     SAMPLE_KEY,
     TIMELINE_COLUMNS,
@@ -47,7 +48,7 @@ class ResultsFileError(RuntimeError):
 
 # Records a case may keep beside its samples, by kind: each kind is its own file in the
 # run's replays folder (schema.replays_path_for), keyed like the samples.
-REPLAY_FILES = {"timeline": TIMELINE_COLUMNS, "adapters": ADAPTER_COLUMNS}
+REPLAY_FILES = {"timeline": TIMELINE_COLUMNS, "adapters": ADAPTER_COLUMNS, "probes": PROBE_COLUMNS}
 
 
 def git_state(root: Path) -> tuple[str, bool]:
@@ -217,6 +218,8 @@ SUMMARY_COLUMNS = (
     ("kv_cache_tokens", "kv tokens"),
     ("peak_memory_mb", "peak MiB"),
     ("slo_attainment", "slo met"),
+    ("capacity_rps", "capacity rps"),
+    ("capacity_over_rps", "over rps"),
     ("send_lag_ms_p99", "lag p99 ms"),
     ("digest_mismatches", "wrong out"),
 )
@@ -224,8 +227,10 @@ SUMMARY_COLUMNS = (
 
 def format_summary(rows: Sequence[ResultRow]) -> str:
     """A plain fixed-width table of the session's cases, one line each."""
-    header = [title for _, title in SUMMARY_COLUMNS]
-    body = [[_fmt(getattr(row, key)) for key, _ in SUMMARY_COLUMNS] for row in rows]
+    # A column no case of the session fills says nothing: it is left out.
+    shown = [(key, title) for key, title in SUMMARY_COLUMNS if any(_fmt(getattr(r, key)) for r in rows)]
+    header = [title for _, title in shown]
+    body = [[_fmt(getattr(row, key)) for key, _ in shown] for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(header, *body)]
     lines = [
         "  ".join(cell.rjust(w) if i > 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))

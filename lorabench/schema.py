@@ -19,7 +19,15 @@ from typing import Any
 from lorabench.graph import name_suffix
 
 # Column groups, in file order.
-PROVENANCE, PARAMETER, TRACE, METRIC, ONLINE, ENGINE = "provenance", "parameter", "trace", "metric", "online", "engine"
+PROVENANCE, PARAMETER, TRACE, METRIC, ONLINE, CAPACITY, ENGINE = (
+    "provenance",
+    "parameter",
+    "trace",
+    "metric",
+    "online",
+    "capacity",
+    "engine",
+)
 PERCENTILES = (50, 90, 99)
 PER_REQUEST_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "request_e2e_ms", "queue_ms")
 
@@ -153,6 +161,21 @@ class ResultRow:
     preemptions: int | None = _col(ONLINE, optional=True)
     adapters_waiting_max: int | None = _col(ONLINE, optional=True)
 
+    # Capacity searches (lorabench.capacity): what a probe must reach to pass...
+    slo_target: float | None = _col(CAPACITY, key=True, optional=True)
+    capacity_precision: float | None = _col(CAPACITY, key=True, optional=True)
+    capacity_drain_s: float | None = _col(CAPACITY, key=True, optional=True)
+    # ...the closed-loop throughput the search started from, the highest passing and lowest
+    # failing rates, and the passing probe's attainment with its 95 % (Wilson) interval.
+    estimate_rps: float | None = _col(CAPACITY, optional=True)
+    capacity_rps: float | None = _col(CAPACITY, optional=True)
+    capacity_over_rps: float | None = _col(CAPACITY, optional=True)
+    probes: int | None = _col(CAPACITY, optional=True)
+    attainment_at_capacity: float | None = _col(CAPACITY, optional=True)
+    attainment_ci_low: float | None = _col(CAPACITY, optional=True)
+    attainment_ci_high: float | None = _col(CAPACITY, optional=True)
+    search_stop: str | None = _col(CAPACITY, optional=True)
+
     warmup_rounds: int = _col(ENGINE)
     engine_id: str = _col(ENGINE)
     build: int = _col(ENGINE)
@@ -232,6 +255,27 @@ class AdapterRecord:
     slo_attainment: float
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProbeRecord:
+    """One probe of a capacity search: a replay at one rate (``lorabench.capacity.Probe``)."""
+
+    probe: int  # in the order the search ran them
+    rate: float
+    requests: int  # measured: arrived after the warm-up
+    met: int
+    unfinished: int  # still running after the drain bound, then aborted
+    attainment: float
+    ci_low: float
+    ci_high: float
+    passed: bool
+    goodput_rps: float
+    ttft_ms_p99: float
+    decode_ms_p99: float
+    kv_usage_max: float | None = None
+    preemptions: int | None = None
+    seconds: float  # the probe's wall time, its drain included
+
+
 def _names(record: type, test: Any = lambda f: True) -> tuple[str, ...]:
     return tuple(f.name for f in fields(record) if test(f))
 
@@ -255,6 +299,7 @@ SAMPLE_COLUMNS = SAMPLE_KEY + _names(Sample)
 TIMELINE_FIELDS = _names(TimelineRecord)
 TIMELINE_COLUMNS = SAMPLE_KEY + TIMELINE_FIELDS
 ADAPTER_COLUMNS = SAMPLE_KEY + _names(AdapterRecord)
+PROBE_COLUMNS = SAMPLE_KEY + _names(ProbeRecord)
 
 
 def beside(csv_path: Path, kind: str) -> Path:

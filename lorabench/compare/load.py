@@ -25,6 +25,7 @@ METRICS = {
     "e2e_ms": False,
     "output_tokens_per_s": True,
     "lora_overhead": False,
+    "capacity_rps": True,
 }
 # What every lorabench result file has had.
 CORE_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "output_tokens_per_s")

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from lorabench.report import cache_figures, figures, online_figures
+from lorabench.recommend import recommendations
+from lorabench.report import cache_figures, capacity_figures, figures, online_figures
 from lorabench.report.runs import ReportRun, load_runs
 from lorabench.schema import PROVENANCE_COLUMNS
 
@@ -49,6 +50,16 @@ FIGURES: list[tuple[str, str, Callable[[Sequence[ReportRun]], Any]]] = [
         "Requests cycling through W adapters: where max_loras and max_cpu_loras bite.",
         cache_figures.working_sets,
     ),
+    (
+        "capacity_knee.png",
+        "Capacity searches: each probe's SLO attainment (95 % interval) against its rate; hollow: the probe failed.",
+        capacity_figures.knee,
+    ),
+    (
+        "capacity.png",
+        "Capacity per engine configuration and trace shape, over builds; tick: the lowest failing rate.",
+        capacity_figures.capacity_by_configuration,
+    ),
     ("memory.png", "Peak memory and KV cache capacity per engine configuration.", cache_figures.memory),
 ]
 PROVENANCE = tuple(c for c in PROVENANCE_COLUMNS if c != "timestamp")
@@ -69,6 +80,8 @@ def write_report(paths: Sequence[Path], out: Path, title: str = "lorabench repor
             f'<figure><img src="{name}" alt="{html.escape(caption)}"><figcaption>'
             f"{html.escape(caption)}</figcaption></figure>"
         )
+    for run in runs:
+        sections += [f"<p>{html.escape(run.label)}: {html.escape(line)}</p>" for line in recommendations(run.rows)]
     page = out / "index.html"
     page.write_text(_page(title, runs, sections), encoding="utf-8")
     return page

@@ -23,6 +23,7 @@ class ReportRun:
     samples: pd.DataFrame
     timeline: pd.DataFrame
     adapters: pd.DataFrame
+    probes: pd.DataFrame
 
     def scenario(self, name: str) -> pd.DataFrame:
         return self.rows[self.rows["scenario"] == name]
@@ -67,7 +68,7 @@ def load_runs(paths: Sequence[Path]) -> list[ReportRun]:
         rows = run.all_rows.copy()
         rows["engine"] = engine_of(rows["engine_id"])
         run_ids = set(rows["run_id"]) if "run_id" in rows else set()
-        files = {kind: _beside(run.paths, kind, run_ids) for kind in ("samples", "timeline", "adapters")}
+        files = {kind: _beside(run.paths, kind, run_ids) for kind in ("samples", "timeline", "adapters", "probes")}
         runs.append(ReportRun(run.commit.split(" ")[0][:8], Path(path), rows, **files))
     labels = [r.label for r in runs]
     for i, run in enumerate(runs):

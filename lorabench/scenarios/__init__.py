@@ -6,11 +6,19 @@ is a module here that subclasses ``Scenario`` and a line below.
 
 from __future__ import annotations
 
-from lorabench.scenarios import multilora, no_lora, online, residency, working_set
+from lorabench.scenarios import capacity, multilora, no_lora, online, residency, working_set
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 
 SCENARIOS: dict[str, Scenario] = {
-    s.name: s for s in (no_lora.SCENARIO, multilora.SCENARIO, online.SCENARIO, residency.SCENARIO, working_set.SCENARIO)
+    s.name: s
+    for s in (
+        no_lora.SCENARIO,
+        multilora.SCENARIO,
+        online.SCENARIO,
+        residency.SCENARIO,
+        working_set.SCENARIO,
+        capacity.SCENARIO,
+    )
 }
 
 __all__ = ["SCENARIOS", "Context", "Outcome", "Parametrization", "Scenario"]

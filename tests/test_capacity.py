@@ -1,0 +1,209 @@
+"""The capacity search: against probes whose true capacity is known (a queue that grows
+above it), its limits and stops, the config's refusals, and one search end to end on the
+stand-in engine, whose service rate is set by its costs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lorabench import capacity, recommend
+from lorabench.compare import load_run
+from lorabench.compare.analysis import IMPROVED, REGRESSED, compare
+from lorabench.config import ConfigError, read_config_file, resolve_config
+from lorabench.report import write_report
+from lorabench.schema import COLUMNS, replays_path_for, samples_path_for
+from lorabench.testing import Costs, StandIn, write_config
+from tests.helpers import ROOT, make_row, result_files
+
+LIMITS = capacity.Limits(precision=0.1, min_rate=0.5, max_rate=None, max_probes=20, max_time_s=math.inf)
+
+
+def queue_probe(true_rps: float, seed: int, target: float = 0.9, seconds: float = 20.0):
+    """An engine that serves ``true_rps``: below it, 98 % of requests meet the SLO (drawn,
+    so attainment is noisy); above it the queue grows, so requests are left unfinished
+    in proportion to the excess, and those that finish mostly miss the SLO."""
+    rng = np.random.default_rng(seed)
+
+    def probe(rate: float) -> capacity.Probe:
+        n = max(1, round(rate * seconds))
+        excess = max(0.0, rate / true_rps - 1)
+        unfinished = min(n, math.ceil(n * excess)) if excess else 0
+        met = int(rng.binomial(n - unfinished, 0.98 if not excess else 0.3))
+        return capacity.Probe(rate=rate, requests=n, met=met, unfinished=unfinished, target=target)
+
+    return probe
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_search_brackets_a_known_capacity_within_its_precision(seed):
+    rng = np.random.default_rng(100 + seed)
+    true_rps = float(rng.uniform(2, 300))
+    estimate = true_rps * float(rng.uniform(0.8, 3.0))
+    found = capacity.search(queue_probe(true_rps, seed), estimate, LIMITS)
+    assert found.stop == capacity.BRACKETED
+    assert found.capacity.rate <= true_rps < found.over.rate
+    assert found.over.rate <= found.capacity.rate * (1 + LIMITS.precision)
+    assert len(found.probes) <= 8
+
+
+def test_an_overloaded_probe_never_passes_whatever_its_finished_requests_say():
+    overloaded = capacity.Probe(rate=10, requests=100, met=95, unfinished=1, target=0.9)
+    assert overloaded.attainment >= 0.9 and not overloaded.passed
+    assert capacity.Probe(rate=10, requests=100, met=90, unfinished=0, target=0.9).passed
+    assert not capacity.Probe(rate=10, requests=100, met=89, unfinished=0, target=0.9).passed
+    assert not capacity.Probe(rate=10, requests=0, met=0, unfinished=0, target=0.9).passed
+
+
+def test_a_capacity_above_the_range_or_below_its_floor_is_said_so():
+    capped = capacity.Limits(precision=0.1, min_rate=0.5, max_rate=40.0, max_probes=20, max_time_s=math.inf)
+    above = capacity.search(queue_probe(1000.0, 0), 10.0, capped)
+    assert above.stop == capacity.ABOVE_RANGE and above.capacity.rate == 40.0 and above.over is None
+    below = capacity.search(queue_probe(0.1, 0), 10.0, capped)
+    assert below.stop == capacity.BELOW_RANGE and below.capacity is None and below.over.rate == 0.5
+
+
+def test_limits_on_probes_and_time_stop_the_search_and_say_which():
+    few = capacity.Limits(precision=0.01, min_rate=0.5, max_rate=None, max_probes=3, max_time_s=math.inf)
+    found = capacity.search(queue_probe(50.0, 0), 10.0, few)
+    assert found.stop == capacity.PROBE_LIMIT and len(found.probes) == 3
+    ticks = iter(range(100))
+    brief = capacity.Limits(precision=0.01, min_rate=0.5, max_rate=None, max_probes=99, max_time_s=2)
+    found = capacity.search(queue_probe(50.0, 0), 10.0, brief, clock=lambda: next(ticks))
+    assert found.stop == capacity.TIME_LIMIT and len(found.probes) == 1
+
+
+def test_the_wilson_interval_of_a_share():
+    low, high = capacity.wilson_interval(9, 10)
+    assert (round(low, 4), round(high, 4)) == (0.5958, 0.9821)
+    assert capacity.wilson_interval(20, 20)[1] == 1.0 and capacity.wilson_interval(20, 20)[0] > 0.8
+
+
+CAPACITY = {
+    "slo_ttft_ms": 30,
+    "slo_tpot_ms": 50,
+    "probe_duration_s": 0.7,
+    "warmup_s": 0.1,
+    "drain_s": 0.4,
+    "precision": 0.2,
+    "estimate_requests": 12,
+    "estimate_concurrency": 1,
+    "shapes": [{"name": "s", "num_adapters": [2], "cv": [0.1], "input_range": [20, 20], "output_range": [4, 4]}],
+}
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"warmup_s": 1.0}, "warmup_s 1 leaves nothing of probe_duration_s 0.7"),
+        ({"max_rate": 5}, "max_rate 5 is at or below 16.7 requests/s"),
+        ({"target": 1.5}, "capacity.target"),
+        ({"max_probes": 1}, "capacity.max_probes"),
+        ({"shapes": [{"num_adapters": [9]}]}, "field 'capacity.shapes[0].num_adapters' has bad value 9"),
+        ({"shapes": [{"trace": "missing.jsonl"}]}, "field 'capacity.shapes[0].trace'"),
+    ],
+)
+def test_bad_capacity_values_are_refused_with_file_field_and_fix(tmp_path, override, expected):
+    path = write_config(tmp_path, capacity={**CAPACITY, **override})
+    with pytest.raises(ConfigError) as info:
+        resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    assert str(path) in str(info.value) and expected in str(info.value)
+
+
+def service_rps(costs: Costs, input_len: int, output_len: int) -> float:
+    """The stand-in serving one request at a time: a prefill step, then a decode step per token."""
+    return 1000.0 / (input_len * costs.prefill_ms_per_token + output_len * costs.decode_ms_per_step)
+
+
+def test_a_search_on_the_stand_in_finds_its_service_rate_and_keeps_every_probe(pytester, tmp_path):
+    costs = Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0)
+    pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
+    engine = {"max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4, "max_num_seqs": 1}
+    config = write_config(pytester.path / "run", adapters=2, capacity=CAPACITY, engine=engine)
+    result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs)])
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    (row,) = pd.read_csv(csv).to_dict("records")
+    truth = service_rps(costs, 20, 4)
+    # One request at a time with regular arrivals: the queue grows above the service rate.
+    # Each step's own overhead (a fraction of a millisecond) lowers what the stand-in serves.
+    assert row["search_stop"] == capacity.BRACKETED
+    assert 0.8 * truth <= row["capacity_rps"] <= truth < 1.2 * row["capacity_over_rps"]
+    assert row["capacity_over_rps"] <= row["capacity_rps"] * 1.2
+    assert row["attainment_at_capacity"] >= 0.9 and row["attainment_ci_low"] < row["attainment_at_capacity"]
+    assert math.isnan(row["trace_rate"]) and row["trace_duration_s"] == CAPACITY["probe_duration_s"]
+
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    assert len(probes) == row["probes"] == row["rounds"] and probes["probe"].tolist() == list(range(len(probes)))
+    passing = probes[probes["passed"]]
+    assert (passing["unfinished"] == 0).all() and (passing["attainment"] >= 0.9).all()
+    assert (
+        row["capacity_rps"] == passing["rate"].max()
+        and row["capacity_over_rps"] == probes[~probes["passed"]]["rate"].min()
+    )
+    samples = pd.read_csv(samples_path_for(csv))
+    measured = samples[samples["arrival_s"] >= CAPACITY["warmup_s"]].groupby("round").size()
+    assert measured.tolist() == probes["requests"].tolist()
+
+    page = write_report([csv], tmp_path / "report")
+    assert 'src="capacity_knee.png"' in page.read_text() and (page.parent / "capacity_knee.png").is_file()
+
+
+def capacity_rows(engine: dict, capacities, **values) -> list:
+    name = f"loras{engine['max_loras']}-rank16-cpu4"
+    fields = {
+        "scenario": "capacity",
+        "workload": "trace",
+        "batch_size": None,
+        "input_len": None,
+        "output_len": None,
+        "trace_suite": "s",
+        "trace_num_adapters": 4,
+        "trace_alpha": 1.0,
+        "trace_cv": 1.0,
+        "slo_ttft_ms": 500.0,
+        "slo_tpot_ms": 50.0,
+        "slo_target": 0.9,
+        "search_stop": capacity.BRACKETED,
+        **engine,
+        **values,
+    }
+    return [
+        make_row(**fields, capacity_rps=c, engine_id=f"{name}-build{b}", build=b) for b, c in enumerate(capacities)
+    ]
+
+
+def test_the_recommendation_names_the_best_and_whether_its_lead_beats_the_builds_spread():
+    two, eight = {"max_loras": 2}, {"max_loras": 8}
+    clear = recommend.for_session(capacity_rows(two, [10.0, 10.5]) + capacity_rows(eight, [12.0, 12.4]))
+    assert len(clear) == 1 and "choose loras8-rank16-cpu4: 12.2 req/s" in clear[0]
+    assert "19% over loras2-rank16-cpu4 (10.2 req/s" in clear[0] and "beyond the spread" in clear[0]
+    assert "1024 KV cache tokens, peak 700 MiB" in clear[0] and "TTFT 500 ms and TPOT 50 ms for 90%" in clear[0]
+    overlapping = recommend.for_session(capacity_rows(two, [10.0, 12.1]) + capacity_rows(eight, [11.0, 12.4]))
+    assert "within the spread" in overlapping[0]
+    single = recommend.for_session(capacity_rows(two, [10.0]) + capacity_rows(eight, [12.0]))
+    assert "spread between builds unknown" in single[0]
+    none = recommend.for_session(capacity_rows(two, [None]) + capacity_rows(eight, [None]))
+    assert "no configuration met the SLOs" in none[0]
+    other_slo = capacity_rows(two, [10.0], slo_ttft_ms=900.0) + capacity_rows(eight, [12.0])
+    assert len(recommend.for_session(other_slo)) == 2, "a shape searched under other SLOs is its own question"
+
+
+def write_rows(path, rows) -> str:
+    pd.DataFrame([asdict(r) for r in rows], columns=COLUMNS).to_csv(path, index=False)
+    return str(path)
+
+
+def test_compare_calls_a_lower_capacity_a_regression_and_a_higher_one_an_improvement(tmp_path):
+    engine = {"max_loras": 2}
+    base = write_rows(tmp_path / "base.csv", capacity_rows(engine, [20.0, 20.4, 19.8]))
+    lower = write_rows(tmp_path / "lower.csv", capacity_rows(engine, [16.0, 16.3, 15.9]))
+    higher = write_rows(tmp_path / "higher.csv", capacity_rows(engine, [24.0, 24.3, 23.8]))
+    verdict = {f.metric: f.verdict for f in compare(load_run(base), load_run(lower)).findings}
+    assert verdict["capacity_rps"] == REGRESSED
+    verdict = {f.metric: f.verdict for f in compare(load_run(base), load_run(higher)).findings}
+    assert verdict["capacity_rps"] == IMPROVED
