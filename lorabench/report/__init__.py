@@ -2,7 +2,8 @@
 
 Each result file is one run, drawn beside the others and labelled by commit. A figure
 appears only when some run has what it shows (residency tiers, working sets, online
-traces); each online replay with an engine timeline gets its own, in ``DIR/timelines/``.
+traces); each online case gets two of its own, the trace it replayed (``DIR/traces/``) and
+the engine's timeline while it ran (``DIR/timelines/``, where one was recorded).
 The same input gives the same files: figures carry no timestamp.
 """
 
@@ -88,12 +89,12 @@ def write_report(paths: Sequence[Path], out: Path, title: str = "lorabench repor
 
 
 def _drawn(runs: Sequence[ReportRun]) -> Iterator[tuple[str, str, Any]]:
-    """Each figure the runs have data for, one at a time (a long run has many timelines)."""
+    """Each figure the runs have data for, one at a time (a long run has many replays)."""
     for name, caption, draw in FIGURES:
         figure = draw(runs)
         if figure is not None:
             yield name, caption, figure
-    yield from online_figures.timelines(runs)
+    yield from online_figures.replays(runs)
 
 
 def _page(title: str, runs: Sequence[ReportRun], sections: list[str]) -> str:

@@ -1,6 +1,7 @@
-"""Figures of online replays from what they recorded beside the samples: each adapter's
-usage (``<run>.replays/adapters.csv``) and, per replay, the engine timeline
-(``<run>.replays/timeline.csv``) on the trace's time axis. Conventions as in ``figures``."""
+"""Figures of online replays from what they recorded: each adapter's usage
+(``<run>.replays/adapters.csv``) and, per replay, the trace it replayed (from the samples)
+beside the engine timeline (``<run>.replays/timeline.csv``) on the trace's time axis.
+Conventions as in ``figures``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pandas as pd
 
 from lorabench.report.figures import STYLES, colors_for, pyplot
 from lorabench.report.runs import ReportRun, case_keys
+from lorabench.report.trace_figures import replayed_trace, trace_figure
 
 # Arrivals are counted in this many bins over the trace, at least this long each.
 ARRIVAL_BINS, MIN_BIN_S = 60, 0.05
@@ -62,26 +64,47 @@ def _with_shares(adapters: pd.DataFrame) -> pd.DataFrame:
     return adapters.assign(share=adapters["requests"] / totals)
 
 
-def timelines(runs: Sequence[ReportRun]) -> Iterator[tuple[str, str, Any]]:
-    """(file name, caption, figure) for each online replay with a timeline, run by run."""
+def replays(runs: Sequence[ReportRun]) -> Iterator[tuple[str, str, Any]]:
+    """(file name, caption, figure) for each online case, run by run: the trace it replayed
+    (``traces/N.png``, from its samples) and, beside it, the engine's timeline while it ran
+    (``timelines/N.png``, where one was recorded); N counts the cases with either."""
     n = 0
     for run in runs:
-        if run.timeline.empty:
-            continue
         rows = run.scenario("online")
-        row_keys, sample_keys = case_keys(rows), case_keys(run.samples)
-        for key, steps in run.timeline.groupby(case_keys(run.timeline), sort=False):
-            matching = rows[row_keys == key]
-            if matching.empty:
+        samples, steps = _by_case(run.samples), _by_case(run.timeline)
+        for key, row in zip(case_keys(rows), (r for _, r in rows.iterrows())):
+            requests, timeline = samples.get(key, EMPTY), steps.get(key, EMPTY)
+            if requests.empty and timeline.empty:
                 continue
-            row = matching.iloc[0]
-            requests = run.samples[sample_keys == key] if not run.samples.empty else pd.DataFrame()
             n += 1
-            caption = (
-                f"{run.label} {row['engine_id']}, {row['test_id']}: arrivals, each request's TTFT at its send "
-                "time, KV cache usage, running and waiting requests, and distinct adapters against max_loras."
-            )
-            yield f"timelines/{n}.png", caption, _timeline(row, steps, requests)
+            case = f"{run.label} {row['engine_id']}, {row['test_id']}"
+            if not requests.empty:
+                caption = f"{case}: the trace replayed (rate over time, lengths, adapters' shares), from its samples."
+                yield f"traces/{n}.png", caption, _trace(case, row, requests)
+            if not timeline.empty:
+                caption = (
+                    f"{case}: arrivals, each request's TTFT at its send time, KV cache usage, running and "
+                    "waiting requests, and distinct adapters against max_loras."
+                )
+                yield f"timelines/{n}.png", caption, _timeline(row, timeline, requests)
+
+
+EMPTY = pd.DataFrame()
+
+
+def _by_case(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A file beside the rows (samples, timeline) split by case, keyed as ``case_keys`` keys rows."""
+    if frame.empty:
+        return {}
+    return {key: group for key, group in frame.groupby(case_keys(frame), sort=False)}
+
+
+def _trace(case: str, row: pd.Series, requests: pd.DataFrame) -> Any:
+    data, outputs = replayed_trace(row, requests)
+    note = "" if len(outputs) == len(data) else f" ({len(outputs)} finished of {len(data)})"
+    warmup = pd.to_numeric(row.get("trace_warmup_s"), errors="coerce")
+    title = f"{case}: the trace replayed"
+    return trace_figure(data, title=title, outputs=outputs, note=note, warmup_s=warmup if warmup > 0 else 0.0)
 
 
 def _timeline(row: pd.Series, steps: pd.DataFrame, requests: pd.DataFrame) -> Any:
