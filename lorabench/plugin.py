@@ -95,7 +95,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marks = [getattr(pytest.mark, file.device)] if file.device else []
     # One build per configuration and build index, shared by every scenario's tests:
     # pytest keys session-scoped parameters by value, so equal specs share one engine.
-    specs = engine_specs(file, with_lora_off=scenario.with_lora_off, builds=state.builds or file.matrix.builds)
+    builds = state.builds or scenario.builds(file) or file.matrix.builds
+    specs = engine_specs(file, with_lora_off=scenario.with_lora_off, builds=builds)
     parametrizations = scenario.parametrize(file)
     skips = [
         pytest.mark.skip(reason=f"{state.config_path}: {p.skip_reason}") for p in parametrizations if p.skip_reason

@@ -4,6 +4,7 @@ stand-in engine, whose service rate is set by its costs."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict
 
@@ -172,9 +173,7 @@ def capacity_rows(engine: dict, capacities, **values) -> list:
         **engine,
         **values,
     }
-    return [
-        make_row(**fields, capacity_rps=c, engine_id=f"{name}-build{b}", build=b) for b, c in enumerate(capacities)
-    ]
+    return [make_row(**fields, capacity_rps=c, engine_id=f"{name}-build{b}", build=b) for b, c in enumerate(capacities)]
 
 
 def test_the_recommendation_names_the_best_and_whether_its_lead_beats_the_builds_spread():
@@ -207,3 +206,45 @@ def test_compare_calls_a_lower_capacity_a_regression_and_a_higher_one_an_improve
     assert verdict["capacity_rps"] == REGRESSED
     verdict = {f.metric: f.verdict for f in compare(load_run(base), load_run(higher)).findings}
     assert verdict["capacity_rps"] == IMPROVED
+
+
+@pytest.mark.engine
+def test_a_small_search_on_the_real_cpu_engine_for_both_configurations(pytester, tmp_path):
+    """The default config's model and engine settings, a short search: each configuration's
+    capacity lies between its passing and failing probes, and the report draws the knee."""
+    config = json.loads((ROOT / "config" / "common.json").read_text())
+    config.update(
+        prompts=str(ROOT / "config" / "prompts.json"),
+        results_dir=str(tmp_path / "results"),
+        capacity={
+            "slo_ttft_ms": 1500,
+            "slo_tpot_ms": 200,
+            "precision": 0.5,
+            "probe_duration_s": 3,
+            "warmup_s": 0.5,
+            "drain_s": 2,
+            "max_probes": 4,
+            "max_time_s": 25,
+            "shapes": [{"name": "small", "num_adapters": [4], "input_range": [16, 48], "output_range": [8, 16]}],
+        },
+    )
+    path = tmp_path / "capacity.json"
+    path.write_text(json.dumps(config))
+    pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
+    csv = tmp_path / "capacity.csv"
+    args = ("--bench-config", str(path), "-p", "no:cacheprovider", "--bench-output", str(csv))
+    result = pytester.runpytest_subprocess(*args, timeout=400)
+    result.assert_outcomes(passed=2)
+    rows = pd.read_csv(csv)
+    assert sorted(rows["max_loras"]) == [2, 8] and (rows["probes"] >= 2).all()
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    for _, row in rows.iterrows():
+        mine = probes[probes["engine_id"] == row["engine_id"]]
+        assert len(mine) == row["probes"]
+        passed, failed = mine[mine["passed"]], mine[~mine["passed"]]
+        if row["search_stop"] == capacity.BRACKETED:
+            assert row["capacity_rps"] == passed["rate"].max() < row["capacity_over_rps"] == failed["rate"].min()
+        assert not passed.empty or row["search_stop"] == capacity.BELOW_RANGE
+    assert "capacity, small (4 adapters" in result.stdout.str() and "choose loras" in result.stdout.str()
+    page = write_report([csv], tmp_path / "report")
+    assert (page.parent / "capacity_knee.png").is_file() and (page.parent / "capacity.png").is_file()

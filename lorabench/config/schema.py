@@ -226,6 +226,9 @@ class Capacity(_Strict):
     max_probes: int = Field(default=8, ge=2)
     max_time_s: PositiveFloat = 300.0
     max_rate: PositiveFloat | None = None
+    # Engine builds the searches run on: each search is long, so fewer than matrix.builds by
+    # default (--bench-builds overrides both); two or more say whether a lead beats the noise.
+    builds: PositiveInt = 1
     # The closed-loop estimate the search starts from: this many requests, this many at a time.
     estimate_requests: PositiveInt = 32
     estimate_concurrency: PositiveInt = 8

@@ -81,6 +81,10 @@ class Scenario:
         """The test arguments besides ``engine``, from the config."""
         raise NotImplementedError
 
+    def builds(self, file: ConfigFile) -> int | None:
+        """How many builds of each engine configuration its cases run on; None: ``matrix.builds``."""
+        return None
+
     def run(self, ctx: Context, engine: Engine, **params: Any) -> Outcome:
         """Run one case on ``engine``. A dead engine is the case runner's business."""
         raise NotImplementedError

@@ -75,6 +75,9 @@ class Capacity(Scenario):
             ]
         return [Parametrization("capacity_case", cases, [c.id for c in cases])]
 
+    def builds(self, file: ConfigFile) -> int | None:
+        return file.capacity.builds if file.capacity is not None else None
+
     def run(self, ctx: Context, engine: Engine, *, capacity_case: CapacityCase) -> Outcome:  # type: ignore[override]
         block = ctx.config.file.capacity
         shape = capacity_case.located(ctx.config.path.parent).shape
