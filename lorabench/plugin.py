@@ -24,7 +24,7 @@ import pytest
 from lorabench import hooks, options
 from lorabench.ab import pair_from_env
 from lorabench.case import BenchCase
-from lorabench.config import ConfigError, engine_specs, resolve_config
+from lorabench.config import ConfigError, ConfigFile, engine_specs, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform
 from lorabench.engine import Engine, EngineBuildError, VllmBackend
 from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
@@ -159,14 +159,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
     except ConfigError as exc:
         raise _usage_error(exc.problems) from None
-    state.progress = _run_progress(runnable)
+    state.progress = _run_progress(runnable, state.file)
     _say(config, state.progress.first_guess())
 
 
-def _run_progress(items: list[pytest.Item]) -> RunProgress:
+def _run_progress(items: list[pytest.Item], file: ConfigFile) -> RunProgress:
     params = [item.callspec.params for item in items]
-    traces = sum(p["online_case"].duration for p in params if p.get("online_case") is not None)
-    return RunProgress(builds=len({p[ENGINE_FIXTURE] for p in params}), cases=len(items), trace_s=traces)
+    replays = sum(_scenario(i).replay_s(file, **p) for i, p in zip(items, params))
+    return RunProgress(builds=len({p[ENGINE_FIXTURE] for p in params}), cases=len(items), trace_s=replays)
 
 
 def _say(config: pytest.Config, line: str) -> None:

@@ -25,14 +25,14 @@ def duration(seconds: float) -> str:
 class RunProgress:
     builds: int
     cases: int
-    trace_s: float  # the summed durations of the online traces
+    trace_s: float  # the summed real-time replays: online traces, capacity searches at their longest
     started: float = field(default_factory=time.monotonic)
     done: int = 0
 
     def first_guess(self) -> str:
         guess = self.builds * GUESS_BUILD_S + self.cases * GUESS_CASE_S + self.trace_s
         return (
-            f"lorabench: {self.builds} engine builds, {self.cases} cases, {self.trace_s:g} s of online traces: "
+            f"lorabench: {self.builds} engine builds, {self.cases} cases, {self.trace_s:g} s of replays: "
             f"about {duration(guess)} (a first guess; refined after each build)"
         )
 

@@ -369,7 +369,7 @@ def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "lorabench: 1 engine builds, 1 cases, 5 s of online traces: about * (a first guess*",
+            "lorabench: 1 engine builds, 1 cases, 5 s of replays: about * (a first guess*",
             "trace smoke-n4-a0.3-cv1-r4: 10% (* of 5 s): */* sent, * finished, about * s of arrivals to go",
             "trace smoke-n4-a0.3-cv1-r4: 90% *",
             "trace smoke-n4-a0.3-cv1-r4: all * requests sent, * finished; waiting for the rest",

@@ -70,5 +70,5 @@ def test_progress_lines():
     assert len(lines) == 10 and lines[0].startswith("trace skew-n8: 10% (0.8 of 8 s): 4/40 sent, 2 finished")
     assert lines[-1] == "trace skew-n8: all 40 requests sent, 30 finished; waiting for the rest"
     progress = RunProgress(builds=4, cases=72, trace_s=32.0)
-    assert progress.first_guess().startswith("lorabench: 4 engine builds, 72 cases, 32 s of online traces: about 8 min")
+    assert progress.first_guess().startswith("lorabench: 4 engine builds, 72 cases, 32 s of replays: about 8 min")
     assert progress.build_done().startswith("lorabench: 1 of 4 engine builds done")

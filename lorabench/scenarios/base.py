@@ -85,6 +85,10 @@ class Scenario:
         """How many builds of each engine configuration its cases run on; None: ``matrix.builds``."""
         return None
 
+    def replay_s(self, file: ConfigFile, **params: Any) -> float:
+        """The seconds of real-time replay one case spends, at most: the run's first time guess."""
+        return 0.0
+
     def run(self, ctx: Context, engine: Engine, **params: Any) -> Outcome:
         """Run one case on ``engine``. A dead engine is the case runner's business."""
         raise NotImplementedError

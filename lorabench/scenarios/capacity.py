@@ -78,6 +78,13 @@ class Capacity(Scenario):
     def builds(self, file: ConfigFile) -> int | None:
         return file.capacity.builds if file.capacity is not None else None
 
+    def replay_s(self, file: ConfigFile, **_: object) -> float:
+        """Every probe at its longest (arrivals and drain), within the search's time limit."""
+        block = file.capacity
+        if block is None:
+            return 0.0
+        return min(block.max_probes * (block.probe_duration_s + block.drain_s), block.max_time_s)
+
     def run(self, ctx: Context, engine: Engine, *, capacity_case: CapacityCase) -> Outcome:  # type: ignore[override]
         block = ctx.config.file.capacity
         shape = capacity_case.located(ctx.config.path.parent).shape

@@ -59,6 +59,9 @@ class Online(Scenario):
             ]
         return [Parametrization("online_case", cases, [c.id for c in cases])]
 
+    def replay_s(self, file: ConfigFile, *, online_case: OnlineCase | ImportedCase | None = None, **_: object) -> float:  # type: ignore[override]
+        return online_case.duration if online_case is not None else 0.0
+
     def run(self, ctx: Context, engine: Engine, *, online_case: OnlineCase | ImportedCase) -> Outcome:  # type: ignore[override]
         online = ctx.config.file.online
         online_case = online_case.located(ctx.config.path.parent)
