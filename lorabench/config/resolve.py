@@ -30,9 +30,13 @@ def _check_against_vllm(parsed: ConfigFile, path: Path) -> list[str]:
     Without vLLM there is nothing to compare with, and the engine build says what to
     install. A vLLM that is installed but fails to import (a missing library, a torch of
     another build) would fail every engine build after the session started: say so now.
+    The names are kept in the cache for this install once it has imported
+    (``lorabench.vllm_args``): the import takes seconds.
     """
+    from lorabench.vllm_args import engine_arg_names
+
     try:
-        from vllm.engine.arg_utils import EngineArgs as VllmEngineArgs
+        known = engine_arg_names()
     except Exception as exc:  # noqa: BLE001 - whatever a broken install raises is reported
         if isinstance(exc, ModuleNotFoundError) and exc.name == "vllm":
             return []
@@ -41,7 +45,6 @@ def _check_against_vllm(parsed: ConfigFile, path: Path) -> list[str]:
             f"{path}: engine arguments cannot be checked: vLLM is installed but does not import ({reason}): "
             "run python -c 'import vllm' to see why"
         ]
-    known = set(VllmEngineArgs.__dataclass_fields__)
     problems = []
     for key in parsed.engine.model_extra or {}:
         if key not in known and key not in RESERVED_ENGINE_KEYS:
