@@ -15,7 +15,9 @@ It keeps what the scenarios rely on in vLLM, and nothing else:
 A step lasts ``prefill_ms_per_token`` for each prompt token it schedules, plus
 ``disk_load_ms`` for each adapter it reads from disk and ``slot_load_ms`` for each it
 moves into a slot, plus ``decode_ms_per_step`` and ``lora_ms_per_adapter`` for each
-distinct adapter in the step. Use it with ``pytester.runpytest(plugins=[StandIn(costs)])``,
+distinct adapter in the step. Steps keep to their schedule: the event loop wakes a sleep
+up to a millisecond late, and the next step makes that up, so a batch of many steps is
+late by about a millisecond in all, not one per step. Use it with ``pytester.runpytest(plugins=[StandIn(costs)])``,
 or from a conftest that returns a ``StandIn`` from ``pytest_lorabench_backend``.
 """
 

@@ -21,6 +21,8 @@ VOCAB_SIZE = 1000
 KV_CACHE_TOKENS = 4096
 # The steps whose stats the stand-in keeps, the last ones: enough for a test, bounded for a long trace.
 STATS_KEPT = 10_000
+# How late a step's end may be and still be made up by the next step: the event loop's rounding.
+LATE_MADE_UP_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -179,15 +181,25 @@ class StandInLLM:
                     self.running.remove(request)
 
     async def _steps(self) -> None:
+        loop = asyncio.get_running_loop()
+        due: float | None = None  # when the last step was due to end, on the loop's clock
         while True:
             if not self.waiting and not self.running:
                 self._wake.clear()
                 await self._wake.wait()
+                due = None
                 continue
             cost, prompt_tokens = self._schedule()
             in_step = {r.lora.lora_int_id for r in self.running if r.lora}
             cost += self.costs.decode_ms_per_step + self.costs.lora_ms_per_adapter * len(in_step)
-            await asyncio.sleep(cost / 1000.0)
+            # Steps keep to their schedule: the loop wakes a sleep up to a millisecond late (its
+            # timeout is rounded up to the millisecond), and the next step makes that up, so the
+            # rounding does not add up over a batch's steps. A longer stall (a blocked loop, a
+            # busy host) is not made up: a step never lasts less than its cost minus LATE_MADE_UP_S.
+            now = loop.time()
+            start = now if due is None else max(due, now - LATE_MADE_UP_S)
+            due = start + cost / 1000.0
+            await asyncio.sleep(max(0.0, due - loop.time()))
             generated = len(self.running)
             self._emit(time.monotonic())
             if self.loggers:
