@@ -20,7 +20,7 @@ from lorabench.correctness import AdapterNotApplied, DigestBook
 from lorabench.engine import Engine, is_engine_dead
 from lorabench.results import ResultWriter, utc_now
 from lorabench.scenarios import Context, Outcome, Scenario
-from lorabench.schema import ResultRow, SchemaError, check_row
+from lorabench.schema import ENGINE_ONLY, ResultRow, SchemaError, check_row
 
 
 @dataclass
@@ -82,8 +82,9 @@ class BenchCase:
                 pytest.fail(engine.state.digest_failure, pytrace=False)
             return self.scenario.run(ctx, engine, **params)
 
+        failed = engine.failed_requests
         outcome = self._on_engine(engine, work)
-        row = self._row(engine, outcome)
+        row = self._row(engine, outcome, None if failed is None else engine.failed_requests - failed)
         self.writer.append(row, outcome.samples, outcome.records)
         self.benchmark.extra_info.update(
             {**outcome.extra_info, "adapter_load_ms": row.adapter_load_ms, "peak_memory_mb": row.peak_memory_mb}
@@ -94,15 +95,23 @@ class BenchCase:
             pytest.fail(f"{exc} (the row is written to {self.writer.path})", pytrace=False)
         return row
 
-    def _row(self, engine: Engine, outcome: Outcome) -> ResultRow:
+    def _row(self, engine: Engine, outcome: Outcome, failed: int | None) -> ResultRow:
+        """``failed``: the case's requests that failed and were counted (HTTP targets). There,
+        what only an in-process engine can stamp is left blank (``schema.ENGINE_ONLY``)."""
         spec, state = engine.spec, engine.state
+        fields = outcome.fields
+        if engine.target != "inprocess":
+            fields = {k: v for k, v in fields.items() if k not in ENGINE_ONLY}
         mismatches = state.digest_mismatches
         if mismatches is not None:
             mismatches += outcome.digest_mismatches
         load_s = state.adapter_load_s
         return ResultRow(
             timestamp=utc_now(),
-            **self.provenance,
+            **{**self.provenance, **engine.provenance()},
+            endpoint=engine.endpoint,
+            target=engine.target,
+            failed=failed,
             scenario=self.scenario.name,
             enable_lora=spec.enable_lora,
             max_loras=spec.max_loras,
@@ -120,5 +129,5 @@ class BenchCase:
             peak_memory_mb=engine.memory.update(),
             memory_source=engine.memory.source,
             test_id=self.test_id,
-            **outcome.fields,
+            **fields,
         )

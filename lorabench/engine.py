@@ -61,6 +61,12 @@ class BuildState:
 class Engine(AdapterCache):
     """Builds, serves and shuts down one build of one configuration, and watches its processes."""
 
+    # Where requests go (lorabench.http.target), and the server's URL for an HTTP target.
+    target = "inprocess"
+    endpoint: str | None = None
+    # Requests that failed and were counted, not raised: HTTP targets only (None: a failure raises).
+    failed_requests: int | None = None
+
     def __init__(self, config: BenchConfig, spec: EngineSpec, device_type: str, log_path: Path | None = None) -> None:
         self.config = config
         self.spec = spec
@@ -130,6 +136,10 @@ class Engine(AdapterCache):
         self.graph = graph.reported(self.llm.vllm_config, self._log_text())
         self.memory.update()
         return self
+
+    def provenance(self) -> dict[str, Any]:
+        """Provenance columns this engine knows better than the session does: none in process."""
+        return {}
 
     def _log_text(self) -> str:
         """What this build's processes wrote: the log is appended to, so earlier runs' lines stay out."""

@@ -1,13 +1,15 @@
 """Latency metrics of one batch from the engine's own per-request timestamps.
 
 vLLM stamps each request in the engine core on one monotonic clock (``queued_ts``,
-``scheduled_ts``, ``first_token_ts``, ``last_token_ts``); the batch's end-to-end time
+``scheduled_ts``, ``first_token_ts``, ``last_token_ts``); a server's requests are timed by
+this process instead (``lorabench.http``), with no queue or prefill apart. The batch's end-to-end time
 is the wall clock around sending the whole batch and gathering its outputs. docs/metrics.md
 defines every metric.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,11 +46,6 @@ def measure_round(round_index: int, e2e_s: float, outputs: Sequence[Any], batch:
         raise MeasurementError(f"sent {len(batch.requests)} requests, the engine returned {len(outputs)}")
     samples = []
     for i, (out, req) in enumerate(zip(outputs, batch.requests)):
-        m = out.metrics
-        if m is None or not m.first_token_ts:
-            raise MeasurementError(
-                "the engine returned no per-request timestamps: it must run with disable_log_stats=False"
-            )
         generated = len(out.outputs[0].token_ids)
         if generated != output_len:
             raise MeasurementError(f"request {i} generated {generated} tokens instead of {output_len}")
@@ -60,15 +57,37 @@ def measure_round(round_index: int, e2e_s: float, outputs: Sequence[Any], batch:
                 adapter_rank=req.adapter.rank if req.adapter is not None else None,
                 prompt_tokens=len(out.prompt_token_ids or ()),
                 output_tokens=generated,
-                queue_ms=(m.scheduled_ts - m.queued_ts) * 1000.0,
-                ttft_ms=(m.first_token_ts - m.queued_ts) * 1000.0,
-                prefill_ms=(m.first_token_ts - m.scheduled_ts) * 1000.0,
-                decode_ms=(m.last_token_ts - m.first_token_ts) * 1000.0 / (generated - 1),
-                request_e2e_ms=(m.last_token_ts - m.queued_ts) * 1000.0,
                 batch_e2e_ms=e2e_s * 1000.0,
+                **_times(out, generated),
             )
         )
     return RoundSample(round_index, e2e_s * 1000.0, tuple(samples))
+
+
+def _times(out: Any, generated: int) -> dict[str, float | None]:
+    """A request's times from the engine's timestamps; or, from a server (``lorabench.http``),
+    from the client's own (sent, first and last token arrived): no queue or prefill apart."""
+    m = out.metrics
+    if m is None and getattr(out, "timing", None) is not None:
+        t = out.timing
+        return {
+            "queue_ms": math.nan,
+            "prefill_ms": math.nan,
+            "ttft_ms": (t.first_token_ts - t.sent_ts) * 1000.0,
+            "decode_ms": (t.last_token_ts - t.first_token_ts) * 1000.0 / (generated - 1),
+            "request_e2e_ms": (t.last_token_ts - t.sent_ts) * 1000.0,
+        }
+    if m is None or not m.first_token_ts:
+        raise MeasurementError(
+            "the engine returned no per-request timestamps: it must run with disable_log_stats=False"
+        )
+    return {
+        "queue_ms": (m.scheduled_ts - m.queued_ts) * 1000.0,
+        "ttft_ms": (m.first_token_ts - m.queued_ts) * 1000.0,
+        "prefill_ms": (m.first_token_ts - m.scheduled_ts) * 1000.0,
+        "decode_ms": (m.last_token_ts - m.first_token_ts) * 1000.0 / (generated - 1),
+        "request_e2e_ms": (m.last_token_ts - m.queued_ts) * 1000.0,
+    }
 
 
 def summarize(rounds: Sequence[RoundSample]) -> dict[str, float]:

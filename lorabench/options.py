@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from lorabench.http.target import parse_target
+
 GROUP = ("lorabench", "multi-LoRA benchmarks on vLLM")
 THRESHOLD_HELP = "smallest change that counts, default 10%%; repeat per metric, e.g. decode_ms=5%%"
 ALPHA_HELP = "significance level after adjustment: the chance that two same-code runs flag anything (default 0.05)"
@@ -87,6 +89,13 @@ OPTIONS = {
         Option("bench_compare_threshold", THRESHOLD_HELP, "[METRIC=]PCT", repeat=True),
         Option("bench_compare_alpha", ALPHA_HELP, "ALPHA", convert=_alpha),
         Option("bench_compare_noise_from", NOISE_FROM_HELP, "RUNS", path=True),
+        Option(
+            "bench_target",
+            "where requests go: inprocess (vLLM in this process, the default), serve (lorabench starts "
+            "vllm serve) or a running server's URL such as http://127.0.0.1:8000; overrides the config's target",
+            "TARGET",
+            convert=parse_target,
+        ),
         Option(
             "bench_report",
             "at the end, draw this run's results as a page of figures in DIR/index.html",

@@ -27,6 +27,8 @@ from lorabench.case import BenchCase
 from lorabench.config import ConfigError, ConfigFile, engine_specs, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform
 from lorabench.engine import Engine, EngineBuildError, VllmBackend
+from lorabench.http.target import URL
+from lorabench.http.target import problems as target_problems
 from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
 from lorabench.progress import RunProgress
 from lorabench.recommend import for_session
@@ -61,6 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config_path=config_path.resolve(),
         output=options.value(config, "bench_output"),
         builds=options.value(config, "bench_builds"),
+        target_option=options.value(config, "bench_target"),
     )
     options.value(config, "bench_compare_alpha")  # a bad value is a usage error now, not after the run
     try:
@@ -96,7 +99,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # One build per configuration and build index, shared by every scenario's tests:
     # pytest keys session-scoped parameters by value, so equal specs share one engine.
     builds = state.builds or scenario.builds(file) or file.matrix.builds
-    specs = engine_specs(file, with_lora_off=scenario.with_lora_off, builds=builds)
+    # A URL's server runs with LoRA as it was started: no LoRA-disabled engine there.
+    with_lora_off = scenario.with_lora_off and state.target.kind != URL
+    specs = engine_specs(file, with_lora_off=with_lora_off, builds=builds)
     parametrizations = scenario.parametrize(file)
     skips = [
         pytest.mark.skip(reason=f"{state.config_path}: {p.skip_reason}") for p in parametrizations if p.skip_reason
@@ -131,7 +136,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=bench_items)
         items[:] = [i for i in items if i not in bench_items]
         return
-    state.backend = config.hook.pytest_lorabench_backend(config=config) or VllmBackend()
+    state.backend = _backend(config, state)
     state.platform = state.backend.platform()
     for item in marked:
         reason = _device_skip(item, state.platform)
@@ -149,6 +154,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             check_declared(scenario.name, scenario.columns | scenario.maybe_columns)
     except SchemaError as exc:
         raise _usage_error([str(exc)]) from None
+    lora_off = any(s.with_lora_off for s in scenarios) and state.target.kind != URL
+    specs = engine_specs(state.file, with_lora_off=lora_off)
+    refused = target_problems(state.config_path, state.file, state.target, specs)
+    if refused:
+        raise _usage_error(refused)
     try:
         state.config = resolve_config(
             state.config_path,
@@ -161,6 +171,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise _usage_error(exc.problems) from None
     state.progress = _run_progress(runnable, state.file)
     _say(config, state.progress.first_guess())
+
+
+def _backend(config: pytest.Config, state: BenchState) -> Any:
+    """A server target's backend; else what the ``pytest_lorabench_backend`` hook gives (a
+    stand-in, say), else in-process vLLM."""
+    if state.target.over_http:
+        from lorabench.http.backend import HttpBackend  # aiohttp: imported only when a server is the target
+
+        return HttpBackend(state.target, state.file.device)
+    return config.hook.pytest_lorabench_backend(config=config) or VllmBackend()
 
 
 def _run_progress(items: list[pytest.Item], file: ConfigFile) -> RunProgress:

@@ -33,11 +33,28 @@ PER_REQUEST_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "request_e2e_ms", "
 
 
 def _col(
-    group: str, *, key: bool = False, engine: bool = False, optional: bool = False, by_engine: bool = False
+    group: str,
+    *,
+    key: bool = False,
+    engine: bool = False,
+    optional: bool = False,
+    by_engine: bool = False,
+    engine_only: bool = False,
+    older: str | None = None,
 ) -> Any:
     """A column: ``key`` columns identify a case across runs, ``engine`` ones an engine
-    configuration; ``by_engine`` optional columns are filled or not by the engine, not the scenario."""
-    metadata = {"group": group, "key": key, "engine": engine, "by_engine": by_engine or engine}
+    configuration; ``by_engine`` optional columns are filled or not by the engine, not the
+    scenario; ``engine_only`` ones only an in-process engine can fill (its own timestamps and
+    caches), so they stay blank on HTTP targets; ``older``: what a file written before the
+    column existed meant (compare reads its rows so)."""
+    metadata = {
+        "group": group,
+        "key": key,
+        "engine": engine,
+        "by_engine": by_engine or engine,
+        "engine_only": engine_only,
+        "older": older,
+    }
     return field(default=None, metadata=metadata) if optional else field(metadata=metadata)
 
 
@@ -60,8 +77,13 @@ class ResultRow:
     driver_version: str = _col(PROVENANCE)
     firmware_version: str = _col(PROVENANCE)
     model: str = _col(PROVENANCE, key=True)
+    # An HTTP target's server (lorabench.http): the URL requests went to; blank in process.
+    endpoint: str | None = _col(PROVENANCE, optional=True, by_engine=True)
 
     scenario: str = _col(PARAMETER, key=True)
+    # Where requests went (lorabench.http.target): inprocess, serve or url; a case measured
+    # through a server's front end is not the same case as one measured in process.
+    target: str | None = _col(PARAMETER, key=True, optional=True, by_engine=True, older="inprocess")
     workload: str = _col(PARAMETER, key=True)
     batch_size: int | None = _col(PARAMETER, key=True, optional=True)
     input_len: int | None = _col(PARAMETER, key=True, optional=True)
@@ -104,10 +126,10 @@ class ResultRow:
     ttft_ms_p50: float | None = _col(METRIC, optional=True)
     ttft_ms_p90: float | None = _col(METRIC, optional=True)
     ttft_ms_p99: float | None = _col(METRIC, optional=True)
-    prefill_ms: float | None = _col(METRIC, optional=True)
-    prefill_ms_p50: float | None = _col(METRIC, optional=True)
-    prefill_ms_p90: float | None = _col(METRIC, optional=True)
-    prefill_ms_p99: float | None = _col(METRIC, optional=True)
+    prefill_ms: float | None = _col(METRIC, optional=True, engine_only=True)
+    prefill_ms_p50: float | None = _col(METRIC, optional=True, engine_only=True)
+    prefill_ms_p90: float | None = _col(METRIC, optional=True, engine_only=True)
+    prefill_ms_p99: float | None = _col(METRIC, optional=True, engine_only=True)
     decode_ms: float | None = _col(METRIC, optional=True)
     decode_ms_p50: float | None = _col(METRIC, optional=True)
     decode_ms_p90: float | None = _col(METRIC, optional=True)
@@ -116,10 +138,10 @@ class ResultRow:
     request_e2e_ms_p50: float | None = _col(METRIC, optional=True)
     request_e2e_ms_p90: float | None = _col(METRIC, optional=True)
     request_e2e_ms_p99: float | None = _col(METRIC, optional=True)
-    queue_ms: float | None = _col(METRIC, optional=True)
-    queue_ms_p50: float | None = _col(METRIC, optional=True)
-    queue_ms_p90: float | None = _col(METRIC, optional=True)
-    queue_ms_p99: float | None = _col(METRIC, optional=True)
+    queue_ms: float | None = _col(METRIC, optional=True, engine_only=True)
+    queue_ms_p50: float | None = _col(METRIC, optional=True, engine_only=True)
+    queue_ms_p90: float | None = _col(METRIC, optional=True, engine_only=True)
+    queue_ms_p99: float | None = _col(METRIC, optional=True, engine_only=True)
     e2e_ms: float | None = _col(METRIC, optional=True)
     e2e_ms_p50: float | None = _col(METRIC, optional=True)
     e2e_ms_p90: float | None = _col(METRIC, optional=True)
@@ -141,10 +163,13 @@ class ResultRow:
     load_share: float | None = _col(METRIC, optional=True)
     # Requests in the case's timed span whose adapter was not in vLLM's CPU cache when sent
     # (by list_loras, read outside the timing): each of them loaded its adapter from disk.
-    timed_adapter_loads: int | None = _col(METRIC, optional=True)
+    timed_adapter_loads: int | None = _col(METRIC, optional=True, engine_only=True)
 
     num_requests: int | None = _col(ONLINE, optional=True)
     unfinished: int | None = _col(ONLINE, optional=True)
+    # HTTP targets: the case's requests that failed (an error status, a stream broken off);
+    # an online replay counts them among the unfinished too. Blank in process, where a failure raises.
+    failed: int | None = _col(ONLINE, optional=True, by_engine=True)
     request_throughput: float | None = _col(ONLINE, optional=True)
     slo_ttft_ms: float | None = _col(ONLINE, key=True, optional=True)
     slo_tpot_ms: float | None = _col(ONLINE, key=True, optional=True)
@@ -291,6 +316,10 @@ STACK_COLUMNS = tuple(
 CASE_KEY = _names(ResultRow, lambda f: f.metadata["key"])
 # What identifies an engine configuration (one build of it is one engine).
 ENGINE_KEY = _names(ResultRow, lambda f: f.metadata["engine"])
+# What only an in-process engine can fill: blank on HTTP targets, whatever the scenario declares.
+ENGINE_ONLY = frozenset(_names(ResultRow, lambda f: f.metadata["engine_only"]))
+# What files written before a column existed meant by its absence.
+OLDER_FILES = {f.name: f.metadata["older"] for f in fields(ResultRow) if f.metadata["older"] is not None}
 # The optional columns that depend on the scenario, not on the engine.
 SCENARIO_COLUMNS = OPTIONAL_COLUMNS - set(_names(ResultRow, lambda f: f.metadata["by_engine"]))
 # Enough to find a sample's case row: the run, the engine build and the case key.
@@ -355,9 +384,12 @@ def check_row(row: ResultRow, declared: Iterable[str], maybe: Iterable[str] = ()
     """Refuse a blank in a declared column and a value in an optional one neither declared
     nor ``maybe`` (filled by some cases of the scenario only, such as mixed batches).
 
-    The LoRA knobs are left out: they are blank on the LoRA-disabled engine, whatever the scenario.
+    The LoRA knobs are left out: they are blank on the LoRA-disabled engine, whatever the
+    scenario; so are the ``ENGINE_ONLY`` columns on an HTTP target.
     """
     declared, maybe = set(declared), set(maybe)
+    if row.target not in (None, "inprocess"):
+        declared, maybe = declared - ENGINE_ONLY, maybe - ENGINE_ONLY
     check_declared(row.scenario, declared | maybe)
     values = asdict(row)
     blank = sorted(c for c in declared if _blank(values[c]))

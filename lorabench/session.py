@@ -11,6 +11,7 @@ import pytest
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file
 from lorabench.correctness import DigestBook
 from lorabench.device import Platform
+from lorabench.http.target import Target, target_of
 from lorabench.progress import RunProgress
 from lorabench.results import ResultWriter
 
@@ -20,6 +21,7 @@ class BenchState:
     config_path: Path
     output: str | None
     builds: int | None  # --bench-builds: overrides the config's matrix.builds
+    target_option: Target | None = None  # --bench-target: overrides the config's target
     file: ConfigFile | None = None
     config: BenchConfig | None = None
     problems: list[str] = field(default_factory=list)
@@ -51,6 +53,13 @@ class BenchState:
             except ConfigError as exc:
                 self.problems.extend(exc.problems)
         return self.file
+
+    @property
+    def target(self) -> Target:
+        """Where this session's requests go: --bench-target, else the config's ``target``."""
+        if self.target_option is not None:
+            return self.target_option
+        return target_of(self.file.target) if self.file is not None else Target()
 
 
 STATE = pytest.StashKey[BenchState]()

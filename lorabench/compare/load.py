@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lorabench.schema import CASE_KEY, ENGINE_KEY, OPTIONAL_COLUMNS, digests_path_for, samples_path_for
+from lorabench.schema import CASE_KEY, ENGINE_KEY, OLDER_FILES, OPTIONAL_COLUMNS, digests_path_for, samples_path_for
 
 # metric -> True when higher is better
 METRICS = {
@@ -78,8 +78,11 @@ def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
     frame's columns again."""
     missing = [column for column in CASE_KEY if column not in frame]
     # Plain values, column by column: a third of itertuples's time.
-    values = {c: frame[c].to_numpy(dtype=object) if c in frame else [""] * len(frame) for c in (*CASE_KEY, *ENGINE_KEY)}
-    added: dict[str, Any] = dict.fromkeys(missing, "")
+    values = {
+        c: frame[c].to_numpy(dtype=object) if c in frame else [OLDER_FILES.get(c, "")] * len(frame)
+        for c in (*CASE_KEY, *ENGINE_KEY)
+    }
+    added: dict[str, Any] = {c: OLDER_FILES.get(c, "") for c in missing}
     added["_key"] = [KEY_SEP.join(map(_norm, row)) for row in zip(*(values[c] for c in CASE_KEY))]
     # The engine configuration a row ran on, as recorded (older files built online
     # cases on engines of their own, named "...-online-buildN"); builds of one are the

@@ -24,6 +24,7 @@ from pydantic import (
 
 from lorabench.capacity import MIN_REQUESTS
 from lorabench.graph import GRAPH_KEYS
+from lorabench.http.target import check_url
 
 WORKLOADS = ("distinct", "uniform", "skewed", "identical", "mixed")
 Workload = Literal["distinct", "uniform", "skewed", "identical", "mixed"]
@@ -253,6 +254,17 @@ class Capacity(_Strict):
         return MIN_REQUESTS / (self.probe_duration_s - self.warmup_s)
 
 
+class UrlTarget(_Strict):
+    """A server that already runs (``lorabench.http``): nothing is started or stopped."""
+
+    url: str
+
+    @field_validator("url")
+    @classmethod
+    def _a_server(cls, value: str) -> str:
+        return check_url(value)
+
+
 class ConfigFile(_Strict):
     """The JSON document as written; paths are still relative to its folder."""
 
@@ -270,3 +282,5 @@ class ConfigFile(_Strict):
     residency: Residency | None = None
     working_set: WorkingSet | None = None
     capacity: Capacity | None = None
+    # Where requests go (lorabench.http.target); --bench-target overrides it.
+    target: Literal["inprocess", "serve"] | UrlTarget = "inprocess"

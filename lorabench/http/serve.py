@@ -1,0 +1,162 @@
+"""The ``serve`` target: lorabench starts ``vllm serve`` for each build of an engine
+configuration, benchmarks it over HTTP, and stops it.
+
+The server gets the same arguments an in-process engine would (``BenchConfig.llm_kwargs``),
+written as vLLM's command-line flags, and the config's adapters as ``--lora-modules``. It
+runs in a process group of its own on a free port of 127.0.0.1 with the config's ``env``
+(spawn for its workers on an accelerator, as for engines) and
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``; it writes to the build's log. This process only
+talks HTTP to it, so it never touches an accelerator itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+
+from lorabench import processes
+from lorabench.engine import SPAWN, EngineBuildError, EngineDied
+from lorabench.http.engine import HttpEngine
+from lorabench.memory import ACCELERATORS
+
+# How long a server may take to answer /health, and to exit after SIGTERM before SIGKILL.
+HEALTH_TIMEOUT_S = 600.0
+STOP_TIMEOUT_S = 30.0
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the OS picks it); the server binds it right after."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def cli_flags(kwargs: dict[str, Any]) -> list[str]:
+    """Engine arguments as ``vllm serve`` flags: ``max_model_len=128`` -> ``--max-model-len 128``;
+    booleans as ``--x`` / ``--no-x`` (vLLM's boolean flags take both), objects as JSON, lists
+    as one flag followed by their items; None is vLLM's default and passes nothing."""
+    flags: list[str] = []
+    for key, value in kwargs.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, dict):
+            flags += [flag, json.dumps(value)]
+        elif isinstance(value, (list, tuple)):
+            flags += [flag, *map(str, value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+class ServeEngine(HttpEngine):
+    """One ``vllm serve`` process (and the processes it starts), alive inside a ``with`` block."""
+
+    server: subprocess.Popen | None = None
+
+    def command(self, port: int) -> list[str]:
+        kwargs = dict(self.config.llm_kwargs(self.spec))
+        model = kwargs.pop("model")
+        flags = cli_flags(kwargs)
+        if self.spec.enable_lora and self.config.adapters:
+            flags += ["--lora-modules", *(f"{a.name}={a.path}" for a in self.config.adapters)]
+        entry = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model]
+        return [*entry, *flags, "--host", HOST, "--port", str(port)]
+
+    def _server_env(self) -> dict[str, str]:
+        env = {**os.environ, **self._environment(), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+        if self.device_type in ACCELERATORS:
+            env.setdefault(SPAWN, "spawn")
+        return env
+
+    def _start_server(self) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://{HOST}:{self.port}"
+        self._log_start = self.log_path.stat().st_size if self.log_path and self.log_path.is_file() else 0
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"lorabench: {' '.join(self.command(self.port))}\n".encode())
+            log.flush()
+            self.server = subprocess.Popen(
+                self.command(self.port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._server_env(),
+                start_new_session=True,  # its own group: stopped as one, and Ctrl-C reaches pytest only
+            )
+        self._wait_healthy()
+        self._processes = [psutil.Process(self.server.pid), *psutil.Process(self.server.pid).children(recursive=True)]
+        self._reaper = processes.start_reaper(self._processes)
+
+    def _wait_healthy(self) -> None:
+        """Until ``/health`` answers 200; a server that exits or stays silent fails the build
+        with what its log says."""
+        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        client = self._health_client()
+        try:
+            while time.monotonic() < deadline:
+                if self.server.poll() is not None:
+                    raise EngineBuildError(self._said(f"vllm serve exited with status {self.server.returncode}"))
+                if self.run(client.healthy()):
+                    return
+                time.sleep(0.5)
+        finally:
+            self.run(client.close())
+        raise EngineBuildError(self._said(f"vllm serve did not answer /health within {HEALTH_TIMEOUT_S:.0f} s"))
+
+    def _health_client(self) -> Any:
+        from lorabench.http.client import Client
+
+        return Client(self.endpoint)
+
+    def _said(self, what: str) -> str:
+        cause = processes.root_cause(self._log_text())
+        return f"{what}: {cause} (server log: {self.log_path})" if cause else f"{what} (server log: {self.log_path})"
+
+    def _stop_server(self) -> None:
+        """SIGTERM to the server's group, SIGKILL after ``STOP_TIMEOUT_S``; reaped either way."""
+        if self.server is None:
+            return
+        try:
+            os.killpg(self.server.pid, signal.SIGTERM)
+            self.server.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.server.pid, signal.SIGKILL)
+            self.server.wait(timeout=STOP_TIMEOUT_S)
+        except ProcessLookupError:
+            self.server.wait(timeout=STOP_TIMEOUT_S)
+        finally:
+            self.server = None
+            if self._reaper is not None:
+                self._reaper.stdin.close()  # kills what the server's shutdown left behind
+                self._reaper.wait(timeout=30)
+                self._reaper = None
+
+    def provenance(self) -> dict[str, Any]:
+        """The server is this host's install: the session's provenance stands."""
+        return {}
+
+    def check_alive(self) -> None:
+        gone = processes.first_gone(self._processes)
+        if gone is not None:
+            raise EngineDied(f"vllm serve process {gone.pid} is gone (killed, crashed or out of memory)")

@@ -1,0 +1,77 @@
+"""Where the benchmark's requests go: an in-process engine (the default), a ``vllm serve``
+lorabench starts itself, or a server that already runs at a URL.
+
+The config's ``target`` field and ``--bench-target`` (which wins) say the same thing:
+``inprocess``, ``serve``, or ``{"url": "http://host:port"}`` (on the command line, the URL
+itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from lorabench.config import ConfigFile, EngineSpec
+
+INPROCESS, SERVE, URL = "inprocess", "serve", "url"
+KINDS = (INPROCESS, SERVE, URL)
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str = INPROCESS
+    url: str | None = None
+
+    @property
+    def over_http(self) -> bool:
+        return self.kind != INPROCESS
+
+
+def check_url(url: str) -> str:
+    """``url`` without a trailing slash; ``ValueError`` saying what a URL target looks like."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"{url!r} is not a server's URL: write it as http://host:port")
+    if parsed.path.rstrip("/"):
+        raise ValueError(f"{url!r} has a path: give the server's root, http://host:port (lorabench adds /v1/...)")
+    return url.rstrip("/")
+
+
+def parse_target(text: str) -> Target:
+    """``--bench-target``'s value: inprocess, serve, or a URL."""
+    if text in (INPROCESS, SERVE):
+        return Target(text)
+    if "://" in text:
+        return Target(URL, check_url(text))
+    raise ValueError(f"expected inprocess, serve or a server's URL such as http://127.0.0.1:8000, got {text!r}")
+
+
+def target_of(value: Any) -> Target:
+    """The config field's value (a validated ``target``) as a ``Target``."""
+    if isinstance(value, str):
+        return Target(value)
+    return Target(URL, check_url(value.url))
+
+
+def problems(path: Path, file: ConfigFile, target: Target, specs: Sequence[EngineSpec]) -> list[str]:
+    """What this target cannot run of the config, each one line naming the field and the fix;
+    checked before any engine or server starts."""
+    found = []
+    backend = (file.engine.model_extra or {}).get("distributed_executor_backend")
+    if target.kind == INPROCESS and backend == "ray":
+        found.append(
+            f"{path}: engine.distributed_executor_backend 'ray' is not run in process (the pytest process would "
+            "host the Ray driver, and memory is read for local devices only): serve the model with vllm serve "
+            '--distributed-executor-backend ray and set "target": {"url": "http://HOST:PORT"} (docs/serve.md)'
+        )
+    names = sorted({s.name for s in specs})
+    if target.kind == URL and len(names) > 1:
+        found.append(
+            f"{path}: target {target.url} is one server, but the engine block makes {len(names)} configurations "
+            f"({', '.join(names)}): list one value of each LoRA and graph setting, as the server was started"
+        )
+    return found

@@ -1,0 +1,160 @@
+"""A stand-in OpenAI-compatible server: the stand-in engine (``StandInLLM``, costs the test
+sets) behind the endpoints of ``vllm serve`` that lorabench uses, on a free port of
+127.0.0.1, in a thread of the test's process.
+
+It serves ``/v1/models`` (the base model and each adapter, with its ``parent``),
+streaming ``/v1/completions`` (vLLM's chunks: ``token_ids`` when asked with
+``return_token_ids``, ``prompt_token_ids`` in the first, ``usage`` last, then ``[DONE]``),
+``/health``, ``/version`` and ``/metrics`` (the gauges ``lorabench.http.metrics`` reads).
+An unknown model is a 404, as vLLM answers; ``failures`` maps a request's number (from 1,
+in the order they arrive) to ``"500"`` (an error status) or ``"drop"`` (the connection
+closed after the first token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from lorabench.config import EngineSpec
+from lorabench.testing.llm import KV_CACHE_TOKENS, Costs, LoraRef, Params, StandInLLM
+
+BASE = "stand-in-base"
+VERSION = "0.0.0-stand-in"
+BLOCK_SIZE = 16
+
+
+class StandInServer:
+    """``with StandInServer(["a0", "a1"]) as server:`` ... requests to ``server.url``."""
+
+    def __init__(
+        self,
+        adapters: Sequence[str],
+        costs: Costs | None = None,
+        *,
+        max_loras: int = 2,
+        max_cpu_loras: int = 4,
+        max_num_seqs: int = 16,
+        failures: Mapping[int, str] | None = None,
+    ) -> None:
+        self.adapters = {name: i + 1 for i, name in enumerate(adapters)}
+        self.costs = costs or Costs()
+        self.spec = EngineSpec(True, max_loras, 8, max_cpu_loras)
+        self.max_num_seqs = max_num_seqs
+        self.failures = dict(failures or {})
+        self.received: list[dict[str, Any]] = []  # every completion request's body, in order
+        self.url = ""
+        self.llm: StandInLLM | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._runner: web.AppRunner | None = None
+        self._ids = itertools.count()
+
+    def __enter__(self) -> StandInServer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self._loop.close()
+
+    async def _start(self) -> None:
+        self.llm = StandInLLM(self.costs, self.spec, self.max_num_seqs, dict.fromkeys(self.adapters, ""))
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/health", _health)
+        app.router.add_get("/version", _version)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+
+    async def _stop(self) -> None:
+        self.llm.shutdown()
+        await self._runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        data = [{"id": BASE, "object": "model", "root": BASE, "parent": None}]
+        data += [{"id": name, "object": "model", "root": f"/adapters/{name}", "parent": BASE} for name in self.adapters]
+        return web.json_response({"object": "list", "data": data})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        llm = self.llm
+        held = sum(len(r.prompt) + len(r.tokens) for r in llm.running)
+        running = ",".join(sorted({r.lora.lora_name for r in llm.running if r.lora}))
+        waiting = ",".join(sorted({r.lora.lora_name for r in llm.waiting if r.lora}))
+        labels = f'engine="0",model_name="{BASE}"'
+        lines = [
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f"vllm:kv_cache_usage_perc{{{labels}}} {held / KV_CACHE_TOKENS}",
+            f"vllm:num_requests_running{{{labels}}} {len(llm.running)}",
+            f"vllm:num_requests_waiting{{{labels}}} {len(llm.waiting)}",
+            f'vllm:lora_requests_info{{max_lora="{llm.max_loras}",running_lora_adapters="{running}",'
+            f'waiting_lora_adapters="{waiting}"}} 1.7e+09',
+            f'vllm:cache_config_info{{block_size="{BLOCK_SIZE}",engine="0",'
+            f'num_gpu_blocks="{KV_CACHE_TOKENS // BLOCK_SIZE}"}} 1.0',
+        ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    def _not_found(self, model: str) -> web.Response:
+        error = {"message": f"The model `{model}` does not exist.", "type": "NotFoundError", "code": 404}
+        return web.json_response({"error": error}, status=404)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.received.append(body)
+        failure = self.failures.get(len(self.received))
+        model = body.get("model")
+        if model != BASE and model not in self.adapters:
+            return self._not_found(model)
+        if failure == "500":
+            return web.json_response({"error": {"message": "injected failure", "code": 500}}, status=500)
+        lora = None if model == BASE else LoraRef(model, self.adapters[model], f"/adapters/{model}")
+        prompt = body["prompt"] if isinstance(body["prompt"], list) else [3 + b for b in body["prompt"].encode()]
+        params = Params(int(body["max_tokens"]), True, float(body.get("temperature", 1.0)) == 0.0)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        request_id = f"cmpl-{next(self._ids)}"
+        generated = 0
+        async for out in self.llm.generate(prompt, params, request_id, lora):
+            choice: dict[str, Any] = {"index": 0, "text": "x" * len(out.outputs[0].token_ids)}
+            choice["finish_reason"] = "length" if out.finished else None
+            if body.get("return_token_ids"):
+                choice["token_ids"] = out.outputs[0].token_ids
+                choice["prompt_token_ids"] = prompt if generated == 0 else None
+            generated += len(out.outputs[0].token_ids)
+            await _event(response, {"id": request_id, "object": "text_completion", "choices": [choice]})
+            if failure == "drop":
+                request.transport.abort()  # the client sees the stream break off
+                return response
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": generated}
+        await _event(response, {"id": request_id, "choices": [], "usage": usage})
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+async def _event(response: web.StreamResponse, data: dict[str, Any]) -> None:
+    await response.write(f"data: {json.dumps(data)}\n\n".encode())
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(text="")
+
+
+async def _version(request: web.Request) -> web.Response:
+    return web.json_response({"version": VERSION})

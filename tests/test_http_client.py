@@ -1,0 +1,157 @@
+"""The HTTP client and engine against the stand-in OpenAI-compatible server: streaming,
+token counting, failures, /metrics, adapter discovery, and the serve target's flags."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lorabench.config import EngineSpec, read_config_file, resolve_config
+from lorabench.http import metrics
+from lorabench.http.client import Client, RequestFailed, chunk_of, parse_event
+from lorabench.http.engine import UNKNOWN_TOKEN, HttpEngine, served_adapters
+from lorabench.http.serve import cli_flags, free_port, port_free
+from lorabench.http.target import URL, Target, parse_target
+from lorabench.testing import Costs, write_config
+from lorabench.testing.server import BASE, StandInServer
+
+ADAPTERS = ["a0", "a1", "a2"]
+
+
+def collect(url, model, max_tokens=4, temperature=1.0):
+    async def go():
+        client = Client(url)
+        try:
+            return [c async for c in client.complete(model, [5, 6, 7], max_tokens, temperature)]
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def test_sse_lines_and_chunks_parse_as_vllm_sends_them():
+    assert parse_event(b": keep-alive\n") is None and parse_event(b"data: [DONE]\n") is None
+    event = parse_event(b'data: {"choices": [{"text": "x", "token_ids": [4, 5], "finish_reason": null}]}\n')
+    assert chunk_of(event).token_ids == [4, 5] and chunk_of(event).count == 2
+    no_ids = chunk_of({"choices": [{"text": "ab", "finish_reason": "length"}]})
+    assert (no_ids.count, no_ids.finished, no_ids.token_ids) == (1, True, [])
+    usage = chunk_of({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}})
+    assert (usage.count, usage.completion_tokens, usage.prompt_tokens) == (0, 9, 3)
+    with pytest.raises(RequestFailed, match="mid-stream"):
+        chunk_of({"error": {"message": "boom"}})
+
+
+def test_a_stream_gives_every_token_once_and_finishes():
+    with StandInServer(ADAPTERS) as server:
+        chunks = collect(server.url, "a1", max_tokens=5)
+        greedy = [collect(server.url, "a1", 5, 0.0), collect(server.url, "a2", 5, 0.0)]
+    tokens = [t for c in chunks for t in c.token_ids]
+    assert len(tokens) == 5 and sum(c.count for c in chunks) == 5
+    assert [c.finished for c in chunks] == [False] * 4 + [True, False], "the usage event comes after the finish"
+    assert chunks[-1].completion_tokens == 5 and chunks[0].prompt_tokens == 3
+    assert [t for c in greedy[0] for t in c.token_ids] != [t for c in greedy[1] for t in c.token_ids]
+    body = server.received[0]
+    assert body["prompt"] == [5, 6, 7] and body["ignore_eos"] and body["stream"] and body["return_token_ids"]
+
+
+def test_an_unknown_adapter_an_error_status_and_a_broken_stream_raise():
+    with StandInServer(ADAPTERS, failures={2: "500", 3: "drop"}) as server:
+        with pytest.raises(RequestFailed, match="404.*does not exist"):
+            collect(server.url, "nope")
+        with pytest.raises(RequestFailed, match="500"):
+            collect(server.url, "a0")
+        with pytest.raises(RequestFailed, match="ClientPayloadError|ended before"):
+            collect(server.url, "a0")
+        assert len(collect(server.url, "a0")) == 5, "the server goes on serving"
+
+
+def test_metrics_are_read_from_prometheus_text():
+    text = "\n".join(
+        [
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage.",
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25',
+            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5',
+            'vllm:num_requests_running{engine="0",model_name="m"} 3.0',
+            'vllm:num_requests_running{engine="1",model_name="m"} 2.0',
+            'vllm:num_requests_waiting{engine="0",model_name="m"} 7.0',
+            'vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters=""} 1.5e9',
+            'vllm:lora_requests_info{max_lora="2",running_lora_adapters="c",waiting_lora_adapters="d,e"} 1.7e9',
+            'vllm:cache_config_info{block_size="16",num_gpu_blocks="100"} 1.0',
+            "vllm:other_total 12 1700000000",
+        ]
+    )
+    state = metrics.server_state(text)
+    assert (state.kv_usage, state.running, state.waiting, state.max_lora) == (0.5, 5, 7, 2)
+    assert (state.adapters_running, state.adapters_waiting) == (["c"], ["d", "e"]), "the latest sample"
+    assert state.kv_cache_tokens == 1600
+    assert metrics.server_state("") == metrics.ServerState()
+    with StandInServer(ADAPTERS) as server:
+        served = metrics.server_state(asyncio.run(_get(server.url, "/metrics")))
+    assert (served.running, served.waiting, served.kv_usage, served.max_lora) == (0, 0, 0.0, 2)
+
+
+async def _get(url, path):
+    client = Client(url)
+    try:
+        return (await client.get(path))[1]
+    finally:
+        await client.close()
+
+
+def test_adapters_are_discovered_from_v1_models(tmp_path):
+    models = [{"id": "base", "parent": None}, {"id": "a0", "parent": "base"}, {"id": "x", "parent": "base"}]
+    assert served_adapters(models) == ("base", {"a0", "x"})
+    assert served_adapters([]) == (None, set())
+
+
+def test_the_http_engine_counts_failures_and_times_on_its_own_clock(tmp_path):
+    path = write_config(tmp_path, adapters=3)
+    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    with StandInServer(ADAPTERS, Costs(decode_ms_per_step=5), failures={2: "drop"}) as server:
+        engine = HttpEngine(config, EngineSpec(True, 2, 8, 4), "remote", None, Target(URL, server.url))
+        with engine:
+            assert engine.base_model == BASE and engine.server_version == "0.0.0-stand-in"
+            assert engine.kv_cache_tokens == 4096 and engine.vocab_size == 1000
+            (out,) = engine.generate([[1, 2, 3]], [config.adapters[0]], 4)
+            assert len(out.outputs[0].token_ids) == 4 and UNKNOWN_TOKEN not in out.outputs[0].token_ids
+            t = out.timing
+            assert t.sent_ts < t.first_token_ts < t.last_token_ts and out.metrics is None
+            assert (t.last_token_ts - t.first_token_ts) * 1000 >= 3 * 5 - 1, "three steps of 5 ms"
+            with pytest.raises(RequestFailed, match="1 of 1 requests of the batch failed"):
+                engine.generate([[1, 2, 3]], [config.adapters[1]], 4)
+            assert engine.failed_requests == 1
+        assert engine.loop is None and engine.client is None
+
+
+def test_engine_arguments_become_vllm_serve_flags():
+    flags = cli_flags(
+        {"max_model_len": 128, "enable_lora": True, "enable_prefix_caching": False, "seed": 0, "tokenizer": None}
+        | {"compilation_config": {"mode": 0}, "api_key_list": ["a", "b"]}
+    )
+    assert flags == [
+        "--max-model-len",
+        "128",
+        "--enable-lora",
+        "--no-enable-prefix-caching",
+        "--seed",
+        "0",
+        "--compilation-config",
+        '{"mode": 0}',
+        "--api-key-list",
+        "a",
+        "b",
+    ]
+
+
+def test_targets_parse_with_a_fix_for_bad_values():
+    assert parse_target("serve") == Target("serve")
+    assert parse_target("http://h:8000/") == Target(URL, "http://h:8000")
+    for bad, fix in (("srv", "inprocess, serve"), ("http://h:8000/v1", "server's root"), ("ftp://h", "http://")):
+        with pytest.raises(ValueError, match=fix):
+            parse_target(bad)
+
+
+def test_a_free_port_is_free():
+    port = free_port()
+    assert port_free(port)

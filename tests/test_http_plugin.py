@@ -1,0 +1,88 @@
+"""The plugin with a server as the target: batch and online cases end to end against the
+stand-in OpenAI-compatible server (a URL target), failed requests counted in the rows,
+and targets refused before anything starts."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from lorabench.schema import ENGINE_ONLY
+from lorabench.testing import Costs, write_config
+from lorabench.testing.server import VERSION, StandInServer
+from tests.helpers import ROOT, result_files
+
+ONLINE = {
+    "suites": [{"num_adapters": [3], "rate": [40], "duration": 0.5, "input_range": [8, 16], "output_range": [2, 4]}]
+}
+MODULES = ("test_multilora", "test_no_lora", "test_multilora_online")
+
+
+@pytest.fixture
+def bench(pytester):
+    for name in MODULES:
+        pytester.makepyfile(**{name: (ROOT / "bench" / f"{name}.py").read_text()})
+
+    def run(*args, **config):
+        path = write_config(pytester.path / "run", adapters=3, **config)
+        result = pytester.runpytest("--bench-config", str(path), "-p", "no:cacheprovider", *args)
+        files = result_files(pytester.path / "run" / "results")
+        return result, (pd.read_csv(files[0]) if files else None)
+
+    return run
+
+
+def test_batch_and_online_cases_run_against_a_url_and_leave_engine_only_columns_blank(bench):
+    with StandInServer(["a0", "a1", "a2"], Costs(decode_ms_per_step=2)) as server:
+        result, rows = bench("--bench-target", server.url, online=ONLINE)
+    result.assert_outcomes(passed=3)  # multilora distinct bs2, no_lora bs2 (LoRA engine only), one trace
+    assert set(rows["scenario"]) == {"multilora", "no_lora", "online"}
+    assert (rows["target"] == "url").all() and (rows["endpoint"] == server.url).all()
+    assert (rows["vllm_version"] == VERSION).all() and (rows["memory_source"] == "client").all()
+    assert (rows["failed"] == 0).all() and rows["enable_lora"].all()
+    assert rows[sorted(ENGINE_ONLY)].isna().all().all(), "queue, prefill and adapter loads are the engine's to say"
+    assert (rows["ttft_ms_p50"] > 0).all() and (rows["decode_ms_p50"] >= 2 - 1).all()
+    online = rows[rows["scenario"] == "online"].iloc[0]
+    assert online["num_requests"] > 5 and online["unfinished"] == 0
+    digests = [b for b in server.received if b["temperature"] == 0.0]
+    assert {b["model"] for b in digests} == {"stand-in-base", "a0", "a1", "a2"}, "greedy digests over the API"
+
+
+def test_failed_requests_are_counted_and_the_replay_goes_on(bench):
+    # The digests take requests 1-4 (the base model and three adapters); the trace starts at 5.
+    with StandInServer(["a0", "a1", "a2"], failures={6: "500", 8: "drop"}) as server:
+        result, rows = bench("--bench-target", server.url, "-k", "online", online=ONLINE)
+    result.assert_outcomes(passed=1)
+    (row,) = rows.to_dict("records")
+    assert row["failed"] == 2 and row["unfinished"] == 2 and row["slo_attainment"] < 1
+
+
+def test_a_server_without_the_configs_adapters_fails_its_cases_with_the_names(bench):
+    with StandInServer(["a0", "zz"]) as server:
+        result, rows = bench("--bench-target", server.url, "-k", "multilora")
+    result.assert_outcomes(errors=1, skipped=1)  # the online module: no suites in this config
+    result.stdout.fnmatch_lines(["*does not serve the adapters a1, a2 (its /v1/models lists: a0, zz)*"])
+    assert rows is None
+
+
+def test_targets_are_refused_before_anything_starts(bench, pytester):
+    result, _ = bench("--bench-target", "http://h:1/v1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--bench-target http://h:1/v1: *has a path*"])
+    result, _ = bench("--bench-target", "http://127.0.0.1:9", engine={"max_loras": [1, 2]})
+    result.stderr.fnmatch_lines(["*is one server, but the engine block makes 2 configurations*"])
+    result, _ = bench(engine={"max_loras": 2, "distributed_executor_backend": "ray"})
+    result.stderr.fnmatch_lines(["*engine.distributed_executor_backend 'ray' is not run in process*"])
+    result, _ = bench(target={"url": "ftp://x"})
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*target*ftp://x*http://host:port*"])
+
+
+def test_the_config_names_the_target_too(bench, pytester):
+    with StandInServer(["a0", "a1", "a2"]) as server:
+        result, rows = bench("-k", "multilora and not online", target={"url": server.url})
+    result.assert_outcomes(passed=1)
+    assert list(rows["target"]) == ["url"]
+    assert json.loads((pytester.path / "run" / "stand-in.json").read_text())["target"] == {"url": server.url}
