@@ -127,6 +127,7 @@ def test_the_http_engine_counts_failures_and_times_on_its_own_clock(tmp_path):
 def test_engine_arguments_become_vllm_serve_flags():
     flags = cli_flags(
         {"max_model_len": 128, "enable_lora": True, "enable_prefix_caching": False, "seed": 0, "tokenizer": None}
+        | {"disable_log_stats": False}
         | {"compilation_config": {"mode": 0}, "api_key_list": ["a", "b"]}
     )
     assert flags == [

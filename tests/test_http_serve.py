@@ -1,0 +1,87 @@
+"""The serve target's lifecycle: a server process started on a free port, waited for,
+benchmarked, stopped and reaped; one that fails says why. The stand-in server plays
+``vllm serve`` in the quick loop; the last test starts the real one."""
+
+from __future__ import annotations
+
+import sys
+
+import pandas as pd
+import psutil
+import pytest
+
+from lorabench.config import EngineSpec, read_config_file, resolve_config
+from lorabench.engine import EngineBuildError
+from lorabench.http.serve import ServeEngine, port_free
+from lorabench.http.target import SERVE, Target
+from lorabench.testing import write_config
+from tests.helpers import ROOT, result_files
+
+
+class StandInServe(ServeEngine):
+    """``vllm serve`` replaced by the stand-in server's process, or by ``script``."""
+
+    script: str | None = None
+
+    def command(self, port: int) -> list[str]:
+        if self.script is not None:
+            return [sys.executable, "-c", self.script]
+        names = ",".join(a.name for a in self.config.adapters)
+        return [sys.executable, "-m", "lorabench.testing.server", "--port", str(port), "--adapters", names]
+
+
+def engine(tmp_path, script=None):
+    path = write_config(tmp_path, adapters=3)
+    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    served = StandInServe(config, EngineSpec(True, 2, 8, 4), "cpu", tmp_path / "logs" / "e.log", Target(SERVE))
+    served.script = script
+    return served, config
+
+
+def test_the_server_is_started_waited_for_stopped_and_reaped(tmp_path):
+    served, config = engine(tmp_path)
+    with served:
+        pid, port = served.server.pid, served.port
+        assert served.build_s > 0 and served.endpoint == f"http://127.0.0.1:{port}"
+        (out,) = served.generate([[1, 2, 3]], [config.adapters[0]], 4)
+        assert len(out.outputs[0].token_ids) == 4
+        served.check_alive()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert port_free(port) and served.server is None
+    assert "lorabench.testing.server --port" in (tmp_path / "logs" / "e.log").read_text(), "the command is logged"
+
+
+def test_a_server_that_exits_fails_the_build_with_its_logs_reason(tmp_path):
+    script = "import sys; print('ValueError: no model at /nowhere', flush=True); sys.exit(3)"
+    served, _ = engine(tmp_path, script)
+    with pytest.raises(EngineBuildError, match=r"exited with status 3: ValueError: no model at /nowhere \(server log"):
+        served.__enter__()
+    served.script = "import sys; print('usage: x\\nx: error: unrecognized arguments: --bad'); sys.exit(2)"
+    with pytest.raises(EngineBuildError, match="status 2: x: error: unrecognized arguments: --bad"):
+        served.__enter__()
+    assert served.server is None and served.loop is None
+
+
+@pytest.mark.engine
+def test_vllm_serve_runs_a_batch_and_a_trace_and_is_gone_after(pytester, tiny_config):
+    """The real CPU build: lorabench starts vllm serve, runs a batch case and a short trace
+    against it, and stops it: no process left, the port free."""
+    for name in ("test_multilora", "test_multilora_online"):
+        pytester.makepyfile(**{name: (ROOT / "bench" / f"{name}.py").read_text()})
+    online = {"suites": [{"num_adapters": [2], "rate": [4], "duration": 2.0, "output_range": [2, 4]}]}
+    config = tiny_config(
+        engine={"max_loras": 2, "max_lora_rank": 16, "max_cpu_loras": 4, "max_model_len": 128},
+        matrix={"workloads": ["distinct"]},
+        online=online,
+    )
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = pytester.runpytest_subprocess("--bench-config", str(config), "--bench-target", "serve", timeout=600)
+    result.assert_outcomes(passed=2)
+    (csv,) = result_files(config.parent / "results")
+    rows = pd.read_csv(csv)
+    assert (rows["target"] == "serve").all() and rows["endpoint"].str.startswith("http://127.0.0.1:").all()
+    assert rows["ttft_ms_p50"].gt(0).all() and (rows["failed"] == 0).all() and rows["queue_ms"].isna().all()
+    port = int(rows["endpoint"].iloc[0].rsplit(":", 1)[1])
+    assert port_free(port)
+    left = [p for p in psutil.process_iter(["cmdline"]) if "vllm.entrypoints" in " ".join(p.info["cmdline"] or [])]
+    assert not left and {p.pid for p in psutil.Process().children(recursive=True)} <= before
