@@ -25,8 +25,8 @@ from typing import Any
 # Below this many measured requests a probe's attainment means little: the search never
 # goes to a rate whose probe would hold fewer on average.
 MIN_REQUESTS = 10
-# The first probe, as a share of the closed-loop estimate: that estimate is the engine's
-# throughput with no latency target, an upper bound on its capacity under one.
+# The first probe, as a share of the closed-loop estimate (the engine's throughput with no
+# latency target, at the estimate's concurrency): capacity under a target is usually below it.
 FIRST_PROBE_SHARE = 0.5
 Z_95 = 1.959964
 
@@ -85,6 +85,8 @@ class Limits:
     max_rate: float | None
     max_probes: int
     max_time_s: float
+    # The longest one probe takes (its arrivals and its drain): none starts that would end past max_time_s.
+    probe_s: float = 0.0
 
 
 @dataclass
@@ -127,6 +129,14 @@ def next_rate(search: Search, limits: Limits) -> float | None:
     return max(high.rate / 2, limits.min_rate)
 
 
+def shortest_probe_s(slo_ttft_s: float, precision: float, target: float, warmup_s: float) -> float:
+    """The shortest probe that fails at ``1 + precision`` times the rate the engine keeps up
+    with. There the queue, empty at the start, grows so that a request arriving at ``t``
+    waits about ``precision * t``; it misses the TTFT SLO once ``t > slo / precision``, and
+    more than ``1 - target`` of the measured requests must arrive after that."""
+    return (slo_ttft_s / precision - (1 - target) * warmup_s) / target
+
+
 def first_rate(estimate_rps: float, limits: Limits) -> float:
     """Where the search starts: a share of the closed-loop estimate, inside the range."""
     rate = FIRST_PROBE_SHARE * estimate_rps if estimate_rps > 0 else limits.min_rate
@@ -138,17 +148,19 @@ def search(
     estimate_rps: float,
     limits: Limits,
     clock: Callable[[], float] = time.monotonic,
+    started: float | None = None,
 ) -> Search:
     """Probe rates until the SLO edge is bracketed within ``limits.precision``, the range's
-    end is passed, or a limit on probes or time is reached (``Search.stop`` says which)."""
-    started = clock()
+    end is passed, or a limit on probes or time is reached (``Search.stop`` says which).
+    ``started``: when the search's time began (before its estimate), on ``clock``."""
+    started = clock() if started is None else started
     found = Search([], stop="", estimate_rps=estimate_rps)
     rate: float | None = first_rate(estimate_rps, limits)
     while rate is not None:
         if len(found.probes) >= limits.max_probes:
             found.stop = PROBE_LIMIT
             break
-        if clock() - started >= limits.max_time_s:
+        if clock() - started + limits.probe_s > limits.max_time_s:
             found.stop = TIME_LIMIT
             break
         found.probes.append(probe_at(rate))

@@ -190,6 +190,8 @@ class ResultRow:
     slo_target: float | None = _col(CAPACITY, key=True, optional=True)
     capacity_precision: float | None = _col(CAPACITY, key=True, optional=True)
     capacity_drain_s: float | None = _col(CAPACITY, key=True, optional=True)
+    # The highest rate probed: the config's max_rate, or what an imported trace's requests allow.
+    capacity_max_rate: float | None = _col(CAPACITY, key=True, optional=True)
     # ...the closed-loop throughput the search started from, the highest passing and lowest
     # failing rates, and the passing probe's attainment with its 95 % (Wilson) interval.
     estimate_rps: float | None = _col(CAPACITY, optional=True)
@@ -298,6 +300,7 @@ class ProbeRecord:
     decode_ms_p99: float
     kv_usage_max: float | None = None
     preemptions: int | None = None
+    adapters_waiting_max: int | None = None
     seconds: float  # the probe's wall time, its drain included
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lorabench.compare.capacity import collapses
 from lorabench.compare.load import METRICS, CompareError, Run, case_of
 from lorabench.compare.noise import (
     BUILDS,
@@ -93,6 +94,8 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     # Adapters whose greedy output changed between the runs: (model, adapter, base digests, new digests).
     digest_changes: list[tuple[str, str, str, str]] = field(default_factory=list)
+    # Cases whose capacity fell below the search's range on the new side (compare.capacity).
+    capacity_collapses: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -100,8 +103,8 @@ class Comparison:
 
     @property
     def failed(self) -> bool:
-        """A regression, or an adapter that answers differently: what fails a gate."""
-        return bool(self.regressions or self.digest_changes)
+        """A regression, an adapter that answers differently or a capacity gone: what fails a gate."""
+        return bool(self.regressions or self.digest_changes or self.capacity_collapses)
 
 
 def digest_changes(base: Run, new: Run) -> list[tuple[str, str, str, str]]:
@@ -172,6 +175,7 @@ def compare(
     result.warnings = _warnings(base, new, findings)
     result.notes = _notes(by_run, noise, noise_from)
     result.digest_changes = digest_changes(base, new)
+    result.capacity_collapses = collapses(base, new)
     return result
 
 

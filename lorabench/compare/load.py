@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lorabench.capacity import BRACKETED
 from lorabench.schema import CASE_KEY, ENGINE_KEY, OLDER_FILES, OPTIONAL_COLUMNS, digests_path_for, samples_path_for
 
 # metric -> True when higher is better
@@ -107,6 +108,15 @@ def _read(path: Path) -> pd.DataFrame:
         raise CompareError(f"{path}: not a CSV file ({' '.join(str(exc).split())})") from None
 
 
+def bracketed_only(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with the capacity of every search that did not bracket its SLO edge blanked:
+    stopped by a limit or by the end of its range, a capacity is a bound, not a measurement."""
+    if "search_stop" not in rows or "capacity_rps" not in rows:
+        return rows
+    unbracketed = rows["search_stop"].notna() & (rows["search_stop"] != BRACKETED)
+    return rows.assign(capacity_rps=rows["capacity_rps"].where(~unbracketed, np.nan))
+
+
 def _load_one(path: Path, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """The rows of a result file's latest run, one per case and build (a fixed file can hold
     several runs); ``rows``: the file's rows, where they are read already (left as they are)."""
@@ -117,7 +127,7 @@ def _load_one(path: Path, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     if rows.empty:
         raise CompareError(f"{path}: has no result rows")
     # Metrics measured only by newer versions: nothing to compare.
-    rows = rows.assign(**{metric: np.nan for metric in METRICS if metric not in rows})
+    rows = bracketed_only(rows.assign(**{metric: np.nan for metric in METRICS if metric not in rows}))
     rows = _keyed(rows)
     # Which rows stay is decided on the columns that decide it, by position in the order
     # sort_values("timestamp") gives, and the rows are taken once: each step taking every

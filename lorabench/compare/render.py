@@ -141,7 +141,7 @@ def render_text(c: Comparison) -> str:
     lines = preamble(c)
     for workload, findings in _ordered(c):
         lines += ["", f"workload: {workload}", *_table([cells(f) for f in findings])]
-    lines += ["", *_unmatched(c), *_digest_lines(c), _summary_line(c)]
+    lines += ["", *_unmatched(c), *_digest_lines(c), *c.capacity_collapses, _summary_line(c)]
     return "\n".join(lines)
 
 
@@ -178,6 +178,7 @@ def render_json(c: Comparison) -> str:
             "only_new": c.only_new,
             "regressions": len(c.regressions),
             "digest_changes": [dict(zip(("model", "adapter", "base", "new"), d)) for d in c.digest_changes],
+            "capacity_collapses": c.capacity_collapses,
         },
         indent=2,
     )

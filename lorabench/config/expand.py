@@ -198,12 +198,12 @@ class ImportedCase:
         return replace(self, rate=rate, duration=duration)
 
     @cached_property
-    def _data(self) -> trace_data.TraceData:
+    def data(self) -> trace_data.TraceData:
         return trace_data.load(self.trace)
 
     @property
     def num_adapters(self) -> int:
-        return len(self._data.adapters)
+        return len(self.data.adapters)
 
     @property
     def seed(self) -> int:
@@ -217,7 +217,7 @@ class ImportedCase:
     def requests(self, adapters: Sequence[str]) -> list[TraceRequest]:
         if len(adapters) < self.num_adapters:
             raise ValueError(f"the trace needs {self.num_adapters} adapters, {len(adapters)} are available")
-        window = transforms.replay_window(self._data, self.start, self.duration, self.rate)
+        window = transforms.replay_window(self.data, self.start, self.duration, self.rate)
         return replace(window, adapters=list(adapters[: self.num_adapters])).requests()
 
     def fields(self, warmup_s: float) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from lorabench.capacity import MIN_REQUESTS
+from lorabench.capacity import MIN_REQUESTS, shortest_probe_s
 from lorabench.graph import GRAPH_KEYS
 from lorabench.http.target import check_url
 
@@ -240,6 +240,14 @@ class Capacity(_Strict):
             raise ValueError(
                 f"warmup_s {self.warmup_s:g} leaves nothing of probe_duration_s {self.probe_duration_s:g} "
                 "to measure: make probe_duration_s longer than warmup_s"
+            )
+        shortest = shortest_probe_s(self.slo_ttft_ms / 1000, self.precision, self.target, self.warmup_s)
+        if self.probe_duration_s < shortest:
+            raise ValueError(
+                f"probe_duration_s {self.probe_duration_s:g} is too short to tell an overload from a pass: at "
+                f"{1 + self.precision:g} times the rate the engine keeps up with, the queue needs "
+                f"{shortest:.3g} s to push enough requests past slo_ttft_ms {self.slo_ttft_ms:g}; make "
+                f"probe_duration_s at least {shortest:.3g}, or raise precision, or lower slo_ttft_ms"
             )
         if self.max_rate is not None and self.max_rate <= self.min_rate:
             raise ValueError(

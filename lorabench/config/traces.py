@@ -42,11 +42,28 @@ def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) 
                     f"{path}: field 'online.warmup_s' has bad value {parsed.online.warmup_s}: it leaves nothing of "
                     f"suite '{suite.name}' ({suite.duration:g} s) to measure"
                 )
-    if parsed.capacity is not None:
-        for i, shape in enumerate(parsed.capacity.shapes):
+    block = parsed.capacity
+    if block is not None:
+        for i, shape in enumerate(block.shapes):
             field = f"capacity.shapes[{i}]"
-            problems += _check_shape(path, field, shape, configured, limit, (), parsed.capacity.probe_duration_s)
+            found = _check_shape(path, field, shape, configured, limit, (), block.probe_duration_s)
+            if not found and shape.trace is not None:
+                found = _check_probe_room(path, field, shape, block.probe_duration_s, block.min_rate)
+            problems += found
     return problems
+
+
+def _check_probe_room(path: Path, field: str, shape: TraceShape, duration: float, min_rate: float) -> list[str]:
+    """A probe at rate r replays ``r * duration`` of an imported trace's requests: the trace
+    must hold enough for the lowest rate a probe can judge."""
+    rest, _ = window(load_trace((path.parent / shape.trace).resolve()), shape.start, None)
+    if len(rest) / duration > min_rate:
+        return []
+    return [
+        f"{path}: field '{field}.trace': from {shape.start:g} s on it holds {len(rest)} requests, too few for a "
+        f"{duration:g} s probe at {min_rate:.3g} requests/s (the lowest rate a probe can judge): import a longer "
+        "trace or an earlier start"
+    ]
 
 
 def _check_shape(

@@ -1,6 +1,7 @@
 """Figures of capacity searches: SLO attainment against the probed rate (where the knee is)
-and each configuration's capacity. Conventions as in ``figures``: a colour per engine
-configuration, a line style per run, error bars over builds."""
+and each configuration's capacity, a panel per trace shape and SLOs. Conventions as in
+``figures``: a colour per engine configuration, a line style per run, error bars over
+builds."""
 
 from __future__ import annotations
 
@@ -8,77 +9,76 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from lorabench.recommend import shapes
 from lorabench.report.figures import STYLES, colors_for, pyplot, spread
 from lorabench.report.runs import ReportRun
+
+
+def _panels(frames: Sequence[pd.DataFrame]) -> list[str]:
+    return list(dict.fromkeys(label for f in frames for label, _ in shapes(f)))
 
 
 def knee(runs: Sequence[ReportRun]) -> Any | None:
     """Every probe of every search: attainment with its 95 % interval against the rate; a
     hollow marker is a probe that failed (below the target, or left requests unfinished)."""
     frames = [r.probes for r in runs]
-    if all(f.empty for f in frames):
+    panels = _panels(frames)
+    if not panels:
         return None
     colors, plt = colors_for(runs, [f for f in frames if not f.empty]), pyplot()
-    shapes = sorted({s for f in frames if not f.empty for s in f["trace_suite"].astype(str)})
-    fig, axes = plt.subplots(1, len(shapes), figsize=(6 * len(shapes), 4.4), squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 4 * len(panels)), squeeze=False)
     for r, (run, frame) in enumerate(zip(runs, frames)):
-        groups = frame.groupby(["trace_suite", "engine", "build"]) if not frame.empty else ()
-        for (suite, engine, _), probes in groups:
-            ax = axes[0][shapes.index(str(suite))]
-            probes = probes.sort_values("rate")
-            line, marker = STYLES[r % len(STYLES)]
-            color = colors[engine]
-            ax.plot(probes["rate"], probes["attainment"], linestyle=line, color=color, label=f"{run.label} {engine}")
-            passed = probes["passed"].astype(str).str.lower() == "true"
-            for mask, face in ((passed, color), (~passed, "none")):
-                shown = probes[mask]
-                error = np.clip(
-                    [shown["attainment"] - shown["ci_low"], shown["ci_high"] - shown["attainment"]], 0, None
+        for label, shape in shapes(frame):
+            ax = axes[panels.index(label)][0]
+            for (engine, _), probes in shape.groupby(["engine", "build"]):
+                _probes(
+                    ax, probes.sort_values("rate"), colors[engine], STYLES[r % len(STYLES)], f"{run.label} {engine}"
                 )
-                ax.errorbar(
-                    shown["rate"], shown["attainment"], yerr=error, fmt=marker, color=color, mfc=face, capsize=2
-                )
-            targets = run.scenario("capacity")["slo_target"].dropna()
-            if not targets.empty:
-                ax.axhline(float(targets.iloc[0]), color="gray", linestyle=":", linewidth=1)
-    for ax, suite in zip(axes[0], shapes):
+            ax.axhline(float(shape["slo_target"].iloc[0]), color="gray", linestyle=":", linewidth=1)
+    for ax, label in zip(axes[:, 0], panels):
         ax.set(xscale="log", xlabel="probed rate (requests/s)", ylabel="SLO attainment", ylim=(-0.02, 1.02))
-        ax.set_title(f"capacity search: {suite} (dotted: target)", fontsize=10)
+        ax.set_title(f"{label} (dotted: target)", fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
+def _probes(ax: Any, probes: pd.DataFrame, color: Any, style: tuple[str, str], label: str) -> None:
+    line, marker = style
+    ax.plot(probes["rate"], probes["attainment"], linestyle=line, color=color, label=label)
+    passed = probes["passed"].astype(str).str.lower() == "true"
+    for mask, face in ((passed, color), (~passed, "none")):
+        shown = probes[mask]
+        error = np.clip([shown["attainment"] - shown["ci_low"], shown["ci_high"] - shown["attainment"]], 0, None)
+        ax.errorbar(shown["rate"], shown["attainment"], yerr=error, fmt=marker, color=color, mfc=face, capsize=2)
+
+
 def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:
     """Each configuration's capacity per trace shape: the mean over builds, bars to the
-    lowest and highest build; the lowest failing rate beside it as a tick."""
+    lowest and highest build (a search below its range counts 0); a tick at the lowest
+    failing rate."""
     frames = [r.scenario("capacity") for r in runs]
-    if all(f.empty for f in frames):
+    panels = _panels(frames)
+    if not panels:
         return None
     plt = pyplot()
-    keys = sorted({(str(s), e) for f in frames for s, e in zip(f["trace_suite"], f["engine"])})
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(keys) * len(frames)), 4.4))
-    width = 0.8 / len(frames)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False)
     for r, (run, frame) in enumerate(zip(runs, frames)):
-        stats = []
-        for suite, engine in keys:
-            cases = frame[(frame["trace_suite"].astype(str) == suite) & (frame["engine"] == engine)]
-            stats.append(
-                spread(cases.fillna({"capacity_rps": 0.0}), "capacity_rps") if not cases.empty else (np.nan, 0, 0)
-            )
-        y, lo, hi = (np.array(v, dtype=float) for v in zip(*stats))
-        x = np.arange(len(keys)) + r * width
-        ax.bar(x, y, width, yerr=np.vstack([lo, hi]), capsize=3, label=run.label)
-        over = [
-            frame[(frame["trace_suite"].astype(str) == s) & (frame["engine"] == e)]["capacity_over_rps"].min()
-            for s, e in keys
-        ]
-        ax.scatter(x, over, marker="_", s=200, color="black")
-    ax.set_xticks(np.arange(len(keys)) + width * (len(frames) - 1) / 2)
-    ax.set_xticklabels([f"{s}\n{e}" for s, e in keys], fontsize=8)
-    ax.set_ylabel("capacity (requests/s within the SLOs)")
-    ax.set_title("capacity per configuration (tick: lowest failing rate)")
-    ax.legend(fontsize=8)
+        for label, shape in shapes(frame):
+            ax = axes[panels.index(label)][0]
+            engines = sorted(shape["engine"].unique())
+            x = np.arange(len(engines)) + r * 0.8 / len(runs)
+            cases = [shape[shape["engine"] == e].fillna({"capacity_rps": 0.0}) for e in engines]
+            y, lo, hi = (np.array(v, dtype=float) for v in zip(*(spread(c, "capacity_rps") for c in cases)))
+            ax.bar(x, y, 0.8 / len(runs), yerr=np.vstack([lo, hi]), capsize=3, label=run.label)
+            ax.scatter(x, [c["capacity_over_rps"].min() for c in cases], marker="_", s=200, color="black")
+            ax.set_xticks(np.arange(len(engines)))
+            ax.set_xticklabels(engines, fontsize=8)
+    for ax, label in zip(axes[:, 0], panels):
+        ax.set_ylabel("requests/s within the SLOs")
+        ax.set_title(f"{label} (tick: lowest failing rate)", fontsize=9)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -7,6 +7,7 @@ as their round), so the attainment-against-rate curve can be drawn."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from lorabench import capacity, replay, timeline
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, ImportedCase, OnlineCase, trace_cases
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.schema import ProbeRecord
+from lorabench.traces import transforms
 from lorabench.workload import synthetic_prompt
 
 if TYPE_CHECKING:
@@ -28,14 +30,14 @@ if TYPE_CHECKING:
     from lorabench.trace import TraceRequest
 
 SEARCH_COLUMNS = frozenset(
-    {"slo_ttft_ms", "slo_tpot_ms", "slo_target", "capacity_precision", "capacity_drain_s", "estimate_rps", "probes"}
-    | {"search_stop"}
+    {"slo_ttft_ms", "slo_tpot_ms", "slo_target", "capacity_precision", "capacity_drain_s"}
+    | {"estimate_rps", "probes", "search_stop"}
 )
 # Blank when the search found no passing rate (below its range) or no failing one (above it).
 AT_CAPACITY = frozenset(
     {"capacity_rps", "attainment_at_capacity", "attainment_ci_low", "attainment_ci_high", "goodput_rps"}
 )
-TIMELINE_AT_CAPACITY = frozenset({"kv_usage_max", "preemptions"})
+TIMELINE_AT_CAPACITY = frozenset({"kv_usage_max", "preemptions", "adapters_waiting_max"})
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,14 @@ class CapacityCase:
     def located(self, config_dir: Path) -> CapacityCase:
         return CapacityCase(self.shape.located(config_dir))
 
+    def max_rate(self, block: CapacityBlock) -> float | None:
+        """The highest rate to probe: the config's, and for an imported trace the rate at
+        which a probe would use up the requests it has from its start."""
+        if not isinstance(self.shape, ImportedCase):
+            return block.max_rate
+        available = len(transforms.window(self.shape.data, self.shape.start, None)[0]) / block.probe_duration_s
+        return min(available, block.max_rate or math.inf)
+
 
 def capacity_cases(file: ConfigFile) -> list[CapacityCase]:
     block = file.capacity
@@ -63,7 +73,10 @@ def capacity_cases(file: ConfigFile) -> list[CapacityCase]:
 class Capacity(Scenario):
     name = "capacity"
     columns = (ONLINE_TRACE_COLUMNS - {"trace_rate"}) | SEARCH_COLUMNS
-    maybe_columns = AT_CAPACITY | TIMELINE_AT_CAPACITY | {"capacity_over_rps"} | MAYBE_TRACE_COLUMNS
+    # capacity_max_rate: blank when neither the config nor an imported trace bounds the rates.
+    maybe_columns = (
+        AT_CAPACITY | TIMELINE_AT_CAPACITY | {"capacity_over_rps", "capacity_max_rate"} | MAYBE_TRACE_COLUMNS
+    )
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         cases = capacity_cases(file)
@@ -87,10 +100,10 @@ class Capacity(Scenario):
 
     def run(self, ctx: Context, engine: Engine, *, capacity_case: CapacityCase) -> Outcome:  # type: ignore[override]
         block = ctx.config.file.capacity
-        shape = capacity_case.located(ctx.config.path.parent).shape
-        adapters = {a.name: a for a in ctx.config.adapters[: shape.num_adapters]}
+        case = capacity_case.located(ctx.config.path.parent)
+        adapters = {a.name: a for a in ctx.config.adapters[: case.shape.num_adapters]}
         engine.load_adapters(list(adapters.values()))
-        runner = _Prober(engine, block, shape, adapters, ctx)
+        runner = _Prober(engine, block, case, adapters, ctx)
         found: list[capacity.Search] = []
         ctx.time(lambda: found.append(runner.search()))
         return runner.outcome(found[0])
@@ -100,23 +113,27 @@ class _Prober:
     """One search's probes on one engine: each a replay, its summary and its records."""
 
     def __init__(
-        self, engine: Engine, block: CapacityBlock, shape: OnlineCase | ImportedCase, adapters: dict, ctx: Context
+        self, engine: Engine, block: CapacityBlock, case: CapacityCase, adapters: dict[str, Adapter], ctx: Context
     ) -> None:
-        self.engine, self.block, self.shape, self.adapters, self.ctx = engine, block, shape, adapters, ctx
-        self.slo = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
+        self.engine, self.block, self.shape, self.adapters, self.ctx = engine, block, case.shape, adapters, ctx
+        self.max_rate = case.max_rate(block)
+        self.judged = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
         self.records: list[list[replay.ReplayedRequest]] = []
         self.timelines: list[list[Any]] = []
 
     def search(self) -> capacity.Search:
-        block = self.block
-        limits = capacity.Limits(block.precision, block.min_rate, block.max_rate, block.max_probes, block.max_time_s)
-        # The shape at a rate that gives about twice the requests the estimate sends.
-        rate = 2 * block.estimate_requests / block.probe_duration_s
+        block, started = self.block, time.monotonic()
+        probe_s = block.probe_duration_s + block.drain_s
+        limits = capacity.Limits(
+            block.precision, block.min_rate, self.max_rate, block.max_probes, block.max_time_s, probe_s
+        )
+        # The shape at a rate that gives about twice the requests the estimate sends (or all an imported trace has).
+        rate = min(2 * block.estimate_requests / block.probe_duration_s, self.max_rate or math.inf)
         requests = self.shape.at(rate, block.probe_duration_s).requests(list(self.adapters))
         estimate = self.engine.run(
             closed_loop(self.engine, requests[: block.estimate_requests], self.adapters, block.estimate_concurrency)
         )
-        return capacity.search(self.probe, estimate, limits)
+        return capacity.search(self.probe, estimate, limits, started=started)
 
     def probe(self, rate: float) -> capacity.Probe:
         requests = self.shape.at(rate, self.block.probe_duration_s).requests(list(self.adapters))
@@ -126,13 +143,14 @@ class _Prober:
                 self.engine,
                 requests,
                 self.adapters,
-                seed=self.shape.seed,
+                # Prompts of their own per probe: a server target may cache what it has seen.
+                seed=self.shape.seed + len(self.records) + 1,
                 drain_timeout_s=self.block.drain_s,
                 timeline=self.engine.timeline,
             )
         )
         seconds = time.perf_counter() - started
-        metrics, _ = replay.summarize_online(records, **self.slo)
+        metrics, _ = replay.summarize_online(records, **self.judged)
         steps = timeline.summarize(self.engine.timeline.rows, self.block.warmup_s)
         self.records.append(records)
         self.timelines.append(list(self.engine.timeline.rows))
@@ -149,6 +167,7 @@ class _Prober:
                 "decode_ms_p99": metrics["decode_ms_p99"],
                 "kv_usage_max": steps.get("kv_usage_max"),
                 "preemptions": steps.get("preemptions"),
+                "adapters_waiting_max": steps.get("adapters_waiting_max"),
                 "seconds": seconds,
             },
         )
@@ -174,6 +193,7 @@ class _Prober:
             "slo_target": block.target,
             "capacity_precision": block.precision,
             "capacity_drain_s": block.drain_s,
+            "capacity_max_rate": self.max_rate,
             "estimate_rps": found.estimate_rps,
             "probes": len(found.probes),
             "search_stop": found.stop,
@@ -189,6 +209,7 @@ class _Prober:
                 goodput_rps=at.extra["goodput_rps"],
                 kv_usage_max=at.extra["kv_usage_max"],
                 preemptions=at.extra["preemptions"],
+                adapters_waiting_max=at.extra["adapters_waiting_max"],
             )
         ranks = {a.name: a.rank for a in self.adapters.values()}
         samples = [
