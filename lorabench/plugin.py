@@ -27,8 +27,8 @@ from lorabench.case import BenchCase
 from lorabench.config import ConfigError, ConfigFile, engine_specs, resolve_config
 from lorabench.device import DEVICE_TYPES, Platform
 from lorabench.engine import Engine, EngineBuildError, VllmBackend
+from lorabench.http.checks import problems as target_problems
 from lorabench.http.target import URL
-from lorabench.http.target import problems as target_problems
 from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
 from lorabench.progress import RunProgress
 from lorabench.recommend import for_session
@@ -106,6 +106,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     skips = [
         pytest.mark.skip(reason=f"{state.config_path}: {p.skip_reason}") for p in parametrizations if p.skip_reason
     ]
+    if state.target.over_http and scenario.http_skip_reason:
+        skips.append(pytest.mark.skip(reason=f"target {state.target.kind}: {scenario.http_skip_reason}"))
     metafunc.parametrize(
         ENGINE_FIXTURE, [pytest.param(s, id=s.id, marks=marks + skips) for s in specs], indirect=True, scope="session"
     )

@@ -8,14 +8,9 @@ itself).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
-
-if TYPE_CHECKING:
-    from lorabench.config import ConfigFile, EngineSpec
 
 INPROCESS, SERVE, URL = "inprocess", "serve", "url"
 KINDS = (INPROCESS, SERVE, URL)
@@ -55,23 +50,3 @@ def target_of(value: Any) -> Target:
     if isinstance(value, str):
         return Target(value)
     return Target(URL, check_url(value.url))
-
-
-def problems(path: Path, file: ConfigFile, target: Target, specs: Sequence[EngineSpec]) -> list[str]:
-    """What this target cannot run of the config, each one line naming the field and the fix;
-    checked before any engine or server starts."""
-    found = []
-    backend = (file.engine.model_extra or {}).get("distributed_executor_backend")
-    if target.kind == INPROCESS and backend == "ray":
-        found.append(
-            f"{path}: engine.distributed_executor_backend 'ray' is not run in process (the pytest process would "
-            "host the Ray driver, and memory is read for local devices only): serve the model with vllm serve "
-            '--distributed-executor-backend ray and set "target": {"url": "http://HOST:PORT"} (docs/serve.md)'
-        )
-    names = sorted({s.name for s in specs})
-    if target.kind == URL and len(names) > 1:
-        found.append(
-            f"{path}: target {target.url} is one server, but the engine block makes {len(names)} configurations "
-            f"({', '.join(names)}): list one value of each LoRA and graph setting, as the server was started"
-        )
-    return found

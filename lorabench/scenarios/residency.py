@@ -45,6 +45,9 @@ TIERS = ("slot", "cpu", "disk")
 
 class Residency(Scenario):
     name = "residency"
+    # It moves adapters between the engine's caches (add_lora, remove_lora, list_loras): over
+    # HTTP that needs the runtime load API, not done yet.
+    http_skip_reason = "needs the engine's adapter caches; over HTTP that is the runtime load API, not supported yet"
     columns = METRIC_COLUMNS | {
         "batch_size",
         "input_len",

@@ -1,0 +1,30 @@
+"""What a target cannot run of a config, said before any engine or server starts (apart from
+``target``, which the config's own schema imports)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from lorabench.config import ConfigFile, EngineSpec
+from lorabench.http.target import INPROCESS, URL, Target
+
+
+def problems(path: Path, file: ConfigFile, target: Target, specs: Sequence[EngineSpec]) -> list[str]:
+    """What this target cannot run of the config, each one line naming the field and the fix;
+    checked before any engine or server starts."""
+    found = []
+    backend = (file.engine.model_extra or {}).get("distributed_executor_backend")
+    if target.kind == INPROCESS and backend == "ray":
+        found.append(
+            f"{path}: engine.distributed_executor_backend 'ray' is not run in process (the pytest process would "
+            "host the Ray driver, and memory is read for local devices only): serve the model with vllm serve "
+            '--distributed-executor-backend ray and set "target": {"url": "http://HOST:PORT"} (docs/serve.md)'
+        )
+    names = sorted({s.name for s in specs})
+    if target.kind == URL and len(names) > 1:
+        found.append(
+            f"{path}: target {target.url} is one server, but the engine block makes {len(names)} configurations "
+            f"({', '.join(names)}): list one value of each LoRA and graph setting, as the server was started"
+        )
+    return found
