@@ -10,7 +10,8 @@ import pytest
 # pytester's in-process runs drop the modules they imported, and torch (imported when the
 # plugin asks vLLM for the platform's device type, no device touched) cannot be imported
 # twice in one process: the second import fails, and the interpreter crashes at exit.
-# Imported once here, it stays for every in-process run.
+# Imported once here, it stays for every in-process run. vLLM's own modules are imported
+# before the first in-process run (``_vllm_outside_runs``), for the same reason.
 import torch  # noqa: F401
 
 from lorabench import builtin
@@ -22,7 +23,7 @@ USER_CACHE = builtin.cache_dir()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Leave what is loaded by now (torch, pandas, vLLM's modules, the tests) out of every
+    """Leave what is loaded by now (torch, pandas, the plugin, the tests) out of every
     later garbage collection: each engine's shutdown runs a full one (``Engine.close``), which
     over these objects took 0.14 s a stand-in run here, 2 ms with them frozen. They are
     modules, classes and functions that live as long as the process anyway."""
@@ -34,6 +35,41 @@ def _user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep in-process pytester runs on the user's cache: under pytester's HOME they would
     build the model again, importing torch anew after pytester dropped it from sys.modules."""
     monkeypatch.setenv("LORABENCH_CACHE_DIR", str(USER_CACHE))
+
+
+@pytest.fixture(scope="session")
+def _vllm_outside_runs() -> None:
+    """What an in-process run on the real backend imports from vLLM, imported outside any run
+    (once, before the first pytester test): the platform (``detect_platform``) and, where the
+    cache has no entry yet, the engine arguments' module (``lorabench.vllm_args``).
+
+    Imported inside a run, vLLM's modules are dropped after it, and importing them again
+    registers their torch types a second time, which fails ("... is already registered"):
+    platform detection then reports a failure and a config check an install that does not
+    import. Which test imported them first depended on the order, and under pytest-xdist on
+    which worker ran what."""
+    from lorabench.device import detect_platform
+    from lorabench.vllm_args import engine_arg_names
+
+    detect_platform()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LORABENCH_CACHE_DIR", str(USER_CACHE))
+        try:
+            engine_arg_names()
+        except Exception:  # noqa: BLE001 - no vLLM, or one that does not import: the tests say so
+            pass
+
+
+@pytest.fixture
+def pytester(_vllm_outside_runs: None, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester, with vLLM imported outside its runs (``_vllm_outside_runs``), and whose runs
+    are sessions of their own even when this one runs under pytest-xdist: a worker's
+    environment says it is one (PYTEST_XDIST_WORKER), and the runs it starts inherit that.
+    pytest-benchmark then turned itself off, timing each case once and unwarmed, and the
+    rounds, samples and requests the tests count came out otherwise."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    return pytester
 
 
 @pytest.fixture
