@@ -6,15 +6,20 @@ length and generates exactly its output length (``ignore_eos``). Times are taken
 this process's monotonic clock as tokens arrive, so they include everything a client
 of the engine would see. How late each request was sent against its schedule is
 measured too: a replay is only as good as its send lag, so each send does the same small
-work however long the trace: its prompt is made when it is sent, not all prompts up front
-(a long real trace's prompts would not fit in memory).
+work however long the trace: its prompt is made just before it is sent, not all prompts up
+front (a long real trace's prompts would not fit in memory), and only the requests in
+flight keep a task. What delayed sends was the loop being blocked (scripts/bench_replay.py):
+the collector's full passes over the whole heap, and a new task's first step queued behind
+every stream's tokens; ``_frozen_heap`` and ``serve`` say what is done about each.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -97,9 +102,15 @@ async def replay(
     start = time.perf_counter()
 
     async def serve(record: ReplayedRequest) -> None:
+        """Started just before the request is due: its prompt is made, then it waits its
+        time in its own task, so the send is the first thing it does once due, not a new
+        task's first step queued behind every other stream's tokens."""
         nonlocal finished
         prompt = synthetic_prompt(record.index, record.input_len, vocab_size, seed)
         params = engine.sampling_params(record.output_len, stream=True)
+        due = start + record.scheduled_s
+        while time.perf_counter() < due:
+            await asyncio.sleep(0)
         record.sent_s = time.perf_counter() - start
         async for out in engine.stream(prompt, params, adapters[record.adapter]):
             now = time.perf_counter() - start
@@ -113,39 +124,67 @@ async def replay(
 
     if timeline is not None:
         timeline.start(start)
-    tasks = []
+    in_flight: set[asyncio.Task] = set()
+    errors: list[BaseException] = []
+
+    def done(task: asyncio.Task) -> None:
+        in_flight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            errors.append(task.exception())
+
     try:
-        for record in records:
-            due = start + record.scheduled_s
-            # The event loop's timers wake up to a millisecond late: sleep to just before the
-            # send, then yield to the loop until it is due.
-            if due - time.perf_counter() > EARLY_WAKE_S:
-                await asyncio.sleep(due - time.perf_counter() - EARLY_WAKE_S)
-            while time.perf_counter() < due:
-                await asyncio.sleep(0)
-            tasks.append(asyncio.create_task(serve(record)))
-            if progress is not None:
-                progress(len(tasks), finished, time.perf_counter() - start)
-        if progress is not None and records:
-            progress(len(tasks), finished, None)
-        if tasks:
-            await _drain(tasks, drain_timeout_s)
+        with _frozen_heap():
+            for sent, record in enumerate(records, 1):
+                # The event loop's timers wake up to a millisecond late: sleep to just before the
+                # send, and hand the request to its task, which yields to the loop until it is due.
+                wait = start + record.scheduled_s - EARLY_WAKE_S - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                task = asyncio.create_task(serve(record))
+                in_flight.add(task)
+                task.add_done_callback(done)
+                if progress is not None:
+                    progress(sent, finished, time.perf_counter() - start)
+            if progress is not None and records:
+                progress(len(records), finished, None)
+            await _drain(in_flight, drain_timeout_s)
     finally:
         if timeline is not None:
             timeline.stop()
+    if errors:
+        raise errors[0]
     return records
 
 
-async def _drain(tasks: list[asyncio.Task], timeout_s: float) -> None:
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Keep the collector's full passes off the heap that was there before the replay.
+
+    A full collection walks every tracked object, and the client process of a real engine
+    holds vLLM's and torch's (hundreds of thousands), besides the trace and its records: a
+    pause of a hundred milliseconds or more, every send meanwhile late by as much.
+    ``gc.freeze`` sets them aside, so the collections during the replay walk only what it
+    made since; undone after, so garbage among them is still collected. Left alone when
+    something else froze the heap already (unfreezing would undo that too)."""
+    if gc.get_freeze_count() or not gc.isenabled():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+async def _drain(tasks: set[asyncio.Task], timeout_s: float) -> None:
     """Wait for the requests still running; abort those past the timeout (so they are
-    reported unfinished rather than holding the engine), and raise the first real error."""
-    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    reported unfinished rather than holding the engine)."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(set(tasks), timeout=timeout_s)
     for task in pending:
         task.cancel()  # vLLM aborts a request whose stream is cancelled
     await asyncio.gather(*pending, return_exceptions=True)
-    for task in tasks:
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            raise task.exception()
 
 
 def jain_index(values: Sequence[float]) -> float:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from lorabench import replay as replay_module
 from lorabench.replay import ReplayedRequest, jain_index, replay, summarize_online
 from lorabench.trace import TraceRequest
 from lorabench.workload import synthetic_prompt
@@ -99,3 +100,52 @@ def test_requests_past_the_drain_timeout_are_aborted_and_reported_unfinished():
 def test_an_engine_error_during_replay_is_raised_not_counted_as_unfinished():
     with pytest.raises(RuntimeError, match="out of blocks"):
         run_replay(FakeEngine(), ["ok", "bad"])
+
+
+class FakeGC:
+    """The collector as the replay sees it (``lorabench.replay.gc``), without touching the
+    real heap (the test session freezes it: tests/conftest.py)."""
+
+    def __init__(self, frozen=0, enabled=True):
+        self.frozen, self.enabled, self.calls = frozen, enabled, []
+
+    def get_freeze_count(self):
+        return self.frozen
+
+    def isenabled(self):
+        return self.enabled
+
+    def freeze(self):
+        self.calls.append("freeze")
+        self.frozen = 1000
+
+    def unfreeze(self):
+        self.calls.append("unfreeze")
+        self.frozen = 0
+
+
+class Watcher(FakeEngine):
+    """Notes, as each request is sent, whether the heap is frozen."""
+
+    def __init__(self, fake_gc):
+        super().__init__()
+        self.gc, self.frozen = fake_gc, []
+
+    def stream(self, prompt, params, adapter):
+        self.frozen.append(self.gc.frozen > 0)
+        return super().stream(prompt, params, adapter)
+
+
+def test_the_heap_is_frozen_while_requests_are_sent_and_no_request_goes_early(monkeypatch):
+    monkeypatch.setattr(replay_module, "gc", FakeGC())
+    engine = Watcher(replay_module.gc)
+    records = run_replay(engine, ["ok"] * 5)
+    assert engine.frozen == [True] * 5 and engine.gc.calls == ["freeze", "unfreeze"], "frozen during the replay only"
+    assert all(r.send_lag_ms >= 0 for r in records) and [r.finished for r in records] == [True] * 5
+
+
+@pytest.mark.parametrize("state", [{"frozen": 5}, {"enabled": False}])
+def test_a_heap_frozen_or_a_collector_turned_off_by_someone_else_is_left_alone(monkeypatch, state):
+    monkeypatch.setattr(replay_module, "gc", FakeGC(**state))
+    run_replay(Watcher(replay_module.gc), ["ok", "ok"])
+    assert replay_module.gc.calls == []
