@@ -276,7 +276,7 @@ def test_a_small_search_on_the_real_cpu_engine_for_both_configurations(pytester,
         prompts=str(ROOT / "config" / "prompts.json"),
         results_dir=str(tmp_path / "results"),
         capacity={
-            "slo_ttft_ms": 1500,
+            "slo_ttft_ms": 1000,
             "slo_tpot_ms": 200,
             "precision": 0.5,
             "probe_duration_s": 3,
