@@ -124,14 +124,7 @@ async def replay(
 
     if timeline is not None:
         timeline.start(start)
-    in_flight: set[asyncio.Task] = set()
-    errors: list[BaseException] = []
-
-    def done(task: asyncio.Task) -> None:
-        in_flight.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            errors.append(task.exception())
-
+    in_flight = _InFlight()
     try:
         with _frozen_heap():
             for sent, record in enumerate(records, 1):
@@ -140,32 +133,54 @@ async def replay(
                 wait = start + record.scheduled_s - EARLY_WAKE_S - time.perf_counter()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                task = asyncio.create_task(serve(record))
-                in_flight.add(task)
-                task.add_done_callback(done)
+                in_flight.add(asyncio.create_task(serve(record)))
                 if progress is not None:
                     progress(sent, finished, time.perf_counter() - start)
             if progress is not None and records:
                 progress(len(records), finished, None)
-            await _drain(in_flight, drain_timeout_s)
+            await in_flight.drain(drain_timeout_s)
     finally:
         if timeline is not None:
             timeline.stop()
-    if errors:
-        raise errors[0]
     return records
+
+
+class _InFlight:
+    """The requests' tasks still running, and the errors they raised: a finished request's
+    task is let go, so a long trace does not hold every task, coroutine and context to its end."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task] = set()
+        self.errors: list[BaseException] = []
+
+    def add(self, task: asyncio.Task) -> None:
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.errors.append(task.exception())
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait for the requests still running; abort those past the timeout (so they are
+        reported unfinished rather than holding the engine), and raise the first real error."""
+        if self.tasks:
+            _, pending = await asyncio.wait(set(self.tasks), timeout=timeout_s)
+            for task in pending:
+                task.cancel()  # vLLM aborts a request whose stream is cancelled
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self.errors:
+            raise self.errors[0]
 
 
 @contextmanager
 def _frozen_heap() -> Iterator[None]:
-    """Keep the collector's full passes off the heap that was there before the replay.
-
-    A full collection walks every tracked object, and the client process of a real engine
-    holds vLLM's and torch's (hundreds of thousands), besides the trace and its records: a
-    pause of a hundred milliseconds or more, every send meanwhile late by as much.
-    ``gc.freeze`` sets them aside, so the collections during the replay walk only what it
-    made since; undone after, so garbage among them is still collected. Left alone when
-    something else froze the heap already (unfreezing would undo that too)."""
+    """Keep the collector's full passes off the heap that was there before the replay: a full
+    pass walks every tracked object (a real engine's client holds vLLM's and torch's, besides
+    the trace and its records), holding every send due meanwhile for 100 ms and more. Undone
+    after, so garbage among them is still collected; left alone when something else froze
+    the heap already (unfreezing would undo that too) or turned the collector off."""
     if gc.get_freeze_count() or not gc.isenabled():
         yield
         return
@@ -174,17 +189,6 @@ def _frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-async def _drain(tasks: set[asyncio.Task], timeout_s: float) -> None:
-    """Wait for the requests still running; abort those past the timeout (so they are
-    reported unfinished rather than holding the engine)."""
-    if not tasks:
-        return
-    _, pending = await asyncio.wait(set(tasks), timeout=timeout_s)
-    for task in pending:
-        task.cancel()  # vLLM aborts a request whose stream is cancelled
-    await asyncio.gather(*pending, return_exceptions=True)
 
 
 def jain_index(values: Sequence[float]) -> float:
