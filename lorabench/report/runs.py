@@ -39,8 +39,12 @@ def case_keys(frame: pd.DataFrame) -> pd.Series:
     (``schema.SAMPLE_KEY``), read alike from any of the files: a column with blanks reads
     as floats in one file and as integers in another, so whole numbers are written bare."""
     key = pd.Series("", index=frame.index)
-    for column in (c for c in schema.SAMPLE_KEY if c in frame):
-        key = key + "|" + frame[column].map(_cell)
+    for column in schema.SAMPLE_KEY:
+        # A column a file lacks, or leaves blank, reads as what files written before it existed
+        # meant (schema.OLDER_FILES): rows loaded for compare have it filled so, samples may not.
+        older = schema.OLDER_FILES.get(column, "")
+        cells = frame[column].map(_cell) if column in frame else pd.Series("", index=frame.index)
+        key = key + "|" + cells.where(cells != "", older)
     return key
 
 
