@@ -1,8 +1,9 @@
 """Ground truth: every scenario on the stand-in engine, through the real plugin, with costs
 the test sets; each injected cost must come out in its column.
 
-The stand-in sleeps on the event loop, whose timers round up to the millisecond, so each
-step may last up to about 1 ms longer than asked: tolerances below allow for that.
+The stand-in sleeps on the event loop, whose timers round up to the millisecond; it makes
+up a step's lateness in the next, so a measurement may come out up to about 1 ms longer
+than asked, more on a busy machine: tolerances below allow for that.
 """
 
 from __future__ import annotations
@@ -65,13 +66,15 @@ def test_a_disk_load_shows_in_the_adapter_load_column_and_the_disk_tier(standin)
 
 
 def test_a_lora_slowdown_shows_in_lora_overhead(standin):
+    """Two adapters, as many as a distinct batch of 2 uses: each build digests every adapter
+    (8 steps each) before its first case, and 4 adapters doubled the time that took."""
     costs = Costs(prefill_ms_per_token=0, decode_ms_per_step=4, lora_ms_per_adapter=4)
-    _, rows, _ = standin(costs, "-k", "multilora", matrix={"workloads": ["distinct", "identical"]})
+    _, rows, _ = standin(costs, "-k", "multilora", adapters=2, matrix={"workloads": ["distinct", "identical"]})
     overhead = rows.set_index("workload")["lora_overhead"]
     # Each of the 4 steps costs 4 ms, plus 4 ms for each distinct adapter in it.
     assert overhead["distinct"] == pytest.approx(3.0, rel=0.12)
     assert overhead["identical"] == pytest.approx(2.0, rel=0.12)
-    _, rows, _ = standin(Costs(prefill_ms_per_token=0, decode_ms_per_step=4), "-k", "multilora")
+    _, rows, _ = standin(Costs(prefill_ms_per_token=0, decode_ms_per_step=4), "-k", "multilora", adapters=2)
     assert rows["lora_overhead"].iloc[0] == pytest.approx(1.0, rel=0.12)
 
 
@@ -100,11 +103,12 @@ def test_load_share_follows_the_lru_arithmetic(standin):
 
 
 def test_a_late_sender_shows_in_send_lag(standin):
-    online = {"warmup_s": 0, "suites": [{"num_adapters": [2], "rate": [100], "duration": 0.3, "output_range": [2, 4]}]}
-    _, rows, _ = standin(Costs(), "-k", "online", online=online)
+    online = {"warmup_s": 0, "suites": [{"num_adapters": [2], "rate": [100], "duration": 0.15, "output_range": [2, 4]}]}
+    _, rows, _ = standin(Costs(), "-k", "online", adapters=2, online=online)
     assert rows.at[0, "send_lag_ms_p99"] < 5
-    _, rows, _ = standin(Costs(send_block_ms=25), "-k", "online", online=online)
-    # Requests 10 ms apart, each send blocking 25 ms: every send falls further behind.
+    _, rows, _ = standin(Costs(send_block_ms=25), "-k", "online", adapters=2, online=online)
+    # Requests 10 ms apart, each send blocking 25 ms: every send falls 15 ms further behind,
+    # the median one (of about 15) some 100 ms.
     assert rows.at[0, "send_lag_ms_p50"] > 25
 
 
@@ -192,7 +196,9 @@ def test_benchmark_cases_under_xdist_are_refused_in_one_line(pytester):
         "from lorabench.testing import StandIn\n\ndef pytest_lorabench_backend(config):\n    return StandIn()\n"
     )
     config = write_config(pytester.path / "run")
-    result = pytester.runpytest_subprocess("--bench-config", str(config), "-p", "no:cacheprovider", "-n", "1")
+    # In process: the worker that refuses is a process of its own either way (a run in a
+    # subprocess started a third interpreter, a second more than the test needs).
+    result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", "-n", "1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stdout.fnmatch_lines(["benchmark cases refused: pytest-xdist (-n) would have every worker build its own*"])
     assert not (pytester.path / "run" / "results").exists(), "no engine was built, no result written"
