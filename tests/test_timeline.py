@@ -17,11 +17,14 @@ from lorabench.schema import replays_path_for, samples_path_for
 from lorabench.testing import Costs, StandIn, write_config
 from tests.helpers import ROOT, generate_adapters, result_files
 
-# Steps of 60 ms: longer than a timeline record's 50 ms, so each step is its own record.
-SLOW_STEPS = Costs(decode_ms_per_step=60)
+# Steps of 10 ms, records of 5 ms (BUCKET_S, patched from 50 ms where SHORT_RECORDS is used):
+# a step never lasts less than 9 ms (lorabench.testing), so each step is its own record.
+# At 50 ms records the steps had to last 60 ms, and the build's digests alone took 2 s.
+SHORT_RECORDS = 0.005
+SLOW_STEPS = Costs(decode_ms_per_step=10)
 ONLINE = {
-    "warmup_s": 0.3,
-    "suites": [{"num_adapters": [3], "rate": [30], "duration": 1.0, "input_range": [8, 64], "output_range": [2, 6]}],
+    "warmup_s": 0.2,
+    "suites": [{"num_adapters": [3], "rate": [40], "duration": 0.6, "input_range": [8, 64], "output_range": [2, 6]}],
 }
 
 
@@ -139,7 +142,8 @@ def online_run(pytester):
     return run
 
 
-def test_the_timeline_follows_the_stand_ins_stats_and_sums_up_in_the_row(online_run, tmp_path):
+def test_the_timeline_follows_the_stand_ins_stats_and_sums_up_in_the_row(online_run, tmp_path, monkeypatch):
+    monkeypatch.setattr(timeline, "BUCKET_S", SHORT_RECORDS)
     plugin, csv, files, result = online_run(SLOW_STEPS)
     result.assert_outcomes(passed=1)
     (row,) = pd.read_csv(csv).to_dict("records")
