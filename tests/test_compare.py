@@ -359,17 +359,24 @@ def real_run():
 def test_same_code_flags_nothing_at_the_stated_rate_and_a_slowdown_is_caught():
     """The property the design rests on: with builds 10 % apart (sd) and the cases of a
     build moving together, two same-code runs flag anything in about alpha of trials,
-    and a 60 % slower machine is caught in nearly all."""
+    and a 60 % slower machine is caught in nearly all.
+
+    How many trials: 40 same-code comparisons may flag at most 4 (10 %): a compare that
+    flagged noise in 20 % of them would still pass 8 % of the time, in 25 % of them 1.6 %.
+    The 60 % slowdown is judged on 20 of the same base runs and must be caught in 18: a
+    compare with 70 % power passes 3.5 % of the time. (It was 60 trials of both, at 12 %
+    and 90 %; about as sharp, for half the comparisons. The seeded draws give 0 and 20.)"""
     rng = np.random.default_rng(1)
-    trials, false_flags, caught = 60, 0, 0
-    for _ in range(trials):
+    same_trials, slow_trials, false_flags, caught = 40, 20, 0, 0
+    for trial in range(same_trials):
         base = simulated_run("base.csv", rng, 0.1)
         same = compare(base, simulated_run("same.csv", rng, 0.1))
         false_flags += any(f.verdict in (REGRESSED, IMPROVED) for f in same.findings)
-        slow = compare(base, simulated_run("slow.csv", rng, 0.1, factor=1.6))
-        caught += bool(slow.regressions)
-    assert false_flags <= 0.12 * trials, f"{false_flags} of {trials} same-code comparisons flagged something"
-    assert caught >= 0.9 * trials, f"a 60 % slowdown was caught in only {caught} of {trials}"
+        if trial < slow_trials:
+            slow = compare(base, simulated_run("slow.csv", rng, 0.1, factor=1.6))
+            caught += bool(slow.regressions)
+    assert false_flags <= 0.1 * same_trials, f"{false_flags} of {same_trials} same-code comparisons flagged something"
+    assert caught >= 0.9 * slow_trials, f"a 60 % slowdown was caught in only {caught} of {slow_trials}"
 
 
 def write_digests(csv, digests):
