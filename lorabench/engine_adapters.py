@@ -60,3 +60,14 @@ class AdapterCache:
     def remove_adapter(self, adapter: Adapter) -> None:
         """Drop an adapter from the engine's caches, so that its next use loads it from disk."""
         self.run(self.llm.remove_lora(self._lora_ids[adapter.name]))
+
+    async def load_lora(self, adapter: Adapter) -> None:
+        """Load ``adapter`` into the CPU cache while requests are served (the churn scenario
+        times it); a refusal (``add_lora`` answering False) is an error."""
+        if not await self.llm.add_lora(self.lora_request(adapter)):
+            raise RuntimeError(f"add_lora refused adapter {adapter.name}")
+
+    async def unload_lora(self, adapter: Adapter) -> None:
+        """Drop ``adapter`` from the engine's caches while requests are served; one already
+        evicted (``remove_lora`` answering False) is not an error."""
+        await self.llm.remove_lora(self._lora_ids[adapter.name])

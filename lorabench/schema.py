@@ -101,6 +101,10 @@ class ResultRow:
     working_set: int | None = _col(PARAMETER, key=True, optional=True)
     base_share: float | None = _col(PARAMETER, key=True, optional=True)
     skew_alpha: float | None = _col(PARAMETER, key=True, optional=True)
+    # Adapter churn (scenario churn): load-or-unload operations a second, and how many adapters
+    # outside the trace's working set they cycle through.
+    churn_rate: float | None = _col(PARAMETER, key=True, optional=True)
+    churn_adapters: int | None = _col(PARAMETER, key=True, optional=True)
 
     trace_suite: str | None = _col(TRACE, key=True, optional=True)
     trace_num_adapters: int | None = _col(TRACE, key=True, optional=True)
@@ -185,6 +189,19 @@ class ResultRow:
     waiting_p99: float | None = _col(ONLINE, optional=True)
     preemptions: int | None = _col(ONLINE, optional=True)
     adapters_waiting_max: int | None = _col(ONLINE, optional=True)
+    # Adapter churn: each load's and unload's latency as the caller sees it (add_lora /
+    # remove_lora in process, /v1/load_lora_adapter / unload over HTTP), the operations done and
+    # failed, and the TTFT of requests sent while a load was in flight against those sent
+    # while none was (median each; ratio: during over outside).
+    churn_ops: int | None = _col(ONLINE, optional=True)
+    churn_failed_ops: int | None = _col(ONLINE, optional=True)
+    load_ms_p50: float | None = _col(ONLINE, optional=True)
+    load_ms_p99: float | None = _col(ONLINE, optional=True)
+    unload_ms_p50: float | None = _col(ONLINE, optional=True)
+    unload_ms_p99: float | None = _col(ONLINE, optional=True)
+    ttft_during_load_ms_p50: float | None = _col(ONLINE, optional=True)
+    ttft_outside_load_ms_p50: float | None = _col(ONLINE, optional=True)
+    ttft_load_ratio: float | None = _col(ONLINE, optional=True)
 
     # Capacity searches (lorabench.capacity): what a probe must reach to pass...
     slo_target: float | None = _col(CAPACITY, key=True, optional=True)

@@ -18,7 +18,7 @@ from lorabench import builtin
 from lorabench.adapters import Adapter, read_adapters_file, read_rank
 from lorabench.config.expand import BenchConfig, as_list, shape_of
 from lorabench.config.read import ConfigError, read_json
-from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters
+from lorabench.config.schema import RESERVED_ENGINE_KEYS, Churn, ConfigFile, GeneratedAdapters
 from lorabench.config.traces import check_traces, length_limit
 from lorabench.schema import COLUMNS, SAMPLE_COLUMNS, samples_path_for
 from lorabench.workload import pool_size
@@ -226,7 +226,21 @@ def _check_adapters(path: Path, parsed: ConfigFile, adapters: list[Adapter], nee
             f"{path}: field 'working_set.sizes' has bad value {max(parsed.working_set.sizes)}: only "
             f"{len(adapters)} adapters are configured: add adapters or lower it"
         )
+    if parsed.churn and needs_lora:
+        problems += _check_churn(path, parsed.churn, len(adapters))
     return problems
+
+
+def _check_churn(path: Path, churn: Churn, configured: int) -> list[str]:
+    """A churn case cycles adapters after its trace's working set: the config must have them
+    (an imported trace's working set is its header's, read when the case runs)."""
+    largest = max((n for suite in churn.suites for n in suite.num_adapters or ()), default=0)
+    if largest + churn.adapters <= configured:
+        return []
+    return [
+        f"{path}: field 'churn.adapters' has bad value {churn.adapters}: with a trace of {largest} adapters it "
+        f"needs {largest + churn.adapters}, but only {configured} are configured: add adapters or lower it"
+    ]
 
 
 def _check_lengths(path: Path, parsed: ConfigFile, model: Path) -> list[str]:

@@ -262,6 +262,26 @@ class Capacity(_Strict):
         return MIN_REQUESTS / (self.probe_duration_s - self.warmup_s)
 
 
+class Churn(_Strict):
+    """Adapters outside each trace's working set loaded and unloaded while it replays
+    (``lorabench.scenarios.churn``): every trace of ``suites`` crossed with every ``rate``."""
+
+    suites: list[OnlineSuite] = Field(min_length=1)
+    # Operations a second, alternating: load the next churn adapter, unload it.
+    rate: list[PositiveFloat] = Field(default=[1.0], min_length=1)
+    # The config's adapters after the trace's working set that the operations cycle through.
+    adapters: PositiveInt = 2
+    slo_ttft_ms: PositiveFloat = 6000.0
+    slo_tpot_ms: PositiveFloat = 200.0
+    warmup_s: NonNegativeFloat = 0.0
+    drain_timeout_s: PositiveFloat = 60.0
+
+    @field_validator("rate")
+    @classmethod
+    def _no_repeats(cls, value: Any) -> Any:
+        return _unique(value)
+
+
 class UrlTarget(_Strict):
     """A server that already runs (``lorabench.http``): nothing is started or stopped."""
 
@@ -290,5 +310,6 @@ class ConfigFile(_Strict):
     residency: Residency | None = None
     working_set: WorkingSet | None = None
     capacity: Capacity | None = None
+    churn: Churn | None = None
     # Where requests go (lorabench.http.target); --bench-target overrides it.
     target: Literal["inprocess", "serve"] | UrlTarget = "inprocess"

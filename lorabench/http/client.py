@@ -93,6 +93,18 @@ class Client:
         async with self.session.get(self.url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             return resp.status, await resp.text()
 
+    async def post(self, path: str, body: dict[str, Any], timeout_s: float = 300.0) -> str:
+        """``POST path`` with a JSON body; ``RequestFailed`` unless the server answers 200."""
+        try:
+            timeout = aiohttp.ClientTimeout(total=timeout_s)
+            async with self.session.post(self.url + path, json=body, timeout=timeout) as resp:
+                text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RequestFailed(f"POST {path}: {type(exc).__name__}: {exc}") from exc
+        if resp.status != 200:
+            raise RequestFailed(f"POST {path} answered {resp.status}: {text[:300]}")
+        return text
+
     async def models(self) -> list[dict[str, Any]]:
         """What ``/v1/models`` lists: the base model, and each adapter (with its ``parent``)."""
         status, body = await self.get("/v1/models")

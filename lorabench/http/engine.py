@@ -237,3 +237,11 @@ class HttpEngine(Engine):
     def measure_adapter_loads(self, adapters: Sequence[Adapter]) -> float | None:  # type: ignore[override]
         """Not measured over HTTP yet (the runtime load API would be): ``adapter_load_ms`` stays blank."""
         return None
+
+    async def load_lora(self, adapter: Adapter) -> None:
+        """The runtime load API (the server needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``; the
+        serve target sets it); the adapter's path must be readable by the server."""
+        await self.client.post("/v1/load_lora_adapter", {"lora_name": adapter.name, "lora_path": str(adapter.path)})
+
+    async def unload_lora(self, adapter: Adapter) -> None:
+        await self.client.post("/v1/unload_lora_adapter", {"lora_name": adapter.name})

@@ -118,6 +118,8 @@ class StandInLLM:
             )
         )
         self._wake = asyncio.Event()
+        # Held by a step and by a load from disk: one at a time, as in vLLM's engine core.
+        self._core = asyncio.Lock()
         self._loop: asyncio.Task | None = None
         # Stat loggers made and called as vLLM's front end does, and the (scheduler, iteration)
         # stats of the last steps they were given: the ground truth of a timeline.
@@ -127,8 +129,11 @@ class StandInLLM:
         self.stats_sent: deque[tuple[SimpleNamespace, SimpleNamespace]] = deque(maxlen=STATS_KEPT)
 
     async def add_lora(self, lora: LoraRef) -> bool:
-        await asyncio.sleep(self.costs.disk_load_ms / 1000.0)
-        self._cache(lora, active=set())
+        """Read from disk between two steps, holding the next one back: vLLM's engine core runs
+        a load in its busy loop, between steps, so a load while serving stalls every request."""
+        async with self._core:
+            await asyncio.sleep(self.costs.disk_load_ms / 1000.0)
+            self._cache(lora, active=set())
         return True
 
     async def remove_lora(self, lora_id: int) -> bool:
@@ -191,19 +196,20 @@ class StandInLLM:
                 await self._wake.wait()
                 due = None
                 continue
-            cost, prompt_tokens = self._schedule()
-            in_step = {r.lora.lora_int_id for r in self.running if r.lora}
-            cost += self.costs.decode_ms_per_step + self.costs.lora_ms_per_adapter * len(in_step)
-            # Steps keep to their schedule: the loop wakes a sleep up to a millisecond late (its
-            # timeout is rounded up to the millisecond), and the next step makes that up, so the
-            # rounding does not add up over a batch's steps. A longer stall (a blocked loop, a
-            # busy host) is not made up: a step never lasts less than its cost minus LATE_MADE_UP_S.
-            now = loop.time()
-            start = now if due is None else max(due, now - LATE_MADE_UP_S)
-            due = start + cost / 1000.0
-            await asyncio.sleep(max(0.0, due - loop.time()))
-            generated = len(self.running)
-            self._emit(time.monotonic())
+            async with self._core:
+                cost, prompt_tokens = self._schedule()
+                in_step = {r.lora.lora_int_id for r in self.running if r.lora}
+                cost += self.costs.decode_ms_per_step + self.costs.lora_ms_per_adapter * len(in_step)
+                # Steps keep to their schedule: the loop wakes a sleep up to a millisecond late (its
+                # timeout is rounded up to the millisecond), and the next step makes that up, so the
+                # rounding does not add up over a batch's steps. A longer stall (a blocked loop, a
+                # busy host, a load) is not made up: a step never lasts less than its cost minus LATE_MADE_UP_S.
+                now = loop.time()
+                start = now if due is None else max(due, now - LATE_MADE_UP_S)
+                due = start + cost / 1000.0
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                generated = len(self.running)
+                self._emit(time.monotonic())
             if self.loggers:
                 self._report(prompt_tokens, generated)
 

@@ -5,7 +5,8 @@ sets) behind the endpoints of ``vllm serve`` that lorabench uses, on a free port
 It serves ``/v1/models`` (the base model and each adapter, with its ``parent``),
 streaming ``/v1/completions`` (vLLM's chunks: ``token_ids`` when asked with
 ``return_token_ids``, ``prompt_token_ids`` in the first, ``usage`` last, then ``[DONE]``),
-``/health``, ``/version`` and ``/metrics`` (the gauges ``lorabench.http.metrics`` reads).
+``/health``, ``/version``, ``/metrics`` (the gauges ``lorabench.http.metrics`` reads) and the
+runtime ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``.
 An unknown model is a 404, as vLLM answers; ``failures`` maps a request's number (from 1,
 in the order they arrive) to ``"500"`` (an error status) or ``"drop"`` (the connection
 closed after the first token).
@@ -77,6 +78,8 @@ class StandInServer:
         app.router.add_get("/health", _health)
         app.router.add_get("/version", _version)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/v1/load_lora_adapter", self._load)
+        app.router.add_post("/v1/unload_lora_adapter", self._unload)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port)
@@ -111,6 +114,27 @@ class StandInServer:
             f'num_gpu_blocks="{KV_CACHE_TOKENS // BLOCK_SIZE}"}} 1.0',
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _load(self, request: web.Request) -> web.Response:
+        """vLLM's runtime load: 400 for an adapter it serves already; the load costs the
+        stand-in's ``disk_load_ms`` (its ``add_lora``)."""
+        body = await request.json()
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            return _error("both 'lora_name' and 'lora_path' must be provided.", 400)
+        if name in self.adapters:
+            return _error(f"The lora adapter '{name}' has already been loaded.", 400)
+        self.adapters[name] = max(self.adapters.values(), default=0) + 1
+        await self.llm.add_lora(LoraRef(name, self.adapters[name], path))
+        return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def _unload(self, request: web.Request) -> web.Response:
+        """vLLM's runtime unload: 404 for an adapter it does not serve."""
+        name = (await request.json()).get("lora_name")
+        if name not in self.adapters:
+            return _error(f"The lora adapter '{name}' cannot be found.", 404)
+        await self.llm.remove_lora(self.adapters.pop(name))
+        return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
 
     def _not_found(self, model: str) -> web.Response:
         error = {"message": f"The model `{model}` does not exist.", "type": "NotFoundError", "code": 404}
@@ -148,6 +172,10 @@ class StandInServer:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _error(message: str, status: int) -> web.Response:
+    return web.json_response({"error": {"message": message, "code": status}}, status=status)
 
 
 async def _event(response: web.StreamResponse, data: dict[str, Any]) -> None:

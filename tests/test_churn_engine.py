@@ -1,0 +1,27 @@
+"""The churn scenario on the real CPU engine, in process: vLLM's add_lora / remove_lora while
+a short trace replays, every operation timed and none failed."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tests.helpers import ROOT
+
+
+@pytest.mark.engine
+def test_churn_on_the_cpu_engine_loads_and_unloads_while_a_trace_replays(pytester, tiny_config, tmp_path):
+    pytester.makepyfile(test_multilora_churn=(ROOT / "bench" / "test_multilora_churn.py").read_text())
+    suite = {"name": "ch", "num_adapters": [2], "rate": [5], "duration": 4, "input_range": [8, 32]}
+    churn = {"rate": [4], "adapters": 2, "warmup_s": 0.5, "suites": [{**suite, "output_range": [4, 12]}]}
+    path = tiny_config(engine={"max_loras": 2, "max_cpu_loras": 4}, churn=churn)
+    csv = tmp_path / "results" / "churn.csv"
+    result = pytester.runpytest_subprocess(
+        "--bench-config", str(path), "-k", "churn", "-p", "no:cacheprovider", "--bench-output", str(csv), timeout=300
+    )
+    result.assert_outcomes(passed=1)
+    (row,) = pd.read_csv(csv).to_dict("records")
+    assert (row["churn_ops"], row["churn_failed_ops"], row["unfinished"]) == (16, 0, 0)
+    assert 0 < row["load_ms_p50"] <= row["load_ms_p99"] < 5000
+    assert 0 <= row["unload_ms_p50"] <= row["unload_ms_p99"] < 5000
+    assert row["ttft_outside_load_ms_p50"] > 0 and row["num_requests"] > 5
