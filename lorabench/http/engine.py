@@ -5,8 +5,8 @@ A request is a streaming ``POST /v1/completions`` whose ``model`` is the adapter
 base model's served name for none), with the prompt as token ids. Everything is timed on
 this process's clock, as a user of the server sees it: the request's send, each chunk's
 arrival, the stream's end. What only the engine can stamp (the scheduler's queue, prefill
-apart from TTFT) and what only it knows (its CPU cache of adapters, its steps) is left blank
-(``lorabench.schema.ENGINE_ONLY``).
+apart from TTFT) and what only it knows (its CPU cache of adapters) is left blank
+(``lorabench.schema.ENGINE_ONLY``); its steps are read from ``/metrics`` (``lorabench.http.telemetry``).
 
 A request that fails (an error status, a stream that breaks off) is counted, not raised: an
 online replay goes on and reports it unfinished, and its row says how many failed. A batch
@@ -29,11 +29,11 @@ from lorabench.engine import Engine, EngineBuildError
 from lorabench.http.client import Client, RequestFailed
 from lorabench.http.metrics import server_state
 from lorabench.http.target import URL, Target
+from lorabench.http.telemetry import Scraper
 from lorabench.workload import SYNTHETIC_TOKEN_LIMIT, Prompt
 
 # A token the stream counted but did not name (a server that sends no token ids).
 UNKNOWN_TOKEN = -1
-NO_TIMELINE = "an HTTP target: the engine's steps are not visible to the client"
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,8 @@ class HttpEngine(Engine):
         self.failed_requests = 0
         self.failures: list[str] = []
         self.server_version = ""
-        self.timeline.why_none = NO_TIMELINE
+        # The online timeline from the server's /metrics, scraped while a replay runs.
+        self.timeline = Scraper(lambda: self.client)  # type: ignore[assignment]
 
     def __enter__(self) -> HttpEngine:
         self.loop = asyncio.new_event_loop()

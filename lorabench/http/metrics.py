@@ -29,6 +29,21 @@ class ServerState:
     max_lora: int | None = None
     # vllm:cache_config_info's num_gpu_blocks x block_size: the KV cache, in tokens.
     kv_cache_tokens: int | None = None
+    # Counters since the server started (a timeline takes their differences): engine steps
+    # (the count of the tokens-per-step histogram), preemptions, prompt and generated tokens.
+    steps: int = 0
+    preemptions: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+
+
+# The counters a timeline record sums, by the ServerState field they add to.
+COUNTERS = {
+    "vllm:iteration_tokens_total_count": "steps",
+    "vllm:num_preemptions_total": "preemptions",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
+}
 
 
 def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -67,6 +82,8 @@ def server_state(text: str) -> ServerState:
             state.waiting = (state.waiting or 0) + int(value)
         elif name == "vllm:lora_requests_info" and (lora_info is None or value >= lora_info[0]):
             lora_info = (value, labels)  # the latest sample: its value is when it was set
+        elif name in COUNTERS:
+            setattr(state, COUNTERS[name], getattr(state, COUNTERS[name]) + int(value))
         elif name == "vllm:cache_config_info" and labels.get("num_gpu_blocks", "").isdigit():
             blocks, size = int(labels["num_gpu_blocks"]), int(labels.get("block_size", "0") or 0)
             state.kv_cache_tokens = (state.kv_cache_tokens or 0) + blocks * size

@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import json
 import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -58,6 +59,8 @@ class StandInServer:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count()
+        # vLLM's counters, from the stand-in's steps: steps, preemptions, prompt and generated tokens.
+        self.totals: Counter[str] = Counter()
 
     def __enter__(self) -> StandInServer:
         self._thread.start()
@@ -71,7 +74,8 @@ class StandInServer:
         self._loop.close()
 
     async def _start(self) -> None:
-        self.llm = StandInLLM(self.costs, self.spec, self.max_num_seqs, dict.fromkeys(self.adapters, ""))
+        weights = dict.fromkeys(self.adapters, "")
+        self.llm = StandInLLM(self.costs, self.spec, self.max_num_seqs, weights, [lambda *_: _Counters(self.totals)])
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions", self._completions)
@@ -112,6 +116,10 @@ class StandInServer:
             f'waiting_lora_adapters="{waiting}"}} 1.7e+09',
             f'vllm:cache_config_info{{block_size="{BLOCK_SIZE}",engine="0",'
             f'num_gpu_blocks="{KV_CACHE_TOKENS // BLOCK_SIZE}"}} 1.0',
+            f"vllm:iteration_tokens_total_count{{{labels}}} {self.totals['steps']}",
+            f"vllm:num_preemptions_total{{{labels}}} {self.totals['preemptions']}",
+            f"vllm:prompt_tokens_total{{{labels}}} {self.totals['prompt_tokens']}",
+            f"vllm:generation_tokens_total{{{labels}}} {self.totals['generation_tokens']}",
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
@@ -172,6 +180,24 @@ class StandInServer:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+class _Counters:
+    """A stat logger that sums the stand-in's steps into the server's counters, as vLLM's
+    Prometheus logger does."""
+
+    def __init__(self, totals: Counter[str]) -> None:
+        self.totals = totals
+
+    def record(self, scheduler_stats: Any = None, iteration_stats: Any = None, **_: Any) -> None:
+        if iteration_stats is not None:
+            self.totals["steps"] += 1
+            self.totals["preemptions"] += iteration_stats.num_preempted_reqs
+            self.totals["prompt_tokens"] += iteration_stats.num_prompt_tokens
+            self.totals["generation_tokens"] += iteration_stats.num_generation_tokens
+
+    def log_engine_initialized(self) -> None:
+        """Nothing to say."""
 
 
 def _error(message: str, status: int) -> web.Response:

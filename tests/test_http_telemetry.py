@@ -1,0 +1,70 @@
+"""The online timeline over HTTP: the server's /metrics scraped at least twice a second while a
+trace replays, into the in-process timeline's records, against the stand-in server (whose
+counters and gauges come from its own steps: the ground truth)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from lorabench.http import telemetry
+from lorabench.schema import replays_path_for, samples_path_for
+from lorabench.testing import Costs, write_config
+from lorabench.testing.server import StandInServer
+from tests.helpers import ROOT, result_files
+
+# An excerpt of vLLM 0.32's /metrics, with a line lorabench does not read.
+EXPOSITION = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 1.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="c"} 1.7e+09
+vllm:iteration_tokens_total_count{engine="0",model_name="m"} 120.0
+vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 999.0
+vllm:num_preemptions_total{engine="0",model_name="m"} 2.0
+vllm:prompt_tokens_total{engine="0",model_name="m"} 500.0
+vllm:generation_tokens_total{engine="0",model_name="m"} 700.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 9.0
+"""
+
+
+def test_a_scrape_is_one_record_whose_counts_are_the_counters_increase():
+    before = telemetry.read(EXPOSITION.replace("120.0", "100.0").replace("700.0", "640.0"))
+    record = telemetry._record(1.5, telemetry.read(EXPOSITION), before)
+    assert (record.t_s, record.kv_usage, record.running, record.waiting) == (1.5, 0.25, 3, 1)
+    assert (record.adapters_running, record.adapters_waiting) == (2, 1)
+    assert (record.steps, record.generation_tokens, record.preemptions, record.prompt_tokens) == (20, 60, 0, 0)
+    assert telemetry._record(0.1, telemetry.read(EXPOSITION), None).steps == 0, "no baseline: no increase"
+
+
+@pytest.mark.parametrize("with_server_gauges", [True, False])
+def test_the_online_row_and_timeline_fill_over_http(pytester, with_server_gauges, monkeypatch):
+    """2 s at 30 requests/s on 8 ms steps: a scrape every 0.25 s, with requests running; the
+    records' generated tokens add up to those the replay received, but for the ones after the
+    last scrape. A server without the gauges gives no timeline, and the row says nothing wrong."""
+    pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
+    suite = {"num_adapters": [3], "rate": [30], "duration": 2.0, "input_range": [8, 16], "output_range": [8, 16]}
+    config = write_config(pytester.path / "run", adapters=3, online={"suites": [suite]})
+    if not with_server_gauges:
+        monkeypatch.setattr(telemetry, "GAUGES", ("vllm:none",))
+    with StandInServer(["a0", "a1", "a2"], Costs(decode_ms_per_step=8)) as server:
+        args = ("--bench-config", str(config), "-p", "no:cacheprovider", "-k", "online", "--bench-target", server.url)
+        result = pytester.runpytest(*args)
+        generated = server.totals["generation_tokens"]
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    (row,) = pd.read_csv(csv).to_dict("records")
+    if not with_server_gauges:
+        assert pd.isna(row["kv_usage_max"]) and pd.isna(row["waiting_p99"])
+        result.stdout.fnmatch_lines(["*no engine timeline: the server's /metrics has no vllm:num_requests_running*"])
+        return
+    steps = pd.read_csv(replays_path_for(csv, "timeline"))
+    gaps = steps["t_s"].diff().dropna()
+    assert len(steps) >= 2 * 2.0 and gaps.max() <= 0.5, "at least twice a second"
+    assert (steps["running"] > 0).mean() > 0.5 and row["kv_usage_max"] == steps["kv_usage"].max() > 0
+    assert row["waiting_p99"] >= 0 and row["preemptions"] == 0 and row["adapters_waiting_max"] >= 0
+    received = pd.read_csv(samples_path_for(csv))["output_tokens"].sum()
+    assert received <= generated
+    assert 0.7 * received <= steps["generation_tokens"].sum() <= received
+    assert steps["steps"].sum() > 0
