@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,14 @@ import torch  # noqa: F401
 from lorabench import builtin
 from tests.helpers import write_json
 
+gc.freeze()  # torch's objects, out of the full collections while the tests are collected too
+
 # Where the built-in model and adapters are cached for this user, read before pytester
 # points HOME at its temporary folder.
 USER_CACHE = builtin.cache_dir()
+# A full garbage collection slower than this freezes the heap again (pytest_runtest_teardown).
+SLOW_FULL_COLLECTION_S = 0.01
+_FULL_COLLECTIONS = {"started": 0.0, "slow": False}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -28,6 +34,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     over these objects took 0.14 s a stand-in run here, 2 ms with them frozen. They are
     modules, classes and functions that live as long as the process anyway."""
     gc.freeze()
+
+
+def _time_full_collections(phase: str, info: dict) -> None:
+    if info["generation"] != 2:
+        return
+    if phase == "start":
+        _FULL_COLLECTIONS["started"] = time.perf_counter()
+    elif time.perf_counter() - _FULL_COLLECTIONS["started"] > SLOW_FULL_COLLECTION_S:
+        _FULL_COLLECTIONS["slow"] = True
+
+
+gc.callbacks.append(_time_full_collections)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """After a test during which a full collection was slow, freeze again what is alive.
+
+    What tests load later grows the heap a full collection walks: vLLM's platform (the first
+    test that asks for it), matplotlib (the first report), modules of in-process runs. Left
+    alone, the collections took 0.05-0.24 s each again, 7 s over the quick loop; now 1.4 s.
+    It also keeps them short while a replay runs: the replay leaves a heap someone else froze
+    to them (``lorabench.replay._frozen_heap``). What is frozen is never collected: memory a
+    session of tests can spare."""
+    if _FULL_COLLECTIONS["slow"]:
+        _FULL_COLLECTIONS["slow"] = False
+        gc.collect()
+        gc.freeze()
 
 
 @pytest.fixture(autouse=True)
