@@ -88,3 +88,11 @@ def test_too_few_adapters_for_the_churn_is_one_line_before_anything_runs(pyteste
     result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(Costs())])
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*field 'churn.adapters' has bad value 2*needs 4, but only 3 are configured*"])
+
+
+def test_a_warm_up_as_long_as_the_trace_is_refused_before_anything_runs(pytester):
+    pytester.makepyfile(test_multilora_churn=(ROOT / "bench" / "test_multilora_churn.py").read_text())
+    config = write_config(pytester.path / "run", adapters=4, churn={**CHURN, "warmup_s": 1.0})
+    result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(Costs())])
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*churn*warmup_s 1 leaves nothing of a 1 s trace to measure*"])

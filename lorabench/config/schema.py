@@ -281,6 +281,16 @@ class Churn(_Strict):
     def _no_repeats(cls, value: Any) -> Any:
         return _unique(value)
 
+    @model_validator(mode="after")
+    def _something_measured(self) -> Churn:
+        shortest = min(suite.duration for suite in self.suites)
+        if self.warmup_s >= shortest:
+            raise ValueError(
+                f"warmup_s {self.warmup_s:g} leaves nothing of a {shortest:g} s trace to measure: "
+                "lower warmup_s or lengthen the suites' duration"
+            )
+        return self
+
 
 class UrlTarget(_Strict):
     """A server that already runs (``lorabench.http``): nothing is started or stopped."""
