@@ -151,8 +151,8 @@ def standin_replay(pytester, folder: Path, source: Path, fmt: str) -> Path:
 
     folder.mkdir()
     import_to(folder, fmt, source, "--adapters", 2, "--max-model-len", 128)
-    suite = {"name": "real", "trace": f"traces/{source.stem}.jsonl", "rate": [6], "duration": 1}
-    config = write_config(folder, adapters=2, online={"warmup_s": 0.2, "suites": [suite]})
+    suite = {"name": "real", "trace": f"traces/{source.stem}.jsonl", "rate": [10], "duration": 0.5}
+    config = write_config(folder, adapters=2, online={"warmup_s": 0.1, "suites": [suite]})
     result = pytester.runpytest(
         "--bench-config", str(config), "-k", "online", "-p", "no:cacheprovider", plugins=[StandIn(Costs())]
     )
