@@ -143,7 +143,7 @@ def test_memory_is_summed_over_the_engines_devices_and_waited_for(fake_npu, monk
     memory.wait_released(timeout_s=2, poll_s=0.05)
     set_hbm(20_000, 3100)  # a process still holds card 0
     with pytest.raises(DeviceNotReleased, match=r"still in use on npu:1, npu:0 .*npu-smi info"):
-        memory.wait_released(timeout_s=0.3, poll_s=0.05)
+        memory.wait_released(timeout_s=0.15, poll_s=0.05)
     assert calls == []
 
 
@@ -211,8 +211,8 @@ def test_a_device_tool_failing_at_release_is_an_error_and_a_hiccup_is_not(fake_n
         match=r"cannot tell whether npu:0 got their memory back 0 s after the engine shut down: the device tool "
         r"failed \(npu-smi info printed no device rows\); run npu-smi info to see whether the driver answers",
     ):
-        memory.wait_released(timeout_s=0.3, poll_s=0.05)
+        memory.wait_released(timeout_s=0.15, poll_s=0.05)
     # The tool fails a few times, then answers that the memory is back: that is a release.
-    threading.Timer(0.2, set_hbm, (3300, 3100)).start()
+    threading.Timer(0.1, set_hbm, (3300, 3100)).start()
     memory.wait_released(timeout_s=10, poll_s=0.05)
     assert calls == []
