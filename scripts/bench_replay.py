@@ -5,7 +5,10 @@ Real traces (Azure, BurstGPT, Mooncake) run for hours at hundreds of requests a 
 so each send must do the same small work however long the trace (lorabench/replay.py);
 the stand-in keeps the engine's own work small and known. The engine timeline records
 as in a benchmark run (LORABENCH_TIMELINE=off leaves it out). Target: send lag p99 under
-2 ms at 20,000 requests and 500 requests/s. A timing: run it on a quiet machine.
+2 ms at 20,000 requests and 500 requests/s. A timing: run it on a quiet machine. On a
+shared one, the garbage collector's passes (counted, and timed in CPU time) still say
+whether the replay's own process blocked its loop: a full pass over a large heap was what
+made sends late by over 100 ms.
 
     python scripts/bench_replay.py                            # 20,000 requests at 500/s: about 40 s
     python scripts/bench_replay.py --requests 2000 --rate 100 --out replay.json
@@ -14,6 +17,7 @@ as in a benchmark run (LORABENCH_TIMELINE=off leaves it out). Target: send lag p
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import resource
 import tempfile
@@ -53,6 +57,36 @@ def stand_in(folder: Path, args: argparse.Namespace) -> StandInEngine:
     return StandInEngine(config, spec, "cpu", None, costs=costs, weights={a.name: "" for a in config.adapters})
 
 
+class CollectorPauses:
+    """The garbage collector's passes while the replay runs, by generation, and how long they
+    held the loop: CPU time, which other processes on a shared host leave alone, so the
+    count of long pauses says what a quiet-machine timing would, run after run."""
+
+    def __init__(self) -> None:
+        self.counts, self.pauses_ms, self._start = [0, 0, 0], [], 0.0
+
+    def __enter__(self) -> CollectorPauses:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.thread_time()
+            return
+        self.counts[info["generation"]] += 1
+        self.pauses_ms.append((time.thread_time() - self._start) * 1000.0)
+
+    def figures(self) -> dict:
+        return {
+            "gc_collections_by_generation": self.counts,
+            "gc_pauses_over_1ms": sum(p > 1.0 for p in self.pauses_ms),
+            "gc_pause_ms_max": round(max(self.pauses_ms, default=0.0), 2),
+        }
+
+
 def peak_rss_mib(*samples: float) -> float:
     """The process's peak RSS. The kernel's high-water mark (ru_maxrss, KiB on Linux) is
     synced from per-thread counters lazily and can read a few pages below a fresh
@@ -74,7 +108,8 @@ def measure(args: argparse.Namespace) -> dict:
         engine.load_adapters(list(adapters.values()))
         rss_before = psutil.Process().memory_info().rss / MIB
         start = time.perf_counter()
-        records = engine.run(replay.replay(engine, requests, adapters, timeline=engine.timeline))
+        with CollectorPauses() as pauses:
+            records = engine.run(replay.replay(engine, requests, adapters, timeline=engine.timeline))
         wall = time.perf_counter() - start
         rss_after = psutil.Process().memory_info().rss / MIB
         lags = [r.send_lag_ms for r in records]
@@ -88,6 +123,7 @@ def measure(args: argparse.Namespace) -> dict:
             "send_lag_ms_p99": round(percentile(lags, 99), 3),
             "send_lag_ms_max": round(max(lags), 3),
             "timeline_records": len(engine.timeline.rows),
+            **pauses.figures(),
             "rss_before_replay_mib": round(rss_before),
             "rss_after_replay_mib": round(rss_after),
             "peak_rss_mib": round(peak_rss_mib(rss_before, rss_after)),
