@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from lorabench import replay
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, ImportedCase, OnlineCase, trace_cases
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
-from lorabench.scenarios.online import METRIC_COLUMNS, ONLINE_COLUMNS, TIMELINE_COLUMNS, _timeline_columns
+from lorabench.scenarios.online import METRIC_COLUMNS, ONLINE_COLUMNS, TIMELINE_COLUMNS, replay_outcome
 from lorabench.stats import percentile
 
 if TYPE_CHECKING:
@@ -175,29 +175,13 @@ class Churn(Scenario):
     def _outcome(self, ctx: Context, engine: Engine, case: ChurnCase, trace: Any, result: dict) -> Outcome:
         block = ctx.config.file.churn
         records, ops = result["records"], result["ops"]
-        slo = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
-        metrics, per_adapter = replay.summarize_online(records, **slo)
-        steps, notes = _timeline_columns(ctx, engine, trace.id, block.warmup_s)
         fields = {
-            "workload": "trace",
-            "num_adapters": trace.num_adapters,
-            "rounds": 1,
-            "warmup_rounds": 0,
             "churn_rate": case.rate,
             "churn_adapters": case.adapters,
-            **trace.fields(block.warmup_s),
-            **metrics,
-            **steps,
             **churn_fields(ops, records, block.warmup_s),
         }
         errors = sorted({o.error for o in ops if o.error})[:3]
-        ranks = {a.name: a.rank for a in ctx.config.adapters}
-        return Outcome(
-            fields,
-            replay.samples(records, ranks),
-            extra_info={**metrics, **notes, "per_adapter": per_adapter, "churn_errors": errors},
-            records={"timeline": list(engine.timeline.rows), "adapters": replay.adapter_usage(records, **slo)},
-        )
+        return replay_outcome(ctx, engine, trace, records, block, fields, {"churn_errors": errors})
 
 
 def _untimed(engine: Engine, kind: str, adapters: Sequence[Adapter]) -> None:

@@ -5,7 +5,7 @@ imported (``lorabench trace import``). Each replay also gives the engine's timel
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lorabench import replay, timeline
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, online_cases
@@ -85,28 +85,43 @@ class Online(Scenario):
 
         engine.load_adapters(list(adapters.values()))
         ctx.time(one_replay)
-        slo = {"slo_ttft_ms": online.slo_ttft_ms, "slo_tpot_ms": online.slo_tpot_ms, "warmup_s": online.warmup_s}
-        metrics, per_adapter = replay.summarize_online(records, **slo)
-        steps, notes = _timeline_columns(ctx, engine, online_case.id, online.warmup_s)
-        fields = {
-            "workload": "trace",
-            "num_adapters": online_case.num_adapters,
-            "rounds": 1,
-            "warmup_rounds": 0,
-            **online_case.fields(online.warmup_s),
-            **metrics,
-            **steps,
-        }
+        extra = {}
         if engine.spec.max_cpu_loras is not None and len(adapters) <= engine.spec.max_cpu_loras:
-            fields["timed_adapter_loads"] = 0
-        samples = replay.samples(records, {a.name: a.rank for a in adapters.values()})
-        usage = replay.adapter_usage(records, **slo)
-        return Outcome(
-            fields,
-            samples,
-            extra_info={**metrics, **steps, **notes, "per_adapter": per_adapter},
-            records={"timeline": list(engine.timeline.rows), "adapters": usage},
-        )
+            extra["timed_adapter_loads"] = 0
+        return replay_outcome(ctx, engine, online_case, records, online, extra)
+
+
+def replay_outcome(
+    ctx: Context,
+    engine: Engine,
+    case: OnlineCase | ImportedCase,
+    records: list[replay.ReplayedRequest],
+    slo: Any,
+    extra_fields: dict[str, Any],
+    extra_info: dict[str, Any] | None = None,
+) -> Outcome:
+    """A replayed trace's row, samples, timeline and per-adapter usage, judged against the
+    SLOs and warm-up of ``slo`` (the config block that set them): what every scenario that
+    replays a trace records."""
+    judged = {"slo_ttft_ms": slo.slo_ttft_ms, "slo_tpot_ms": slo.slo_tpot_ms, "warmup_s": slo.warmup_s}
+    metrics, per_adapter = replay.summarize_online(records, **judged)
+    steps, notes = _timeline_columns(ctx, engine, case.id, slo.warmup_s)
+    fields = {
+        "workload": "trace",
+        "num_adapters": case.num_adapters,
+        "rounds": 1,
+        "warmup_rounds": 0,
+        **case.fields(slo.warmup_s),
+        **metrics,
+        **steps,
+        **extra_fields,
+    }
+    return Outcome(
+        fields,
+        replay.samples(records, {a.name: a.rank for a in ctx.config.adapters}),
+        extra_info={**metrics, **steps, **notes, "per_adapter": per_adapter, **(extra_info or {})},
+        records={"timeline": list(engine.timeline.rows), "adapters": replay.adapter_usage(records, **judged)},
+    )
 
 
 def _timeline_columns(ctx: Context, engine: Engine, case_id: str, warmup_s: float) -> tuple[dict, dict]:
