@@ -195,7 +195,12 @@ class ImportedCase:
         return f"{self.shape_id}-r{self.rate:g}"
 
     def at(self, rate: float, duration: float) -> ImportedCase:
-        return replace(self, rate=rate, duration=duration)
+        """The same trace at another rate, sharing the file this case has read already
+        (a capacity search asks for one per probe)."""
+        moved = replace(self, rate=rate, duration=duration)
+        if "data" in self.__dict__:
+            moved.__dict__["data"] = self.__dict__["data"]
+        return moved
 
     @cached_property
     def data(self) -> trace_data.TraceData:

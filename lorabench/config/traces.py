@@ -46,31 +46,24 @@ def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) 
     if block is not None:
         for i, shape in enumerate(block.shapes):
             field = f"capacity.shapes[{i}]"
-            found = _check_shape(path, field, shape, configured, limit, (), block.probe_duration_s)
-            if not found and shape.trace is not None:
-                found = _check_probe_room(path, field, shape, block.probe_duration_s, block.min_rate)
-            problems += found
+            problems += _check_shape(
+                path, field, shape, configured, limit, (), block.probe_duration_s, min_rate=block.min_rate
+            )
     return problems
 
 
-def _check_probe_room(path: Path, field: str, shape: TraceShape, duration: float, min_rate: float) -> list[str]:
-    """A probe at rate r replays ``r * duration`` of an imported trace's requests: the trace
-    must hold enough for the lowest rate a probe can judge."""
-    rest, _ = window(load_trace((path.parent / shape.trace).resolve()), shape.start, None)
-    if len(rest) / duration > min_rate:
-        return []
-    return [
-        f"{path}: field '{field}.trace': from {shape.start:g} s on it holds {len(rest)} requests, too few for a "
-        f"{duration:g} s probe at {min_rate:.3g} requests/s (the lowest rate a probe can judge): import a longer "
-        "trace or an earlier start"
-    ]
-
-
 def _check_shape(
-    path: Path, field: str, shape: TraceShape, configured: int, limit: Limit, rates: Sequence[float], duration: float
+    path: Path,
+    field: str,
+    shape: TraceShape,
+    configured: int,
+    limit: Limit,
+    rates: Sequence[float],
+    duration: float,
+    min_rate: float | None = None,
 ) -> list[str]:
     if shape.trace is not None:
-        return _check_imported(path, field, shape, configured, limit, rates, duration)
+        return _check_imported(path, field, shape, configured, limit, rates, duration, min_rate)
     problems = []
     if max(shape.num_adapters) > configured:
         problems.append(
@@ -93,10 +86,12 @@ def _check_imported(
     limit: Limit,
     rates: Sequence[float],
     duration: float,
+    min_rate: float | None,
 ) -> list[str]:
     """The file reads, its adapters map onto the config's first N (by position: the
     trace's i-th onto the config's i-th), every rate's window exists and its requests
-    fit the model (the whole trace from ``start`` when no rate is given)."""
+    fit the model (the whole trace from ``start`` when no rate is given: a capacity
+    search's, whose probes at ``min_rate`` must find ``min_rate * duration`` requests)."""
     file = (path.parent / shape.trace).resolve()
     where = f"{path}: field '{field}.trace'"
     try:
@@ -120,6 +115,12 @@ def _check_imported(
         if not len(rest):
             return [*problems, f"{path}: field '{field}.start' has bad value {shape.start:g}: the trace ends before it"]
         windows.append(("", rest))
+        if min_rate is not None and len(rest) / duration <= min_rate:
+            problems.append(
+                f"{path}: field '{field}.trace': from {shape.start:g} s on it holds {len(rest)} requests, too few "
+                f"for a {duration:g} s probe at {min_rate:.3g} requests/s (the lowest rate a probe can judge): "
+                "import a longer trace or an earlier start"
+            )
     for said, kept in windows:
         longest = int((kept.input_len + kept.output_len).max())
         if limit[0] is not None and longest > limit[0]:
