@@ -156,9 +156,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             check_declared(scenario.name, scenario.columns | scenario.maybe_columns)
     except SchemaError as exc:
         raise _usage_error([str(exc)]) from None
-    lora_off = any(s.with_lora_off for s in scenarios) and state.target.kind != URL
-    specs = engine_specs(state.file, with_lora_off=lora_off)
-    refused = target_problems(state.config_path, state.file, state.target, specs)
+    selected = [i.callspec.params[ENGINE_FIXTURE] for i in runnable]
+    refused = target_problems(state.config_path, state.file, state.target, selected)
     if refused:
         raise _usage_error(refused)
     try:

@@ -67,12 +67,21 @@ def test_a_server_without_the_configs_adapters_fails_its_cases_with_the_names(be
     assert rows is None
 
 
+def test_k_picks_the_servers_configuration_from_a_config_that_lists_several(bench):
+    with StandInServer(["a0", "a1", "a2"]) as server:
+        result, rows = bench("--bench-target", server.url, "-k", "multilora and loras2", engine={"max_loras": [1, 2]})
+    result.assert_outcomes(passed=1, skipped=1)  # the online module: no suites in this config
+    assert list(rows["max_loras"]) == [2] and list(rows["target"]) == ["url"]
+
+
 def test_targets_are_refused_before_anything_starts(bench, pytester):
     result, _ = bench("--bench-target", "http://h:1/v1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--bench-target http://h:1/v1: *has a path*"])
     result, _ = bench("--bench-target", "http://127.0.0.1:9", engine={"max_loras": [1, 2]})
-    result.stderr.fnmatch_lines(["*is one server, but the engine block makes 2 configurations*"])
+    result.stderr.fnmatch_lines(
+        ["*is one server, but the selected cases run 2 engine configurations*(-k loras1-* or -k loras2-*)*"]
+    )
     result, _ = bench(engine={"max_loras": 2, "distributed_executor_backend": "ray"})
     result.stderr.fnmatch_lines(["*engine.distributed_executor_backend 'ray' is not run in process*"])
     result, _ = bench(target={"url": "ftp://x"})

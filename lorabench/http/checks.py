@@ -11,8 +11,10 @@ from lorabench.http.target import INPROCESS, URL, Target
 
 
 def problems(path: Path, file: ConfigFile, target: Target, specs: Sequence[EngineSpec]) -> list[str]:
-    """What this target cannot run of the config, each one line naming the field and the fix;
-    checked before any engine or server starts."""
+    """What this target cannot run of the config's selected cases (``specs``: their engine
+    configurations), each one line naming the field and the fix; checked before any engine or
+    server starts. A URL is one server, so the selection may hold one configuration: ``-k``
+    picks it from a config that lists several, as it picks any other subset."""
     found = []
     backend = (file.engine.model_extra or {}).get("distributed_executor_backend")
     if target.kind == INPROCESS and backend == "ray":
@@ -23,8 +25,10 @@ def problems(path: Path, file: ConfigFile, target: Target, specs: Sequence[Engin
         )
     names = sorted({s.name for s in specs})
     if target.kind == URL and len(names) > 1:
+        choices = " or ".join(f"-k {name}" for name in names)
         found.append(
-            f"{path}: target {target.url} is one server, but the engine block makes {len(names)} configurations "
-            f"({', '.join(names)}): list one value of each LoRA and graph setting, as the server was started"
+            f"{path}: target {target.url} is one server, but the selected cases run {len(names)} engine "
+            f"configurations ({', '.join(names)}): select the one the server was started as ({choices}), "
+            "or list one value of each LoRA and graph setting in the engine block"
         )
     return found
