@@ -23,7 +23,13 @@ import aiohttp
 
 
 class RequestFailed(RuntimeError):
-    """One request got an error from the server, or its stream broke off."""
+    """One request got an error from the server, or its stream broke off; ``status`` and
+    ``body`` are the server's answer where it gave one (which tells a route the server lacks,
+    404 with no error object, from an error of vLLM's own)."""
+
+    def __init__(self, message: str, status: int | None = None, body: str = "") -> None:
+        super().__init__(message)
+        self.status, self.body = status, body
 
 
 @dataclass
@@ -102,7 +108,7 @@ class Client:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise RequestFailed(f"POST {path}: {type(exc).__name__}: {exc}") from exc
         if resp.status != 200:
-            raise RequestFailed(f"POST {path} answered {resp.status}: {text[:300]}")
+            raise RequestFailed(f"POST {path} answered {resp.status}: {text[:300]}", resp.status, text)
         return text
 
     async def models(self) -> list[dict[str, Any]]:
