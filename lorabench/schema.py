@@ -164,8 +164,7 @@ class ResultRow:
     # Residency: a tier's request's TTFT less that of the same request sent again right
     # after (its adapter then in a slot), median over pairs: the tier's cost, free of drift.
     tier_extra_ttft_ms: float | None = _col(METRIC, optional=True)
-    # Working sets: the share of timed requests whose adapter was not in vLLM's CPU cache (list_loras).
-    load_share: float | None = _col(METRIC, optional=True, engine_only=True)
+    load_share: float | None = _col(METRIC, optional=True)
     # Requests in the case's timed span whose adapter was not in vLLM's CPU cache when sent
     # (by list_loras, read outside the timing): each of them loaded its adapter from disk.
     timed_adapter_loads: int | None = _col(METRIC, optional=True, engine_only=True)
@@ -313,6 +312,14 @@ class ProbeRecord:
     ci_low: float
     ci_high: float
     passed: bool
+    # Measured at least capacity.MIN_REQUESTS requests: a pass or a fail. An undecided probe is
+    # run again at its rate, longer (duration_s), and neither passes nor fails.
+    decided: bool | None = None
+    duration_s: float | None = None  # its arrivals, warm-up included: probe_duration_s, longer when rerun
+    # Waited before it for the engine to have no unfinished request (the last probe's aborted
+    # leftovers), and the requests still unfinished when it started; blank where the engine cannot tell.
+    idle_wait_s: float | None = None
+    busy_at_start: int | None = None
     goodput_rps: float
     ttft_ms_p99: float
     decode_ms_p99: float
