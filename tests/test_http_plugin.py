@@ -95,16 +95,3 @@ def test_the_config_names_the_target_too(bench, pytester):
     result.assert_outcomes(passed=1)
     assert list(rows["target"]) == ["url"]
     assert json.loads((pytester.path / "run" / "stand-in.json").read_text())["target"] == {"url": server.url}
-
-
-def test_scenarios_that_move_adapters_between_caches_skip_over_http(pytester):
-    for name in ("test_multilora_residency", "test_multilora_working_set"):
-        pytester.makepyfile(**{name: (ROOT / "bench" / f"{name}.py").read_text()})
-    path = write_config(pytester.path / "run", adapters=3, residency={"requests": 2}, working_set={"sizes": [2]})
-    with StandInServer(["a0", "a1", "a2"]) as server:
-        result = pytester.runpytest(
-            "--bench-config", str(path), "-p", "no:cacheprovider", "-rs", "--bench-target", server.url
-        )
-    outcomes = result.parseoutcomes()
-    assert outcomes["skipped"] >= 2 and "passed" not in outcomes and "failed" not in outcomes
-    result.stdout.fnmatch_lines(["*target url: needs the engine's adapter caches*runtime load API*"])

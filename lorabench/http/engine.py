@@ -6,7 +6,8 @@ base model's served name for none), with the prompt as token ids. Everything is 
 this process's clock, as a user of the server sees it: the request's send, each chunk's
 arrival, the stream's end. What only the engine can stamp (the scheduler's queue, prefill
 apart from TTFT) and what only it knows (its CPU cache of adapters) is left blank
-(``lorabench.schema.ENGINE_ONLY``); its steps are read from ``/metrics`` (``lorabench.http.telemetry``).
+(``lorabench.schema.ENGINE_ONLY``); its steps are read from ``/metrics`` (``lorabench.http.telemetry``);
+adapters are loaded from disk and timed through the runtime LoRA API (``lorabench.http.lora_api``).
 
 A request that fails (an error status, a stream that breaks off) is counted, not raised: an
 online replay goes on and reports it unfinished, and its row says how many failed. A batch
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
+import warnings
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.engine import Engine, EngineBuildError
 from lorabench.http.client import Client, RequestFailed
+from lorabench.http.lora_api import RuntimeApiMissing, RuntimeLoras, server_paths
 from lorabench.http.metrics import server_state
 from lorabench.http.target import URL, Target
 from lorabench.http.telemetry import Scraper
@@ -81,7 +85,7 @@ def served_adapters(models: Sequence[dict[str, Any]]) -> tuple[str | None, set[s
     return base, {m["id"] for m in models if m.get("parent")}
 
 
-class HttpEngine(Engine):
+class HttpEngine(RuntimeLoras, Engine):
     """A server at ``target.url``: nothing is started or stopped (``ServeEngine`` starts one)."""
 
     def __init__(
@@ -95,6 +99,7 @@ class HttpEngine(Engine):
         self.failed_requests = 0
         self.failures: list[str] = []
         self.server_version = ""
+        self.paths: dict[str, str] = {}
         # The online timeline from the server's /metrics, scraped while a replay runs.
         self.timeline = Scraper(lambda: self.client)  # type: ignore[assignment]
 
@@ -120,7 +125,9 @@ class HttpEngine(Engine):
     async def _discover(self) -> None:
         """The served names; refuse a server that lacks one of the config's adapters."""
         try:
-            self.base_model, adapters = served_adapters(await self.client.models())
+            models = await self.client.models()
+            self.base_model, adapters = served_adapters(models)
+            self.paths = server_paths(models)
         except (RequestFailed, OSError, ValueError) as exc:
             raise EngineBuildError(f"{self.endpoint}: cannot list the served models: {exc}") from exc
         wanted = [a.name for a in self.config.adapters] if self.spec.enable_lora else []
@@ -232,17 +239,16 @@ class HttpEngine(Engine):
         """The server loads an adapter it serves on first use; the client cannot load it ahead."""
 
     def cached_adapters(self) -> set[str]:
-        """Unknown to a client: ``timed_adapter_loads`` stays blank on HTTP targets."""
+        """Unknown to a client: nothing over HTTP lists the engine's CPU cache, so the columns
+        that need it stay blank on HTTP targets (``schema.ENGINE_ONLY``)."""
         return set()
 
     def measure_adapter_loads(self, adapters: Sequence[Adapter]) -> float | None:  # type: ignore[override]
-        """Not measured over HTTP yet (the runtime load API would be): ``adapter_load_ms`` stays blank."""
-        return None
-
-    async def load_lora(self, adapter: Adapter) -> None:
-        """The runtime load API (the server needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``; the
-        serve target sets it); the adapter's path must be readable by the server."""
-        await self.client.post("/v1/load_lora_adapter", {"lora_name": adapter.name, "lora_path": str(adapter.path)})
-
-    async def unload_lora(self, adapter: Adapter) -> None:
-        await self.client.post("/v1/unload_lora_adapter", {"lora_name": adapter.name})
+        """Mean seconds of ``/v1/load_lora_adapter`` of a fresh alias of each adapter, each timed
+        alone: its load from disk, as a client of the server pays it. None, with a warning that
+        says why, where the server refuses the runtime API or a load."""
+        try:
+            return statistics.fmean(self.time_alias_loads(adapters))
+        except (RuntimeApiMissing, RequestFailed) as exc:
+            warnings.warn(f"{self.id}: adapter_load_ms left blank: {exc}", RuntimeWarning, stacklevel=2)
+            return None

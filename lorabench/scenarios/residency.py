@@ -19,6 +19,16 @@ adapter's load on a CPU) cancels. The repeats are not samples of the tier. The `
 row also carries ``disk_load_ms``: ``add_lora`` of the removed adapter, timed on its own,
 as many times as there are requests. ``timed_adapter_loads`` counts the timed requests
 that loaded their adapter from disk: all of them in the disk tier, none in the others.
+
+Over HTTP nothing lists the engine's caches, and nothing removes an adapter from them
+(``lorabench.http.lora_api``): the slot and cpu tiers are set up as above and follow from
+vLLM's LRU, unchecked. The disk tier goes through the runtime LoRA API: before each timed
+request a fresh alias of the adapter (same path, new id) is loaded with
+``/v1/load_lora_adapter``, timed alone (``disk_load_ms``), and the request is sent with the
+alias. So the load from disk is paid by that call, not by the request, and the disk row's
+``tier_extra_ttft_ms`` adds each load's latency to its pair's difference: from the load's
+send to the first token, less a slot's TTFT. A server without the API skips the disk tier,
+saying how to enable it.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import numpy as np
 import pytest
 
 from lorabench.correctness import OUTPUT_LEN, PROMPT_LEN, probe_prompt
+from lorabench.http.target import INPROCESS
 from lorabench.measure import MeasurementError, RoundSample, measure_round, summarize
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import METRIC_COLUMNS
@@ -39,15 +50,13 @@ if TYPE_CHECKING:
     from lorabench.adapters import Adapter
     from lorabench.config import ConfigFile
     from lorabench.engine import Engine
+    from lorabench.http.engine import HttpEngine
 
 TIERS = ("slot", "cpu", "disk")
 
 
 class Residency(Scenario):
     name = "residency"
-    # It moves adapters between the engine's caches (add_lora, remove_lora, list_loras): over
-    # HTTP that needs the runtime load API, not done yet.
-    http_skip_reason = "needs the engine's adapter caches; over HTTP that is the runtime load API, not supported yet"
     columns = METRIC_COLUMNS | {
         "batch_size",
         "input_len",
@@ -64,37 +73,14 @@ class Residency(Scenario):
         return [Parametrization("tier", TIERS, TIERS)]
 
     def run(self, ctx: Context, engine: Engine, *, tier: str) -> Outcome:  # type: ignore[override]
-        spec, adapters = engine.spec, ctx.config.adapters
-        target, others = adapters[0], list(adapters[1 : 1 + spec.max_loras])
         if tier == "cpu":
-            _check_cpu_tier(engine, len(adapters))
+            _check_cpu_tier(engine, len(ctx.config.adapters))
+        if tier == "disk" and engine.target != INPROCESS:
+            _check_runtime_api(engine)
         n = ctx.config.file.residency.requests
-        batch = Batch((Request(probe_prompt(engine), target),), (target,))
-        rounds: list[RoundSample] = []
-        extra: list[float] = []
-        loads: list[float] = []
-        wrong = 0
-
-        def request(i: int) -> RoundSample:
-            nonlocal wrong
-            start = time.perf_counter()
-            outputs = engine.generate([batch.requests[0].prompt], [target], OUTPUT_LEN, greedy=True)
-            elapsed = time.perf_counter() - start
-            wrong += not ctx.digests.matches(target, outputs[0].outputs[0].token_ids)
-            return measure_round(i, elapsed, outputs, batch, OUTPUT_LEN)
-
-        def measure() -> None:
-            if tier == "slot":
-                engine.generate([batch.requests[0].prompt], [target], OUTPUT_LEN, greedy=True)
-            for i in range(n):
-                _set_up(engine, tier, target, others)
-                rounds.append(request(i))
-                extra.append(rounds[-1].requests[0].ttft_ms - request(i).requests[0].ttft_ms)
-            for _ in range(n if tier == "disk" else 0):
-                loads.append(engine.add_adapter(target))
-
-        ctx.time(measure)
-        metrics = summarize(rounds)
+        probe = _Probe(ctx, engine, tier)
+        ctx.time(lambda: probe.measure(n))
+        metrics = summarize(probe.rounds)
         fields = {
             "workload": "single",
             "tier": tier,
@@ -104,14 +90,56 @@ class Residency(Scenario):
             "num_adapters": 1,
             "rounds": n,
             "warmup_rounds": 0,
-            "tier_extra_ttft_ms": float(np.median(extra)),
+            "tier_extra_ttft_ms": float(np.median(probe.extra)),
             "timed_adapter_loads": n if tier == "disk" else 0,
             **metrics,
         }
-        if loads:
-            fields["disk_load_ms"] = sum(loads) / len(loads) * 1000.0
-        samples = [s for r in rounds for s in r.requests]
-        return Outcome(fields, samples, extra_info=metrics, digest_mismatches=wrong)
+        if probe.loads:
+            fields["disk_load_ms"] = sum(probe.loads) / len(probe.loads) * 1000.0
+        samples = [s for r in probe.rounds for s in r.requests]
+        return Outcome(fields, samples, extra_info=metrics, digest_mismatches=probe.wrong)
+
+
+class _Probe:
+    """One tier's timed requests, each sent again at once, and the loads timed alone."""
+
+    def __init__(self, ctx: Context, engine: Engine, tier: str) -> None:
+        self.ctx, self.engine, self.tier = ctx, engine, tier
+        adapters = ctx.config.adapters
+        self.target, self.others = adapters[0], list(adapters[1 : 1 + engine.spec.max_loras])
+        self.batch = Batch((Request(probe_prompt(engine), self.target),), (self.target,))
+        self.over_http = engine.target != INPROCESS
+        self.rounds: list[RoundSample] = []
+        self.extra: list[float] = []
+        self.loads: list[float] = []
+        self.wrong = 0
+
+    def request(self, i: int, sent: Adapter) -> RoundSample:
+        """The probe sent with ``sent`` (the target, or its alias), recorded as the target's."""
+        start = time.perf_counter()
+        outputs = self.engine.generate([self.batch.requests[0].prompt], [sent], OUTPUT_LEN, greedy=True)
+        elapsed = time.perf_counter() - start
+        self.wrong += not self.ctx.digests.matches(self.target, outputs[0].outputs[0].token_ids)
+        return measure_round(i, elapsed, outputs, self.batch, OUTPUT_LEN)
+
+    def measure(self, n: int) -> None:
+        engine, target = self.engine, self.target
+        if self.tier == "slot":
+            engine.generate([self.batch.requests[0].prompt], [target], OUTPUT_LEN, greedy=True)
+        set_up = _set_up_http if self.over_http else _set_up
+        for i in range(n):
+            sent, load_s = set_up(engine, self.tier, target, self.others)
+            try:
+                self.rounds.append(self.request(i, sent))
+                again = self.request(i, sent).requests[0].ttft_ms
+            finally:
+                if sent is not target:
+                    engine.unload_alias(sent)
+            self.extra.append(self.rounds[-1].requests[0].ttft_ms - again + load_s * 1000.0)
+            if sent is not target:
+                self.loads.append(load_s)
+        for _ in range(n if self.tier == "disk" and not self.over_http else 0):
+            self.loads.append(engine.add_adapter(target))
 
 
 def _check_cpu_tier(engine: Engine, adapters: int) -> None:
@@ -125,8 +153,29 @@ def _check_cpu_tier(engine: Engine, adapters: int) -> None:
         )
 
 
-def _set_up(engine: Engine, tier: str, target: Adapter, others: list[Adapter]) -> None:
-    """Put ``target`` in ``tier`` by what is served (or removed) now, and check it."""
+def _check_runtime_api(engine: HttpEngine) -> None:
+    """The disk tier over HTTP loads through the runtime LoRA API: skip, saying how to enable
+    it, where the server has none."""
+    missing = engine.runtime_api_missing()
+    if missing:
+        pytest.skip(f"tier disk over HTTP loads adapters with /v1/load_lora_adapter, and {missing}")
+
+
+def _set_up_http(engine: HttpEngine, tier: str, target: Adapter, others: list[Adapter]) -> tuple[Adapter, float]:
+    """Over HTTP: what to send, and the seconds a load took before it (0 but for the disk tier).
+    ``slot`` and ``cpu`` as in process, unchecked; ``disk``: a fresh alias of ``target`` loaded
+    from disk through the runtime API, timed alone."""
+    if tier == "cpu":
+        engine.generate([[1] * PROMPT_LEN], [target], 2)
+        engine.generate([[1] * PROMPT_LEN] * len(others), others, 2)
+    if tier == "disk":
+        return engine.load_alias(target)
+    return target, 0.0
+
+
+def _set_up(engine: Engine, tier: str, target: Adapter, others: list[Adapter]) -> tuple[Adapter, float]:
+    """Put ``target`` in ``tier`` by what is served (or removed) now, and check it; what to
+    send (``target``), and no load before it."""
     if tier == "cpu":
         if target.name not in engine.cached_adapters():
             engine.generate([[1] * PROMPT_LEN], [target], 2)
@@ -138,6 +187,7 @@ def _set_up(engine: Engine, tier: str, target: Adapter, others: list[Adapter]) -
         raise MeasurementError(
             f"tier {tier}: vLLM lists adapter {target.name} as {'' if cached else 'not '}in its CPU cache"
         )
+    return target, 0.0
 
 
 SCENARIO = Residency()

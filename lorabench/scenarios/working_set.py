@@ -9,6 +9,13 @@ i mod W), one wave after the other. Before each wave, vLLM's own list of cached 
 their adapter from disk: ``load_share`` is their share of all timed requests, and
 ``timed_adapter_loads`` the loads (an adapter two requests of a wave share loads once). Below
 ``max_cpu_loras`` it is 0; past it, the cache evicts each adapter before its next turn.
+
+Over HTTP nothing lists or empties the engine's cache, and the sweep needs neither: it starts
+from whatever the cache holds, and the untimed pass over the W adapters leaves them in the
+cache and the slots as a cold start would (an LRU keeps the last used; what was there before
+is older, and goes first). The timed waves still load from disk in their requests past
+``max_cpu_loras``; ``load_share`` and ``timed_adapter_loads``, which count that from vLLM's
+list, stay blank (``schema.ENGINE_ONLY``), and so does the runtime LoRA API: not needed.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from lorabench.http.target import INPROCESS
 from lorabench.measure import RoundSample, measure_round, summarize
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import METRIC_COLUMNS
@@ -31,9 +39,6 @@ DEFAULT_INPUT_LEN = 32
 
 class WorkingSet(Scenario):
     name = "working_set"
-    # It moves adapters between the engine's caches (add_lora, remove_lora, list_loras): over
-    # HTTP that needs the runtime load API, not done yet.
-    http_skip_reason = "needs the engine's adapter caches; over HTTP that is the runtime load API, not supported yet"
     columns = METRIC_COLUMNS | {
         "batch_size",
         "input_len",
@@ -57,30 +62,33 @@ class WorkingSet(Scenario):
         input_len = m.input_len or DEFAULT_INPUT_LEN
         prompts = [synthetic_prompt(i, input_len, engine.vocab_size, m.seed) for i in range(wave)]
         rounds: list[RoundSample] = []
+        # vLLM's list of cached adapters: in process only (over HTTP nothing lists it).
+        listed = engine.target == INPROCESS
         missing = loads = 0
 
         def measure() -> None:
             nonlocal missing, loads
             by_name = {a.name: a for a in ctx.config.adapters}
-            for name in engine.cached_adapters():
+            for name in engine.cached_adapters() if listed else ():
                 engine.remove_adapter(by_name[name])
             for start in range(0, working_set, wave):
                 chunk = pool[start : start + wave]
                 engine.generate(prompts[: len(chunk)], chunk, 2)
             for w, first in enumerate(range(working_set, working_set + count, wave)):
                 adapters = [pool[i % working_set] for i in range(first, first + wave)]
-                cached = engine.cached_adapters()
-                missing += sum(a.name not in cached for a in adapters)
-                loads += len({a.name for a in adapters} - cached)
+                if listed:
+                    cached = engine.cached_adapters()
+                    missing += sum(a.name not in cached for a in adapters)
+                    loads += len({a.name for a in adapters} - cached)
                 rounds.append(_timed_wave(engine, w, prompts, adapters, sweep.output_len))
 
         ctx.time(measure)
         metrics = summarize(rounds)
+        counted = {"load_share": missing / count, "timed_adapter_loads": loads} if listed else {}
         fields: dict[str, Any] = {
             "workload": "cycle",
             "working_set": working_set,
-            "load_share": missing / count,
-            "timed_adapter_loads": loads,
+            **counted,
             "batch_size": wave,
             "input_len": input_len,
             "output_len": sweep.output_len,
@@ -90,7 +98,8 @@ class WorkingSet(Scenario):
             **metrics,
         }
         samples = [s for r in rounds for s in r.requests]
-        return Outcome(fields, samples, extra_info={**metrics, "load_share": fields["load_share"]})
+        share = {"load_share": counted["load_share"]} if listed else {}
+        return Outcome(fields, samples, extra_info={**metrics, **share})
 
 
 def _timed_wave(engine: Engine, index: int, prompts: list, adapters: list[Adapter], output_len: int) -> RoundSample:

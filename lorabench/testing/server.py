@@ -6,7 +6,12 @@ It serves ``/v1/models`` (the base model and each adapter, with its ``parent``),
 streaming ``/v1/completions`` (vLLM's chunks: ``token_ids`` when asked with
 ``return_token_ids``, ``prompt_token_ids`` in the first, ``usage`` last, then ``[DONE]``),
 ``/health``, ``/version``, ``/metrics`` (the gauges ``lorabench.http.metrics`` reads) and the
-runtime ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``.
+runtime ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` as vLLM 0.32 does: a load
+gives the name a new id (never one used before) and costs the stand-in's ``add_lora``
+(``disk_load_ms``); an unload only drops the name, its id staying in the CPU cache until
+evicted. ``runtime_api=False`` leaves those two routes out, as a server started without
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``. An adapter's output follows from its path (its
+weights): an alias loaded from an adapter's path answers as the adapter does.
 An unknown model is a 404, as vLLM answers; ``failures`` maps a request's number (from 1,
 in the order they arrive) to ``"500"`` (an error status) or ``"drop"`` (the connection
 closed after the first token).
@@ -45,8 +50,14 @@ class StandInServer:
         max_num_seqs: int = 16,
         failures: Mapping[int, str] | None = None,
         port: int = 0,
+        runtime_api: bool = True,
     ) -> None:
-        self.adapters = {name: i + 1 for i, name in enumerate(adapters)}
+        self._lora_ids = itertools.count(1)
+        self.adapters = {name: next(self._lora_ids) for name in adapters}
+        # Each served name's path, as /v1/models lists it (root), and the name first served from a path.
+        self.paths = {name: f"/adapters/{name}" for name in adapters}
+        self.weights = {path: name for name, path in self.paths.items()}
+        self.runtime_api = runtime_api
         self.costs = costs or Costs()
         self.spec = EngineSpec(True, max_loras, 8, max_cpu_loras)
         self.max_num_seqs = max_num_seqs
@@ -82,8 +93,9 @@ class StandInServer:
         app.router.add_get("/health", _health)
         app.router.add_get("/version", _version)
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_post("/v1/load_lora_adapter", self._load)
-        app.router.add_post("/v1/unload_lora_adapter", self._unload)
+        if self.runtime_api:
+            app.router.add_post("/v1/load_lora_adapter", self._load)
+            app.router.add_post("/v1/unload_lora_adapter", self._unload)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port)
@@ -97,7 +109,7 @@ class StandInServer:
 
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": BASE, "object": "model", "root": BASE, "parent": None}]
-        data += [{"id": name, "object": "model", "root": f"/adapters/{name}", "parent": BASE} for name in self.adapters]
+        data += [{"id": name, "object": "model", "root": self.paths[name], "parent": BASE} for name in self.adapters]
         return web.json_response({"object": "list", "data": data})
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -124,25 +136,32 @@ class StandInServer:
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _load(self, request: web.Request) -> web.Response:
-        """vLLM's runtime load: 400 for an adapter it serves already; the load costs the
-        stand-in's ``disk_load_ms`` (its ``add_lora``)."""
+        """vLLM's runtime load: 400 for an adapter it serves already; a new id, loaded with the
+        stand-in's ``add_lora`` (``disk_load_ms``) before the answer, then registered."""
         body = await request.json()
         name, path = body.get("lora_name"), body.get("lora_path")
         if not name or not path:
             return _error("both 'lora_name' and 'lora_path' must be provided.", 400)
         if name in self.adapters:
             return _error(f"The lora adapter '{name}' has already been loaded.", 400)
-        self.adapters[name] = max(self.adapters.values(), default=0) + 1
-        await self.llm.add_lora(LoraRef(name, self.adapters[name], path))
+        lora_id = next(self._lora_ids)
+        await self.llm.add_lora(self._lora(name, lora_id, path))
+        self.adapters[name], self.paths[name] = lora_id, path
         return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
     async def _unload(self, request: web.Request) -> web.Response:
-        """vLLM's runtime unload: 404 for an adapter it does not serve."""
+        """vLLM's runtime unload: 404 for an adapter it does not serve; the name only (vLLM 0.32
+        calls no ``remove_lora``: the id stays in the CPU cache until the LRU evicts it)."""
         name = (await request.json()).get("lora_name")
         if name not in self.adapters:
             return _error(f"The lora adapter '{name}' cannot be found.", 404)
-        await self.llm.remove_lora(self.adapters.pop(name))
+        del self.adapters[name], self.paths[name]
         return web.Response(text=f"Success: LoRA adapter '{name}' removed successfully.")
+
+    def _lora(self, name: str, lora_id: int, path: str) -> LoraRef:
+        """The stand-in's LoRA request: named as the first adapter served from ``path``, whose
+        weights it has (the stand-in's outputs follow from an adapter's name)."""
+        return LoraRef(self.weights.setdefault(path, name), lora_id, path)
 
     def _not_found(self, model: str) -> web.Response:
         error = {"message": f"The model `{model}` does not exist.", "type": "NotFoundError", "code": 404}
@@ -157,7 +176,7 @@ class StandInServer:
             return self._not_found(model)
         if failure == "500":
             return web.json_response({"error": {"message": "injected failure", "code": 500}}, status=500)
-        lora = None if model == BASE else LoraRef(model, self.adapters[model], f"/adapters/{model}")
+        lora = None if model == BASE else self._lora(model, self.adapters[model], self.paths[model])
         prompt = body["prompt"] if isinstance(body["prompt"], list) else [3 + b for b in body["prompt"].encode()]
         params = Params(int(body["max_tokens"]), True, float(body.get("temperature", 1.0)) == 0.0)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
