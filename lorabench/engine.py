@@ -34,6 +34,8 @@ from lorabench.timeline import Recorder
 from lorabench.workload import Prompt
 
 SPAWN = "VLLM_WORKER_MULTIPROC_METHOD"
+# How often a wait for an idle engine asks it.
+IDLE_POLL_S = 0.01
 
 
 class EngineBuildError(RuntimeError):
@@ -226,6 +228,27 @@ class Engine(AdapterCache):
         gone = processes.first_gone(self._processes)
         if gone is not None:
             raise EngineDied(f"engine process {gone.pid} is gone (killed, crashed or out of memory)")
+
+    def unfinished_requests(self) -> int | None:
+        """Requests sent and neither finished nor aborted, as vLLM's front end counts them
+        (``AsyncLLM.get_num_unfinished_requests``; an aborted request leaves the count at once,
+        and the engine core drops it once its step in flight ends): what a caller that needs an
+        idle engine waits on. None where the engine cannot tell: an HTTP target's server."""
+        return int(self.llm.get_num_unfinished_requests()) if self.target == "inprocess" else None
+
+    async def wait_idle(self, timeout_s: float) -> tuple[float | None, int | None]:
+        """Wait until no request is unfinished, ``timeout_s`` at most: requests aborted at the end
+        of one measurement must not take the next one's first steps. The seconds waited and the
+        requests still unfinished then (0 once idle); both None where the engine cannot tell,
+        which is not waited on."""
+        started = time.perf_counter()
+        left = self.unfinished_requests()
+        if left is None:
+            return None, None
+        while left and time.perf_counter() - started < timeout_s:
+            await asyncio.sleep(IDLE_POLL_S)
+            left = self.unfinished_requests()
+        return time.perf_counter() - started, left
 
     @property
     def vocab_size(self) -> int:

@@ -38,6 +38,8 @@ class Costs:
     slot_load_ms: float = 0.0
     # The sender blocks this long on every request it sends (a client that falls behind).
     send_block_ms: float = 0.0
+    # An aborted request stays in the engine (and in its steps) this long before it is dropped.
+    abort_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,10 @@ class StandInLLM:
     async def list_loras(self) -> set[int]:
         return set(self.cpu)
 
+    def get_num_unfinished_requests(self) -> int:
+        """Waiting and running requests, aborted ones not yet dropped among them."""
+        return len(self.waiting) + len(self.running)
+
     def kill(self, reason: str) -> None:
         """The engine dies: every request in it, and every one sent later, fails."""
         self.dead = reason
@@ -181,11 +187,18 @@ class StandInLLM:
                 if item.finished:
                     return
         finally:
-            if not request.finished:  # a cancelled stream aborts its request, as in vLLM
-                if request in self.waiting:
-                    self.waiting.remove(request)
-                if request in self.running:
-                    self.running.remove(request)
+            # A cancelled stream aborts its request, as in vLLM: dropped at once, or after abort_ms.
+            if not request.finished and self.costs.abort_ms:
+                asyncio.get_running_loop().call_later(self.costs.abort_ms / 1000.0, self._drop, request)
+            elif not request.finished:
+                self._drop(request)
+
+    def _drop(self, request: _Request) -> None:
+        """An aborted request leaves the engine (it may have finished meanwhile)."""
+        if request in self.waiting:
+            self.waiting.remove(request)
+        if request in self.running:
+            self.running.remove(request)
 
     async def _steps(self) -> None:
         loop = asyncio.get_running_loop()
