@@ -9,8 +9,9 @@ fails its test.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -20,7 +21,7 @@ from lorabench.correctness import AdapterNotApplied, DigestBook
 from lorabench.engine import Engine, is_engine_dead
 from lorabench.results import ResultWriter, utc_now
 from lorabench.scenarios import Context, Outcome, Scenario
-from lorabench.schema import ENGINE_ONLY, ResultRow, SchemaError, check_row
+from lorabench.schema import ENGINE_ONLY, SAMPLE_KEY, ResultRow, SchemaError, check_row
 
 
 @dataclass
@@ -74,7 +75,8 @@ class BenchCase:
 
     def run(self, engine: Engine, **params: Any) -> ResultRow:
         """Run the case, write its row and samples to disk, and return the row."""
-        ctx = Context(self.config, self.benchmark, self.digests, self.progress)
+        keeper = _Keeper(self, engine)
+        ctx = Context(self.config, self.benchmark, self.digests, keeper, self.progress)
 
         def work() -> Outcome:
             self._prepare(engine)
@@ -84,7 +86,7 @@ class BenchCase:
 
         failed = engine.failed_requests
         outcome = self._on_engine(engine, work)
-        row = self._row(engine, outcome, None if failed is None else engine.failed_requests - failed)
+        row = self._row(engine, outcome, None if failed is None else engine.failed_requests - failed, keeper.stamp)
         self.writer.append(row, outcome.samples, outcome.records)
         self.benchmark.extra_info.update(
             {**outcome.extra_info, "adapter_load_ms": row.adapter_load_ms, "peak_memory_mb": row.peak_memory_mb}
@@ -95,9 +97,15 @@ class BenchCase:
             pytest.fail(f"{exc} (the row is written to {self.writer.path})", pytrace=False)
         return row
 
-    def _row(self, engine: Engine, outcome: Outcome, failed: int | None) -> ResultRow:
-        """``failed``: the case's requests that failed and were counted (HTTP targets). There,
-        what only an in-process engine can stamp is left blank (``schema.ENGINE_ONLY``)."""
+    def _row(self, engine: Engine, outcome: Outcome, failed: int | None, stamp: str | None) -> ResultRow:
+        """``failed``: the case's requests that failed and were counted (HTTP targets);
+        ``stamp``: the case's time where records were kept before it (``_Keeper``), else now."""
+        values = self._values(engine, outcome, stamp or utc_now())
+        return ResultRow(**values, failed=failed, peak_memory_mb=engine.memory.update())
+
+    def _values(self, engine: Engine, outcome: Outcome, stamp: str) -> dict[str, Any]:
+        """The row's columns but its memory peak and failed requests. On an HTTP target, what
+        only an in-process engine can stamp is left blank (``schema.ENGINE_ONLY``)."""
         spec, state = engine.spec, engine.state
         fields = outcome.fields
         if engine.target != "inprocess":
@@ -106,12 +114,11 @@ class BenchCase:
         if mismatches is not None:
             mismatches += outcome.digest_mismatches
         load_s = state.adapter_load_s
-        return ResultRow(
-            timestamp=utc_now(),
+        return dict(
+            timestamp=stamp,
             **{**self.provenance, **engine.provenance()},
             endpoint=engine.endpoint,
             target=engine.target,
-            failed=failed,
             scenario=self.scenario.name,
             enable_lora=spec.enable_lora,
             max_loras=spec.max_loras,
@@ -126,8 +133,23 @@ class BenchCase:
             engine_build_s=engine.build_s,
             kv_cache_tokens=engine.kv_cache_tokens,
             digest_mismatches=mismatches,
-            peak_memory_mb=engine.memory.update(),
             memory_source=engine.memory.source,
             test_id=self.test_id,
             **fields,
         )
+
+
+@dataclass
+class _Keeper:
+    """``Context.keep`` for one case: records made durable before its row, keyed as that row
+    will be (``schema.SAMPLE_KEY``). The row then carries the time the first were kept, which
+    their key holds; a case that fails midway keeps them, with no row."""
+
+    case: BenchCase
+    engine: Engine
+    stamp: str | None = None
+
+    def __call__(self, kind: str, records: Sequence[Any], fields: Mapping[str, Any]) -> Path:
+        self.stamp = self.stamp or utc_now()
+        values = self.case._values(self.engine, Outcome(dict(fields), []), self.stamp)
+        return self.case.writer.append_records({c: values.get(c) for c in SAMPLE_KEY}, kind, records)

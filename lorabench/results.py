@@ -170,6 +170,17 @@ class ResultWriter:
             self.path = self._claim_new_file()
         _append(digests_path_for(self.path), DIGEST_COLUMNS, [asdict(r) for r in records], exclusive=False)
 
+    def append_records(self, key: Mapping[str, Any], kind: str, records: Sequence[Any]) -> Path:
+        """Make records of one kind (``REPLAY_FILES``) durable under their case's key
+        (``schema.SAMPLE_KEY``); returns their file. A case may keep some before its row
+        exists (``scenarios.Context.keep``), so that failing midway loses none of them."""
+        if self.path is None:
+            self.path = self._claim_new_file()
+        path = replays_path_for(self.path, kind)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _append(path, REPLAY_FILES[kind], [{**key, **asdict(r)} for r in records], exclusive=False)
+        return path
+
     def append(
         self, row: ResultRow, samples: Sequence[Sample], records: Mapping[str, Sequence[Any]] | None = None
     ) -> None:
@@ -183,9 +194,7 @@ class ResultWriter:
         _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
         for kind, kept in (records or {}).items():
             if kept:
-                path = replays_path_for(self.path, kind)
-                path.parent.mkdir(exist_ok=True)
-                _append(path, REPLAY_FILES[kind], [{**key, **asdict(r)} for r in kept], exclusive=False)
+                self.append_records(key, kind, kept)
         _append(self.path, COLUMNS, [values], exclusive=False)
         self.rows.append(row)
         self.by_rank += [(s.adapter_rank, s.ttft_ms, s.decode_ms) for s in samples if s.adapter_rank is not None]

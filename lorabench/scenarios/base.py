@@ -1,19 +1,22 @@
 """What a scenario is: the contract between a scenario module, the plugin and the case runner.
 
-A scenario gets a small ``Context`` (the resolved config, the timer, the run's digests and
-a progress line) and the engine; it never sees the case runner, which owns the row, the
-per-build preparation and what happens when the engine dies.
+A scenario gets a small ``Context`` (the resolved config, the timer, the run's digests, a
+way to keep records durable before its row, and a progress line) and the engine; it never
+sees the case runner, which owns the row, the per-build preparation and what happens when
+the engine dies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lorabench.schema import Sample
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from lorabench.config import BenchConfig, ConfigFile
     from lorabench.correctness import DigestBook
     from lorabench.engine import Engine
@@ -39,6 +42,10 @@ class Context:
     # pytest-benchmark's fixture: the scenario's timed work goes through ``time``.
     benchmark: Any
     digests: DigestBook
+    # Makes records durable as they come, before the case's row: ``keep(kind, records, fields)``,
+    # ``fields`` the row's own fields known so far (its key among them); returns their file.
+    # For records a case that fails midway must not lose (a capacity search's probes).
+    keep: Callable[[str, Sequence[Any], Mapping[str, Any]], Path]
     # Writes a line to the terminal while the case runs (progress of a long replay).
     progress: Callable[[str], None] | None = None
 
