@@ -90,10 +90,12 @@ def doctor_text(log_dir: Path | None) -> str:
     config = Path(source.read_text(encoding="utf-8").strip()) if source and source.is_file() else None
     config = config if config is not None and config.is_file() else None
     try:
-        findings = doctor.diagnose(doctor.read_host(), config)
+        host = doctor.read_host()
+        findings = doctor.diagnose(host, config)
     except Exception as exc:  # noqa: BLE001 - a bundle without the doctor's view is still a bundle
         return f"lorabench doctor failed: {type(exc).__name__}: {exc}\n"
-    return f"config: {config or 'none found'}\n" + "".join(f.line() + "\n" for f in findings)
+    head = f"lorabench doctor: {doctor.describe_host(host)}\nconfig: {config or 'none found'}\n"
+    return head + "".join(f.line() + "\n" for f in findings)
 
 
 def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:

@@ -22,7 +22,6 @@ TOOL_TIMEOUT_S = 20
 NVIDIA_QUERY = "index,uuid,name,memory.used,memory.total,driver_version"
 # What `npu-smi info` prints as "used / total" (MB); the last pair of a chip row is HBM.
 _PAIR = re.compile(r"(\d+)\s*/\s*(\d+)")
-_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 ASCEND_HOME = Path(os.environ.get("ASCEND_HOME_PATH", "/usr/local/Ascend/ascend-toolkit/latest"))
 ASCEND_ROOT = Path("/usr/local/Ascend")
 
@@ -43,25 +42,29 @@ class DeviceReading:
 
 
 def parse_npu_smi_info(text: str) -> list[DeviceReading]:
-    """Devices from ``npu-smi info``: an NPU row (id, name, health) then its chip row
-    (chip id, bus id, AICore, memory pairs). The process table below them is ignored."""
+    """Devices from ``npu-smi info``: an NPU row (NPU id, name, health) then its chip rows
+    (chip id, then on Atlas A3 and 300I cards the device id: ``Chip Phy-ID`` / ``Chip
+    Device``; bus id; AICore; memory pairs). A chip row's device id is the index
+    ``ASCEND_RT_VISIBLE_DEVICES`` takes; where the row has none (910B, one chip a card),
+    the NPU id is. The last used/total pair is HBM, or DDR on cards without HBM. The
+    process table below the devices is ignored."""
     devices: list[DeviceReading] = []
-    pending: tuple[int, str] | None = None
+    npu: tuple[int, str] | None = None
     for line in text.splitlines():
         if "Process id" in line:
             break
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 3:
-            continue
         head = cells[0].split()
-        if len(head) >= 2 and head[0].isdigit() and not _BUS_ID.match(cells[1]):
-            pending = (int(head[0]), " ".join(head[1:]))
-        elif pending and len(head) == 1 and head[0].isdigit() and _BUS_ID.match(cells[1]):
+        if len(cells) < 3 or not head or not head[0].isdigit():
+            continue
+        if len(head) >= 2 and not head[1].isdigit():
+            npu = (int(head[0]), " ".join(head[1:]))
+        elif npu is not None and len(head) <= 2 and all(h.isdigit() for h in head):
             pairs = _PAIR.findall(" ".join(cells[2:]))
             if pairs:
                 used, total = pairs[-1]
-                devices.append(DeviceReading(pending[0], pending[1], float(used), float(total)))
-            pending = None
+                index = int(head[1]) if len(head) == 2 else npu[0]
+                devices.append(DeviceReading(index, npu[1], float(used), float(total)))
     if not devices:
         raise DeviceToolError("npu-smi info printed no device rows")
     return devices

