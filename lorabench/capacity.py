@@ -10,6 +10,13 @@ scale: the bracket is a ratio) until the lowest failing rate is within ``precisi
 the highest passing one. Only rates inside the bracket are probed once it exists, so the
 highest passing rate always stays below the lowest failing one, whatever the noise.
 
+A probe that measured fewer than ``MIN_REQUESTS`` requests decides nothing: a verdict on
+three requests is noise. It is run again at the same rate, its measured span twice as long
+(up to ``MAX_STRETCH`` times the configured one), and only a decided probe moves the search.
+Whether a probe is rerun depends on how many requests it measured, never on what they
+showed, so the rerun cannot bias the verdict; and an undecided probe is neither the highest
+passing nor the lowest failing one, so the bracket's invariant holds.
+
 Everything here is independent of the engine: a probe is a function of the rate, so the
 search is tested against engines whose true capacity is known.
 """
@@ -22,9 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lorabench.schema import ProbeRecord
+
 # Below this many measured requests a probe's attainment means little: the search never
-# goes to a rate whose probe would hold fewer on average.
+# goes to a rate whose probe would hold fewer on average, and a probe that holds fewer by
+# chance decides nothing (it is rerun longer).
 MIN_REQUESTS = 10
+# How many times the configured measured span an undecided probe's rerun may last: 1, 2, then 4.
+MAX_STRETCH = 4.0
 # The first probe, as a share of the closed-loop estimate (the engine's throughput with no
 # latency target, at the estimate's concurrency): capacity under a target is usually below it.
 FIRST_PROBE_SHARE = 0.5
@@ -36,6 +48,7 @@ ABOVE_RANGE = "above max_rate"
 BELOW_RANGE = "below min_rate"
 PROBE_LIMIT = "max_probes"
 TIME_LIMIT = "max_time_s"
+TOO_FEW = "too few requests"
 
 
 def wilson_interval(met: int, n: int, z: float = Z_95) -> tuple[float, float]:
@@ -59,6 +72,8 @@ class Probe:
     met: int
     unfinished: int
     target: float
+    # Its measured span over the configured one: 1, or more for a rerun of an undecided probe.
+    stretch: float = 1.0
     # Goodput, engine state and latencies of the probe, as the probes file keeps them.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -70,10 +85,37 @@ class Probe:
     def interval(self) -> tuple[float, float]:
         return wilson_interval(self.met, self.requests)
 
+    def record(self, index: int) -> ProbeRecord:
+        """As the probes file keeps it: ``index`` in the order the search ran them."""
+        low, high = self.interval
+        return ProbeRecord(
+            probe=index,
+            rate=self.rate,
+            requests=self.requests,
+            met=self.met,
+            unfinished=self.unfinished,
+            attainment=self.attainment,
+            ci_low=low,
+            ci_high=high,
+            passed=self.passed,
+            decided=self.decided,
+            **self.extra,
+        )
+
+    @property
+    def decided(self) -> bool:
+        """Measured enough requests for a verdict: otherwise it neither passes nor fails."""
+        return self.requests >= MIN_REQUESTS
+
     @property
     def passed(self) -> bool:
         """At or above the target with nothing left unfinished: an overload never passes."""
-        return self.requests > 0 and self.unfinished == 0 and self.attainment >= self.target
+        return self.decided and self.unfinished == 0 and self.attainment >= self.target
+
+    @property
+    def failed(self) -> bool:
+        """Decided and not passed: below the target, or requests left unfinished."""
+        return self.decided and not self.passed
 
 
 @dataclass(frozen=True)
@@ -85,7 +127,8 @@ class Limits:
     max_rate: float | None
     max_probes: int
     max_time_s: float
-    # The longest one probe takes (its arrivals and its drain): none starts that would end past max_time_s.
+    # The longest one probe takes (its arrivals and its drain): none starts that would end past
+    # max_time_s. A rerun stretched k times is counted as k times that (its warm-up and drain too).
     probe_s: float = 0.0
 
 
@@ -106,7 +149,7 @@ class Search:
     @property
     def over(self) -> Probe | None:
         """The lowest failing probe."""
-        failed = [p for p in self.probes if not p.passed]
+        failed = [p for p in self.probes if p.failed]
         return min(failed, key=lambda p: p.rate) if failed else None
 
 
@@ -144,7 +187,7 @@ def first_rate(estimate_rps: float, limits: Limits) -> float:
 
 
 def search(
-    probe_at: Callable[[float], Probe],
+    probe_at: Callable[[float, float], Probe],
     estimate_rps: float,
     limits: Limits,
     clock: Callable[[], float] = time.monotonic,
@@ -152,17 +195,27 @@ def search(
 ) -> Search:
     """Probe rates until the SLO edge is bracketed within ``limits.precision``, the range's
     end is passed, or a limit on probes or time is reached (``Search.stop`` says which).
-    ``started``: when the search's time began (before its estimate), on ``clock``."""
+    ``probe_at(rate, stretch)`` runs one probe, its measured span ``stretch`` times the
+    configured one; ``started``: when the search's time began (before its estimate), on ``clock``."""
     started = clock() if started is None else started
     found = Search([], stop="", estimate_rps=estimate_rps)
     rate: float | None = first_rate(estimate_rps, limits)
+    stretch = 1.0
     while rate is not None:
         if len(found.probes) >= limits.max_probes:
             found.stop = PROBE_LIMIT
             break
-        if clock() - started + limits.probe_s > limits.max_time_s:
+        if clock() - started + limits.probe_s * stretch > limits.max_time_s:
             found.stop = TIME_LIMIT
             break
-        found.probes.append(probe_at(rate))
-        rate = next_rate(found, limits)
+        probe = probe_at(rate, stretch)
+        found.probes.append(probe)
+        if probe.decided:
+            rate, stretch = next_rate(found, limits), 1.0
+        elif probe.stretch < stretch or 2 * stretch > MAX_STRETCH:
+            # As long as it could be made (an imported trace ran out), or as long as allowed.
+            found.stop = TOO_FEW
+            break
+        else:
+            stretch *= 2
     return found

@@ -1,8 +1,10 @@
 """``capacity``: for each trace shape of the config's ``capacity`` block, the highest request
 rate this engine serves within the SLOs (``lorabench.capacity``). Each probe replays the
-shape at one rate for ``probe_duration_s``, as the online scenario replays a trace; every
-probe is kept (``<run>.replays/probes.csv``, and its requests in the samples with the probe
-as their round), so the attainment-against-rate curve can be drawn."""
+shape at one rate for ``probe_duration_s``, as the online scenario replays a trace, once
+the engine has no request left of the last. Every probe is kept: on disk as soon as it
+finishes (``<run>.replays/probes.csv``, so a search that fails midway loses none), and its
+requests in the samples with the probe as their round, so the attainment-against-rate curve
+can be drawn."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from lorabench import capacity, replay, timeline
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, ImportedCase, OnlineCase, trace_cases
+from lorabench.engine import EngineDied, is_engine_dead
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.schema import ProbeRecord
 from lorabench.traces import transforms
@@ -38,6 +41,9 @@ AT_CAPACITY = frozenset(
     {"capacity_rps", "attainment_at_capacity", "attainment_ci_low", "attainment_ci_high", "goodput_rps"}
 )
 TIMELINE_AT_CAPACITY = frozenset({"kv_usage_max", "preemptions", "adapters_waiting_max"})
+# The longest a probe waits for the last one's aborted requests to leave the engine: a step
+# takes well under a second; an engine still busy then is recorded (busy_at_start), not waited on.
+IDLE_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -53,13 +59,18 @@ class CapacityCase:
     def located(self, config_dir: Path) -> CapacityCase:
         return CapacityCase(self.shape.located(config_dir))
 
+    def available(self) -> float:
+        """The requests a probe may replay: an imported trace's from its start on; no end to a synthetic shape's."""
+        if not isinstance(self.shape, ImportedCase):
+            return math.inf
+        return float(len(transforms.window(self.shape.data, self.shape.start, None)[0]))
+
     def max_rate(self, block: CapacityBlock) -> float | None:
         """The highest rate to probe: the config's, and for an imported trace the rate at
         which a probe would use up the requests it has from its start."""
         if not isinstance(self.shape, ImportedCase):
             return block.max_rate
-        available = len(transforms.window(self.shape.data, self.shape.start, None)[0]) / block.probe_duration_s
-        return min(available, block.max_rate or math.inf)
+        return min(self.available() / block.probe_duration_s, block.max_rate or math.inf)
 
 
 def capacity_cases(file: ConfigFile) -> list[CapacityCase]:
@@ -105,21 +116,47 @@ class Capacity(Scenario):
         engine.load_adapters(list(adapters.values()))
         runner = _Prober(engine, block, case, adapters, ctx)
         found: list[capacity.Search] = []
-        ctx.time(lambda: found.append(runner.search()))
+        try:
+            ctx.time(lambda: found.append(runner.search()))
+        except Exception as exc:
+            raise runner.failure(exc) from exc
         return runner.outcome(found[0])
 
 
+class SearchFailed(RuntimeError):
+    """A search that failed midway for another reason than its engine's death."""
+
+
 class _Prober:
-    """One search's probes on one engine: each a replay, its summary and its records."""
+    """One search's probes on one engine: each a replay, its summary and its records. Each
+    probe is kept on disk as it finishes (``Context.keep``): a search that fails midway loses
+    none that finished."""
 
     def __init__(
         self, engine: Engine, block: CapacityBlock, case: CapacityCase, adapters: dict[str, Adapter], ctx: Context
     ) -> None:
         self.engine, self.block, self.shape, self.adapters, self.ctx = engine, block, case.shape, adapters, ctx
         self.max_rate = case.max_rate(block)
+        self.available = case.available()
         self.judged = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
         self.records: list[list[replay.ReplayedRequest]] = []
         self.timelines: list[list[Any]] = []
+        self.kept: list[ProbeRecord] = []
+        self.kept_in: Path | None = None
+        # The row's fields known before the search, its key among them: each probe kept is keyed by it.
+        self.fields: dict[str, Any] = {
+            "workload": "trace",
+            "num_adapters": self.shape.num_adapters,
+            "warmup_rounds": 0,
+            **self.shape.fields(block.warmup_s),
+            "trace_rate": None,
+            "slo_ttft_ms": block.slo_ttft_ms,
+            "slo_tpot_ms": block.slo_tpot_ms,
+            "slo_target": block.target,
+            "capacity_precision": block.precision,
+            "capacity_drain_s": block.drain_s,
+            "capacity_max_rate": self.max_rate,
+        }
 
     def search(self) -> capacity.Search:
         block, started = self.block, time.monotonic()
@@ -135,8 +172,17 @@ class _Prober:
         )
         return capacity.search(self.probe, estimate, limits, started=started)
 
-    def probe(self, rate: float) -> capacity.Probe:
-        requests = self.shape.at(rate, self.block.probe_duration_s).requests(list(self.adapters))
+    def span(self, rate: float, stretch: float) -> tuple[float, float]:
+        """A probe's arrivals, warm-up included, and its stretch: its measured span ``stretch``
+        times the configured one, or as long as an imported trace's requests last at ``rate``."""
+        block = self.block
+        measured = block.probe_duration_s - block.warmup_s
+        wanted, longest = block.warmup_s + measured * stretch, self.available / rate
+        return (wanted, stretch) if wanted <= longest else (longest, (longest - block.warmup_s) / measured)
+
+    def replay_at(self, rate: float, duration: float) -> tuple[list[replay.ReplayedRequest], float]:
+        """One probe's replay, once the engine is idle and alive; its records and seconds."""
+        requests = self.shape.at(rate, duration).requests(list(self.adapters))
         started = time.perf_counter()
         records = self.engine.run(
             replay.replay(
@@ -149,9 +195,17 @@ class _Prober:
                 timeline=self.engine.timeline,
             )
         )
-        seconds = time.perf_counter() - started
+        return records, time.perf_counter() - started
+
+    def probe(self, rate: float, stretch: float) -> capacity.Probe:
+        block, (duration, stretch) = self.block, self.span(rate, stretch)
+        idle_wait_s, busy = self.engine.run(self.engine.wait_idle(IDLE_TIMEOUT_S))
+        self.engine.check_alive()
+        records, seconds = self.replay_at(rate, duration)
+        # A probe the engine died in measured nothing: its requests would read as an overload.
+        self.engine.check_alive()
         metrics, _ = replay.summarize_online(records, **self.judged)
-        steps = timeline.summarize(self.engine.timeline.rows, self.block.warmup_s)
+        steps = timeline.summarize(self.engine.timeline.rows, block.warmup_s)
         self.records.append(records)
         self.timelines.append(list(self.engine.timeline.rows))
         measured = int(metrics["num_requests"])
@@ -160,8 +214,12 @@ class _Prober:
             requests=measured,
             met=round(metrics["slo_attainment"] * measured) if measured else 0,
             unfinished=int(metrics["unfinished"]),
-            target=self.block.target,
+            target=block.target,
+            stretch=stretch,
             extra={
+                "duration_s": duration,
+                "idle_wait_s": idle_wait_s,
+                "busy_at_start": busy,
                 "goodput_rps": metrics["goodput_rps"],
                 "ttft_ms_p99": metrics["ttft_ms_p99"],
                 "decode_ms_p99": metrics["decode_ms_p99"],
@@ -171,29 +229,36 @@ class _Prober:
                 "seconds": seconds,
             },
         )
-        if self.ctx.progress:
-            verdict = "passes" if found.passed else "over"
-            self.ctx.progress(
-                f"capacity {self.shape.shape_id}: {rate:.3g} req/s {verdict} "
-                f"(SLO met by {found.met}/{measured}, {found.unfinished} unfinished)"
-            )
+        self.keep(found)
         return found
 
+    def keep(self, found: capacity.Probe) -> None:
+        """The probe on disk now, and a line on the terminal."""
+        record = found.record(len(self.kept))
+        self.kept_in = self.ctx.keep("probes", [record], self.fields)
+        self.kept.append(record)
+        if self.ctx.progress:
+            verdict = "passes" if found.passed else "over" if found.failed else "undecided, too few requests"
+            self.ctx.progress(
+                f"capacity {self.shape.shape_id}: {found.rate:.3g} req/s for {record.duration_s:.3g} s {verdict} "
+                f"(SLO met by {found.met}/{found.requests}, {found.unfinished} unfinished)"
+            )
+
+    def failure(self, exc: Exception) -> Exception:
+        """The search's failure in one line, with how many of its probes are kept, and where.
+        An engine's death stays one: the case runner fails this case and its build's next on it."""
+        n = len(self.kept)
+        kept = f"{n} finished probe{'s' * (n != 1)} kept in {self.kept_in}" if n else "no probe had finished"
+        if is_engine_dead(exc):
+            reason = _first_line(exc) if isinstance(exc, EngineDied) else f"{type(exc).__name__}: {_first_line(exc)}"
+            return EngineDied(f"{reason}; capacity search: {kept}")
+        return SearchFailed(f"{type(exc).__name__}: {_first_line(exc)}; capacity search: {kept}")
+
     def outcome(self, found: capacity.Search) -> Outcome:
-        block, at, over = self.block, found.capacity, found.over
+        at, over = found.capacity, found.over
         fields: dict[str, Any] = {
-            "workload": "trace",
-            "num_adapters": self.shape.num_adapters,
+            **self.fields,
             "rounds": len(found.probes),
-            "warmup_rounds": 0,
-            **self.shape.fields(block.warmup_s),
-            "trace_rate": None,
-            "slo_ttft_ms": block.slo_ttft_ms,
-            "slo_tpot_ms": block.slo_tpot_ms,
-            "slo_target": block.target,
-            "capacity_precision": block.precision,
-            "capacity_drain_s": block.drain_s,
-            "capacity_max_rate": self.max_rate,
             "estimate_rps": found.estimate_rps,
             "probes": len(found.probes),
             "search_stop": found.stop,
@@ -215,27 +280,14 @@ class _Prober:
         samples = [
             replace(s, round=i) for i, records in enumerate(self.records) for s in replay.samples(records, ranks)
         ]
-        at_index = found.probes.index(at) if at is not None else None
-        kept = {"probes": [_probe_record(i, p) for i, p in enumerate(found.probes)]}
-        if at_index is not None:
-            kept["timeline"] = self.timelines[at_index]
+        # The probes are on disk already (``keep``); the passing probe's timeline goes with the row.
+        kept = {"timeline": self.timelines[found.probes.index(at)]} if at is not None else {}
         return Outcome(fields, samples, extra_info={"search_stop": found.stop}, records=kept)
 
 
-def _probe_record(index: int, p: capacity.Probe) -> ProbeRecord:
-    low, high = p.interval
-    return ProbeRecord(
-        probe=index,
-        rate=p.rate,
-        requests=p.requests,
-        met=p.met,
-        unfinished=p.unfinished,
-        attainment=p.attainment,
-        ci_low=low,
-        ci_high=high,
-        passed=p.passed,
-        **p.extra,
-    )
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
 
 
 async def closed_loop(

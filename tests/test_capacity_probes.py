@@ -1,0 +1,182 @@
+"""A capacity search's probes: one that measured too few requests decides nothing, each is
+on disk as soon as it finishes (an engine that dies midway loses none), and each waits for
+the engine to drop the last one's leftovers first. The search against queues whose
+capacity is known, the rest on the stand-in engine."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lorabench import capacity
+from lorabench.engine import IDLE_POLL_S, Engine
+from lorabench.scenarios import capacity as scenario
+from lorabench.schema import replays_path_for
+from lorabench.testing import Costs, StandIn, write_config
+from tests.helpers import ROOT, result_files
+
+SECONDS = 4.0  # a probe's measured span: the floor, 10 / SECONDS = 2.5 req/s, holds 10 requests on average
+LIMITS = capacity.Limits(precision=0.1, min_rate=10 / SECONDS, max_rate=None, max_probes=30, max_time_s=math.inf)
+
+
+def poisson_probe(true_rps: float, seed: int):
+    """A queue that serves ``true_rps``, with Poisson arrivals: near the floor, a probe often
+    measures fewer than 10 requests. Below capacity every request meets the SLO, above it the
+    excess is left unfinished and 30 % of the rest meet it: what varies is how many requests a
+    probe holds, so a wrong bracket can only come from deciding on too few."""
+    rng = np.random.default_rng(seed)
+
+    def probe(rate: float, stretch: float) -> capacity.Probe:
+        n = int(rng.poisson(rate * SECONDS * stretch))
+        excess = max(0.0, rate / true_rps - 1)
+        unfinished = min(n, math.ceil(n * excess))
+        met = n if not excess else int(rng.binomial(n - unfinished, 0.3))
+        return capacity.Probe(rate=rate, requests=n, met=met, unfinished=unfinished, target=0.9, stretch=stretch)
+
+    return probe
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_probe_of_too_few_requests_decides_nothing_and_is_rerun_longer(seed):
+    true_rps = 3.0 + seed * 0.1  # just above the floor: its probes hold about 10 to 15 requests
+    found = capacity.search(poisson_probe(true_rps, seed), 6.0, LIMITS)
+    assert found.stop == capacity.BRACKETED
+    assert found.capacity.rate <= true_rps < found.over.rate <= found.capacity.rate * (1 + LIMITS.precision)
+    assert found.capacity.requests >= capacity.MIN_REQUESTS and found.over.requests >= capacity.MIN_REQUESTS
+    for probe, after in zip(found.probes, found.probes[1:]):
+        if not probe.decided:
+            assert probe.requests < capacity.MIN_REQUESTS and not probe.passed and not probe.failed
+            assert after.rate == probe.rate and after.stretch == 2 * probe.stretch
+    decided = [p for p in found.probes if p.decided]
+    assert max(p.rate for p in decided if p.passed) < min(p.rate for p in decided if p.failed)
+
+
+def test_some_probe_of_those_searches_was_undecided():
+    """Else the test above checks nothing: near the floor, Poisson counts fall under 10 often."""
+    searches = [capacity.search(poisson_probe(3.0 + s * 0.1, s), 6.0, LIMITS) for s in range(8)]
+    assert any(not p.decided for found in searches for p in found.probes)
+
+
+def test_a_probe_that_stays_too_short_stops_the_search_and_says_so():
+    def few(rate: float, stretch: float) -> capacity.Probe:
+        return capacity.Probe(rate=rate, requests=3, met=3, unfinished=0, target=0.9, stretch=stretch)
+
+    found = capacity.search(few, 6.0, LIMITS)
+    assert found.stop == capacity.TOO_FEW and [p.stretch for p in found.probes] == [1, 2, 4]
+    assert found.capacity is None and found.over is None, "three met out of three is no pass"
+
+    def capped(rate: float, stretch: float) -> capacity.Probe:  # an imported trace that runs out
+        return capacity.Probe(rate=rate, requests=3, met=3, unfinished=0, target=0.9, stretch=min(stretch, 1.5))
+
+    found = capacity.search(capped, 6.0, LIMITS)
+    assert found.stop == capacity.TOO_FEW and [p.stretch for p in found.probes] == [1, 1.5]
+
+
+def test_a_rerun_counts_as_long_as_it_is_against_the_time_limit():
+    ticks = iter(range(100))
+    brief = capacity.Limits(precision=0.1, min_rate=2.5, max_rate=None, max_probes=30, max_time_s=4, probe_s=1.0)
+
+    def few(rate: float, stretch: float) -> capacity.Probe:
+        return capacity.Probe(rate=rate, requests=3, met=3, unfinished=0, target=0.9, stretch=stretch)
+
+    # Ticks 0 (start), 1 (first probe: 1 + 1 s <= 4), 2 (its rerun: 2 + 2 s <= 4), 3 (the next: 3 + 4 s > 4).
+    found = capacity.search(few, 6.0, brief, clock=lambda: next(ticks))
+    assert found.stop == capacity.TIME_LIMIT and [p.stretch for p in found.probes] == [1, 2]
+
+
+CAPACITY = {
+    "slo_ttft_ms": 60,
+    "slo_tpot_ms": 50,
+    "probe_duration_s": 0.7,
+    "warmup_s": 0.1,
+    "drain_s": 0.4,
+    "precision": 0.2,
+    "estimate_requests": 12,
+    "estimate_concurrency": 1,
+    "shapes": [{"name": "s", "num_adapters": [2], "cv": [0.1], "input_range": [20, 20], "output_range": [4, 4]}],
+}
+ENGINE = {"max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4, "max_num_seqs": 1}
+
+
+def run_search(pytester, costs: Costs, **capacity_values):
+    pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
+    config = write_config(pytester.path / "run", adapters=2, capacity={**CAPACITY, **capacity_values}, engine=ENGINE)
+    return pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs)])
+
+
+def test_an_engine_that_dies_midway_keeps_the_probes_that_finished(pytester, monkeypatch):
+    kept_before_death = 2
+    probe = scenario._Prober.probe
+
+    def dies_in_the_third(self, rate, stretch):
+        if len(self.kept) == kept_before_death:  # the engine dies at this probe's third request
+            self.engine.llm.die_after = self.engine.llm.sent + 3
+        return probe(self, rate, stretch)
+
+    monkeypatch.setattr(scenario._Prober, "probe", dies_in_the_third)
+    result = run_search(pytester, Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0))
+    result.assert_outcomes(failed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    path = replays_path_for(csv, "probes")
+    result.stdout.fnmatch_lines(
+        [
+            "*engine loras2-rank8-cpu4-build0 died: *test_capacity*: EngineDied: the stand-in engine died after "
+            f"* requests, as the test asked; capacity search: 2 finished probes kept in {path}"
+        ]
+    )
+    assert pd.read_csv(csv).empty, "no row for a search that did not finish"
+    probes = pd.read_csv(path)
+    assert probes["probe"].tolist() == [0, 1] and (probes["scenario"] == "capacity").all()
+    assert probes["engine_id"].unique().tolist() == ["loras2-rank8-cpu4-build0"] and probes["requests"].gt(0).all()
+
+
+def test_a_search_that_fails_otherwise_says_how_many_probes_it_kept(pytester, monkeypatch):
+    probe = scenario._Prober.probe
+
+    def breaks_in_the_second(self, rate, stretch):
+        if len(self.kept) == 1:
+            raise ValueError("a bug in the second probe")
+        return probe(self, rate, stretch)
+
+    monkeypatch.setattr(scenario._Prober, "probe", breaks_in_the_second)
+    result = run_search(pytester, Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0))
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*SearchFailed: ValueError: a bug in the second probe; capacity search: 1 finished probe kept in *probes.csv*"]
+    )
+
+
+def test_each_probe_waits_for_the_last_ones_aborted_requests_to_leave_the_engine(pytester):
+    """A drain too short for the last requests: each probe ends with some aborted, which the
+    stand-in keeps running for ``abort_ms``. The next probe starts once they are gone."""
+    costs = Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0, abort_ms=300)
+    result = run_search(pytester, costs, drain_s=0.001, max_probes=3)
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    after_aborts = probes[probes["unfinished"].shift() > 0]
+    assert not after_aborts.empty, "no probe left requests unfinished: nothing to wait for"
+    assert (after_aborts["idle_wait_s"] > IDLE_POLL_S).all() and (probes["busy_at_start"] == 0).all()
+    assert probes["idle_wait_s"].max() < scenario.IDLE_TIMEOUT_S
+
+
+class Busy:
+    """An engine that says it has ``left`` unfinished requests, or cannot tell (None)."""
+
+    def __init__(self, left: int | None) -> None:
+        self.left = left
+
+    def unfinished_requests(self) -> int | None:
+        return self.left
+
+
+def test_the_wait_for_an_idle_engine_is_bounded_and_skipped_where_it_cannot_tell():
+    waited, left = asyncio.run(Engine.wait_idle(Busy(2), 0.05))  # type: ignore[arg-type]
+    assert waited >= 0.05 and left == 2
+    assert asyncio.run(Engine.wait_idle(Busy(None), 10)) == (None, None)  # type: ignore[arg-type]
+    waited, left = asyncio.run(Engine.wait_idle(Busy(0), 10))  # type: ignore[arg-type]
+    assert left == 0 and waited < 10
