@@ -29,6 +29,8 @@ PROVENANCE, PARAMETER, TRACE, METRIC, ONLINE, CAPACITY, ENGINE = (
     "engine",
 )
 PERCENTILES = (50, 90, 99)
+# The direction ``lorabench compare`` judges a metric in.
+HIGHER, LOWER = "higher", "lower"
 PER_REQUEST_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "request_e2e_ms", "queue_ms")
 
 
@@ -41,12 +43,14 @@ def _col(
     by_engine: bool = False,
     engine_only: bool = False,
     older: str | None = None,
+    better: str | None = None,
 ) -> Any:
     """A column: ``key`` columns identify a case across runs, ``engine`` ones an engine
     configuration; ``by_engine`` optional columns are filled or not by the engine, not the
     scenario; ``engine_only`` ones only an in-process engine can fill (its own timestamps and
     caches), so they stay blank on HTTP targets; ``older``: what a file written before the
-    column existed meant (compare reads its rows so)."""
+    column existed meant (compare reads its rows so); ``better``: ``HIGHER`` or ``LOWER``, the
+    direction ``lorabench compare`` judges the column in (left out: not judged)."""
     metadata = {
         "group": group,
         "key": key,
@@ -54,6 +58,7 @@ def _col(
         "by_engine": by_engine or engine,
         "engine_only": engine_only,
         "older": older,
+        "better": better,
     }
     return field(default=None, metadata=metadata) if optional else field(metadata=metadata)
 
@@ -126,15 +131,15 @@ class ResultRow:
     trace_start_s: float | None = _col(TRACE, key=True, optional=True)
 
     # Mean and percentiles over requests (over rounds for e2e_ms, which is per batch).
-    ttft_ms: float | None = _col(METRIC, optional=True)
+    ttft_ms: float | None = _col(METRIC, optional=True, better=LOWER)
     ttft_ms_p50: float | None = _col(METRIC, optional=True)
     ttft_ms_p90: float | None = _col(METRIC, optional=True)
     ttft_ms_p99: float | None = _col(METRIC, optional=True)
-    prefill_ms: float | None = _col(METRIC, optional=True, engine_only=True)
+    prefill_ms: float | None = _col(METRIC, optional=True, engine_only=True, better=LOWER)
     prefill_ms_p50: float | None = _col(METRIC, optional=True, engine_only=True)
     prefill_ms_p90: float | None = _col(METRIC, optional=True, engine_only=True)
     prefill_ms_p99: float | None = _col(METRIC, optional=True, engine_only=True)
-    decode_ms: float | None = _col(METRIC, optional=True)
+    decode_ms: float | None = _col(METRIC, optional=True, better=LOWER)
     decode_ms_p50: float | None = _col(METRIC, optional=True)
     decode_ms_p90: float | None = _col(METRIC, optional=True)
     decode_ms_p99: float | None = _col(METRIC, optional=True)
@@ -146,14 +151,14 @@ class ResultRow:
     queue_ms_p50: float | None = _col(METRIC, optional=True, engine_only=True)
     queue_ms_p90: float | None = _col(METRIC, optional=True, engine_only=True)
     queue_ms_p99: float | None = _col(METRIC, optional=True, engine_only=True)
-    e2e_ms: float | None = _col(METRIC, optional=True)
+    e2e_ms: float | None = _col(METRIC, optional=True, better=LOWER)
     e2e_ms_p50: float | None = _col(METRIC, optional=True)
     e2e_ms_p90: float | None = _col(METRIC, optional=True)
     e2e_ms_p99: float | None = _col(METRIC, optional=True)
-    output_tokens_per_s: float | None = _col(METRIC, optional=True)
+    output_tokens_per_s: float | None = _col(METRIC, optional=True, better=HIGHER)
     # Multi-LoRA batches: e2e against the same batch with no adapter on the same build.
     baseline_e2e_ms: float | None = _col(METRIC, optional=True)
-    lora_overhead: float | None = _col(METRIC, optional=True)
+    lora_overhead: float | None = _col(METRIC, optional=True, better=LOWER)
     # Mixed batches: base-model and LoRA requests apart.
     base_ttft_ms: float | None = _col(METRIC, optional=True)
     lora_ttft_ms: float | None = _col(METRIC, optional=True)
@@ -213,7 +218,7 @@ class ResultRow:
     # ...the closed-loop throughput the search started from, the highest passing and lowest
     # failing rates, and the passing probe's attainment with its 95 % (Wilson) interval.
     estimate_rps: float | None = _col(CAPACITY, optional=True)
-    capacity_rps: float | None = _col(CAPACITY, optional=True)
+    capacity_rps: float | None = _col(CAPACITY, optional=True, better=HIGHER)
     capacity_over_rps: float | None = _col(CAPACITY, optional=True)
     probes: int | None = _col(CAPACITY, optional=True)
     attainment_at_capacity: float | None = _col(CAPACITY, optional=True)
@@ -347,6 +352,8 @@ CASE_KEY = _names(ResultRow, lambda f: f.metadata["key"])
 ENGINE_KEY = _names(ResultRow, lambda f: f.metadata["engine"])
 # What only an in-process engine can fill: blank on HTTP targets, whatever the scenario declares.
 ENGINE_ONLY = frozenset(_names(ResultRow, lambda f: f.metadata["engine_only"]))
+# What ``lorabench compare`` judges: metric -> True where higher is better.
+COMPARED = {f.name: f.metadata["better"] == HIGHER for f in fields(ResultRow) if f.metadata["better"] is not None}
 # What files written before a column existed meant by its absence.
 OLDER_FILES = {f.name: f.metadata["older"] for f in fields(ResultRow) if f.metadata["older"] is not None}
 # The optional columns that depend on the scenario, not on the engine.

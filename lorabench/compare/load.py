@@ -16,18 +16,18 @@ import numpy as np
 import pandas as pd
 
 from lorabench.capacity import BRACKETED
-from lorabench.schema import CASE_KEY, ENGINE_KEY, OLDER_FILES, OPTIONAL_COLUMNS, digests_path_for, samples_path_for
+from lorabench.schema import (
+    CASE_KEY,
+    COMPARED,
+    ENGINE_KEY,
+    OLDER_FILES,
+    OPTIONAL_COLUMNS,
+    digests_path_for,
+    samples_path_for,
+)
 
-# metric -> True when higher is better
-METRICS = {
-    "ttft_ms": False,
-    "prefill_ms": False,
-    "decode_ms": False,
-    "e2e_ms": False,
-    "output_tokens_per_s": True,
-    "lora_overhead": False,
-    "capacity_rps": True,
-}
+# metric -> True when higher is better: the directions the result schema declares.
+METRICS = COMPARED
 # What every lorabench result file has had.
 CORE_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "output_tokens_per_s")
 REQUIRED_KEY = tuple(c for c in CASE_KEY if c not in OPTIONAL_COLUMNS)
