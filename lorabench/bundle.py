@@ -4,7 +4,9 @@ The first runs on an NPU node happen without us; when one goes wrong, the bundle
 what we read. It holds the run's results, samples and digests, its engine logs and the
 config it ran (kept in the logs folder when the run starts), what ``lorabench doctor``
 says now, and the environment variables that change how vLLM runs. Only variables from
-a list of known names are written, so no token or key leaves the machine.
+a list of known names are written, so no token or key leaves the machine; the config's
+possible secrets are redacted, and the values of secret-named variables and arguments
+are replaced wherever a log printed them.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ KNOWN_VARIABLES = (
     "ASCEND_RT_VISIBLE_DEVICES",
     "ASCEND_LAUNCH_BLOCKING",
     "ASCEND_GLOBAL_LOG_LEVEL",
+    "ATB_HOME_PATH",
     "CUDA_VISIBLE_DEVICES",
     "LD_LIBRARY_PATH",
     "PYTORCH_NPU_ALLOC_CONF",
     "PYTORCH_CUDA_ALLOC_CONF",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
     "OMP_NUM_THREADS",
     "VLLM_WORKER_MULTIPROC_METHOD",
     "VLLM_CPU_KVCACHE_SPACE",
@@ -47,6 +51,7 @@ KNOWN_VARIABLES = (
     "LORABENCH_TIMELINE",
 )
 REDACTED = "(redacted)"
+SECRET_MIN_CHARS = 6
 _SECRET = re.compile(r"token|key|secret|password", re.IGNORECASE)
 # Columns every lorabench result file has had.
 IDENTIFYING = ("run_id", "scenario", "engine_id")
@@ -65,6 +70,10 @@ def run_files(run: Path, logs: Path | None = None) -> tuple[list[Path], Path | N
         return [], run
     if not run.is_file():
         raise BundleError(f"{run}: no such file; give a result file (results/<run>.csv) or its <run>.logs folder")
+    for kind in ("samples", "digests"):
+        if run.name.endswith(f".{kind}.csv"):
+            result = run.with_name(run.name.removesuffix(f".{kind}.csv") + ".csv")
+            raise BundleError(f"{run}: a run's {kind} file; give its result file, {result}")
     with open(run, encoding="utf-8", errors="replace") as f:
         header = f.readline().strip().split(",")
     if not set(IDENTIFYING).issubset(header):
@@ -121,6 +130,32 @@ def redacted_config(path: Path) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
+def secret_values(config_copy: Path | None) -> list[str]:
+    """Values that would be secrets if a log printed them: this environment's variables named
+    like a token, key, secret or password, and the config's ``env`` values and engine arguments
+    named so (an ``api_key`` a serve target passes, which vLLM logs among its arguments).
+    Short values are left alone: "1" is no secret, and replacing it would garble the logs."""
+    named: list[object] = [v for k, v in os.environ.items() if _SECRET.search(k) and k not in KNOWN_VARIABLES]
+    try:
+        data = json.loads(config_copy.read_text(encoding="utf-8")) if config_copy is not None else {}
+    except (OSError, ValueError):
+        data = {}
+    for section in ("env", "engine"):
+        part = data.get(section) if isinstance(data, dict) else None
+        named += [v for k, v in part.items() if _SECRET.search(k)] if isinstance(part, dict) else []
+    flat = [x for v in named for x in (v if isinstance(v, list) else [v]) if isinstance(x, (str, int))]
+    values = {str(x) for x in flat if len(str(x)) >= SECRET_MIN_CHARS}
+    return sorted(values, key=len, reverse=True)
+
+
+def _scrubbed(path: Path, secrets: list[str]) -> str:
+    """A log's text with every secret value replaced."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for value in secrets:
+        text = text.replace(value, REDACTED)
+    return text
+
+
 def _refuse_clobbering(out: Path, files: list[Path], log_dir: Path | None) -> None:
     out = out.resolve()
     if any(out == f.resolve() for f in files) or (log_dir is not None and log_dir.resolve() in out.parents):
@@ -134,6 +169,7 @@ def write_bundle(run: Path, out: Path, logs: Path | None = None) -> tuple[list[s
     _refuse_clobbering(out, files, log_dir)
     missing = [] if log_dir is not None else ["no engine logs or config: no <run>.logs folder beside it (--logs DIR)"]
     stem = run.name.removesuffix(".logs").removesuffix(".csv")
+    secrets = secret_values(log_dir / CONFIG_COPY if log_dir is not None else None)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with tarfile.open(tmp, "w:gz") as tar:
@@ -144,7 +180,7 @@ def write_bundle(run: Path, out: Path, logs: Path | None = None) -> tuple[list[s
             if path.name == CONFIG_COPY:
                 _add_text(tar, name, redacted_config(path))
             else:
-                tar.add(path, arcname=name)
+                _add_text(tar, name, _scrubbed(path, secrets))
         _add_text(tar, f"{stem}/doctor.txt", doctor_text(log_dir))
         _add_text(tar, f"{stem}/environment.json", json.dumps(environment(), indent=2) + "\n")
         names = tar.getnames()

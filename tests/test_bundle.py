@@ -12,15 +12,26 @@ from lorabench.results import ResultWriter
 from tests.helpers import make_row, make_sample
 
 
+@pytest.fixture(autouse=True)
+def _platform_known(monkeypatch):
+    """The doctor's view in a bundle, without its seconds-long probe of vLLM's platform
+    (tests/test_doctor.py runs that one)."""
+    from lorabench import doctor_host
+
+    monkeypatch.setattr(doctor_host, "probe_platform", lambda environ: doctor_host.Probe("cpu"))
+
+
 @pytest.fixture
 def run(tmp_path, tiny_config):
     """A finished run: one row with its samples, an engine log and the config kept at its start."""
     writer = ResultWriter(tmp_path / "results", None, "abc12345", False)
     writer.keep_config(
-        tiny_config(env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_in_config"}, engine={"hf_token": "hf_arg"})
+        tiny_config(env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_in_config"}, engine={"hf_token": "hf_arg_1"})
     )
     writer.append(make_row(), [make_sample()])
-    (writer.log_dir / "loras2-rank16-cpu4-build0.log").write_text("INFO engine started\n")
+    # vLLM logs its non-default arguments; a server's log may show the shell's token too.
+    log = "INFO engine started\nINFO non-default args: {'hf_token': 'hf_arg_1', 'seed': 0}\nGET ?t=hf_secret 1\n"
+    (writer.log_dir / "loras2-rank16-cpu4-build0.log").write_text(log)
     replays = writer.path.with_name(writer.path.stem + ".replays")
     replays.mkdir()
     (replays / "timeline.csv").write_text("t_s,kv_usage\n0.0,0.5\n")
@@ -35,6 +46,7 @@ def members(path) -> dict[str, str]:
 def test_a_bundle_holds_the_run_and_only_known_settings(run, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv("MY_API_KEY", "key-of-mine")
     out = tmp_path / "b.tar.gz"
     assert main(["bundle", str(run.path), "--out", str(out)]) == 0
     stem = run.path.stem
@@ -55,6 +67,8 @@ def test_a_bundle_holds_the_run_and_only_known_settings(run, tmp_path, monkeypat
     assert environment["VLLM_CPU_KVCACHE_SPACE"] == "1"
     everything = "".join(files.values())
     assert "hf_secret" not in everything and "hf_in_config" not in everything and "hf_arg" not in everything
+    assert "key-of-mine" not in everything
+    assert "{'hf_token': '(redacted)', 'seed': 0}" in files[f"{stem}/logs/loras2-rank16-cpu4-build0.log"]
     kept = json.loads(files[f"{stem}/logs/config.json"])
     assert kept["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "(redacted)"}
     assert kept["engine"]["hf_token"] == "(redacted)" and kept["engine"]["max_loras"] == [1, 2]
@@ -76,10 +90,12 @@ def test_a_run_that_finished_nothing_is_bundled_from_its_logs_folder(tmp_path):
         ("missing.csv", "no such file"),
         ("other.csv", "not a lorabench result file"),
         ("folder", "not a run's logs folder"),
+        ("run.samples.csv", "a run's samples file; give its result file, "),
     ],
 )
 def test_bad_input_exits_2_and_says_why(tmp_path, capsys, what, message):
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "run.samples.csv").write_text("run_id,scenario,engine_id\nr,multilora,e\n")  # what a samples file has
     (tmp_path / "folder").mkdir()
     out = tmp_path / "b.tar.gz"
     assert main(["bundle", str(tmp_path / what), "--out", str(out)]) == 2
