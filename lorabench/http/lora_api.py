@@ -6,7 +6,9 @@ vLLM 0.32's server gives a name it has not registered a new LoRA id and calls th
 the name from the server's registry (no ``remove_lora``): the id stays in the CPU cache until
 its LRU evicts it. So lorabench loads a fresh *alias* of an adapter (``NAME@lb<pid>-<n>``, the
 adapter's own path, a new id) to time a load from disk, sends requests with the alias, and
-unloads the alias after. The user's own adapter names are never unloaded here.
+unloads the alias after: ``load_alias`` and ``unload_alias`` touch no other name. Only the
+churn scenario unloads and loads back adapters by their own names (``load_lora``,
+``unload_lora``).
 
 The routes exist only on a server started with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`` (the
 serve target sets it): a 404 or 405 that is not vLLM's own error object says they are absent.
