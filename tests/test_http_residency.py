@@ -8,6 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from lorabench.http.client import RequestFailed
+from lorabench.http.lora_api import missing_route, server_paths
 from lorabench.testing import Costs, write_config
 from lorabench.testing.server import StandInServer
 from tests.helpers import ROOT, result_files
@@ -99,3 +101,27 @@ def test_a_server_without_the_runtime_api_skips_the_disk_tier_saying_how_to_enab
         ]
     )
     assert set(rows["tier"].dropna()) == {"slot", "cpu"} and rows["adapter_load_ms"].isna().all()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "missing"),
+    [
+        (404, '{"detail":"Not Found"}', True),  # FastAPI: vLLM started without the variable
+        (404, "404: Not Found", True),  # aiohttp (the stand-in's)
+        (405, "Method Not Allowed", True),
+        (404, '{"error": {"message": "The lora adapter \'x\' cannot be found.", "code": 404}}', False),
+        (400, '{"detail":"Not Found"}', False),
+        (None, "", False),  # no answer at all: a connection refused
+    ],
+)
+def test_a_missing_route_is_told_from_vllms_own_errors(status, body, missing):
+    assert missing_route(RequestFailed("POST /v1/unload_lora_adapter", status, body)) is missing
+
+
+def test_the_path_to_load_is_the_servers_own():
+    models = [
+        {"id": "base", "root": "/models/base", "parent": None},
+        {"id": "a0", "root": "/srv/adapters/a0", "parent": "base"},
+        {"id": "a1", "parent": "base"},
+    ]
+    assert server_paths(models) == {"a0": "/srv/adapters/a0"}
