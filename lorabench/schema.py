@@ -198,16 +198,18 @@ class ResultRow:
     # Adapter churn: each load's and unload's latency as the caller sees it (add_lora /
     # remove_lora in process, /v1/load_lora_adapter / unload over HTTP), the operations done and
     # failed, and the TTFT of requests sent while a load was in flight against those sent
-    # while none was (median each; ratio: during over outside).
+    # while none was (median each; ratio: during over outside). compare judges the medians and
+    # the ratio: the p99 of a case's few operations is its slowest one, and the ratio is free
+    # of the machine's speed, which moves both TTFTs alike.
     churn_ops: int | None = _col(ONLINE, optional=True)
     churn_failed_ops: int | None = _col(ONLINE, optional=True)
-    load_ms_p50: float | None = _col(ONLINE, optional=True)
+    load_ms_p50: float | None = _col(ONLINE, optional=True, better=LOWER)
     load_ms_p99: float | None = _col(ONLINE, optional=True)
-    unload_ms_p50: float | None = _col(ONLINE, optional=True)
+    unload_ms_p50: float | None = _col(ONLINE, optional=True, better=LOWER)
     unload_ms_p99: float | None = _col(ONLINE, optional=True)
     ttft_during_load_ms_p50: float | None = _col(ONLINE, optional=True)
     ttft_outside_load_ms_p50: float | None = _col(ONLINE, optional=True)
-    ttft_load_ratio: float | None = _col(ONLINE, optional=True)
+    ttft_load_ratio: float | None = _col(ONLINE, optional=True, better=LOWER)
 
     # Capacity searches (lorabench.capacity): what a probe must reach to pass...
     slo_target: float | None = _col(CAPACITY, key=True, optional=True)
