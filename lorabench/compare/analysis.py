@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lorabench.compare.capacity import collapses
+from lorabench.compare.churn import failed_operations
 from lorabench.compare.load import METRICS, CompareError, Run, case_of
 from lorabench.compare.noise import (
     BUILDS,
@@ -96,6 +97,8 @@ class Comparison:
     digest_changes: list[tuple[str, str, str, str]] = field(default_factory=list)
     # Cases whose capacity fell below the search's range on the new side (compare.capacity).
     capacity_collapses: list[str] = field(default_factory=list)
+    # Churn cases whose new side failed loads or unloads (compare.churn).
+    churn_failures: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -103,8 +106,9 @@ class Comparison:
 
     @property
     def failed(self) -> bool:
-        """A regression, an adapter that answers differently or a capacity gone: what fails a gate."""
-        return bool(self.regressions or self.digest_changes or self.capacity_collapses)
+        """A regression, an adapter that answers differently, a capacity gone or a failed churn
+        operation: what fails a gate."""
+        return bool(self.regressions or self.digest_changes or self.capacity_collapses or self.churn_failures)
 
 
 def digest_changes(base: Run, new: Run) -> list[tuple[str, str, str, str]]:
@@ -176,6 +180,7 @@ def compare(
     result.notes = _notes(by_run, noise, noise_from)
     result.digest_changes = digest_changes(base, new)
     result.capacity_collapses = collapses(base, new)
+    result.churn_failures = failed_operations(base, new)
     return result
 
 

@@ -27,6 +27,7 @@ import pandas as pd
 
 from lorabench.compare.analysis import Comparison, Finding, digest_changes, judge, shared_cases
 from lorabench.compare.capacity import collapses
+from lorabench.compare.churn import failed_operations
 from lorabench.compare.load import CompareError, Run, case_of, load_run
 from lorabench.compare.noise import Noise, case_run_means, detectable, t_sf
 
@@ -169,6 +170,7 @@ def compare_paired_runs(
         result.warnings.append(_few_pairs_warning(len(order)))
     result.digest_changes = digest_changes(base, new)
     result.capacity_collapses = collapses(base, new)
+    result.churn_failures = failed_operations(base, new)
     return result
 
 

@@ -24,9 +24,10 @@ def case_label(case: dict[str, str]) -> str:
         case.get("graph_config"),
     )
     if case.get("trace_suite"):
+        churn = f" churn{case['churn_rate']}" if case.get("churn_rate") else ""
         return (
             f"{case['scenario']} {lora} {case['trace_suite']} n{case['trace_num_adapters']} "
-            f"a{case['trace_alpha']} cv{case['trace_cv']} r{case['trace_rate']}"
+            f"a{case['trace_alpha']} cv{case['trace_cv']} r{case['trace_rate']}{churn}"
         )
     where = "".join(
         f" {prefix}{case[column]}" for column, prefix in (("tier", ""), ("working_set", "ws")) if case.get(column)
@@ -122,11 +123,14 @@ def _summary_line(c: Comparison) -> str:
     )
 
 
-def _digest_lines(c: Comparison) -> list[str]:
-    return [
+def failure_lines(c: Comparison) -> list[str]:
+    """What fails the comparison whatever the timings say: changed outputs, collapsed
+    capacities, failed churn operations."""
+    changed = [
         f"OUTPUT CHANGED: adapter {adapter} ({model}) answers the greedy probe differently: {b} -> {n}"
         for model, adapter, b, n in c.digest_changes
     ]
+    return [*changed, *c.capacity_collapses, *c.churn_failures]
 
 
 def _unmatched(c: Comparison) -> list[str]:
@@ -141,7 +145,7 @@ def render_text(c: Comparison) -> str:
     lines = preamble(c)
     for workload, findings in _ordered(c):
         lines += ["", f"workload: {workload}", *_table([cells(f) for f in findings])]
-    lines += ["", *_unmatched(c), *_digest_lines(c), *c.capacity_collapses, _summary_line(c)]
+    lines += ["", *_unmatched(c), *failure_lines(c), _summary_line(c)]
     return "\n".join(lines)
 
 
@@ -150,7 +154,7 @@ def render_markdown(c: Comparison) -> str:
     for workload, findings in _ordered(c):
         lines += ["", f"### {workload}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         lines += ["| " + " | ".join(cells(f)) + " |" for f in findings]
-    lines += ["", *(f"- {u}" for u in _unmatched(c)), "", _summary_line(c)]
+    lines += ["", *(f"- {u}" for u in (*_unmatched(c), *failure_lines(c))), "", _summary_line(c)]
     return "\n".join(lines)
 
 
@@ -179,6 +183,7 @@ def render_json(c: Comparison) -> str:
             "regressions": len(c.regressions),
             "digest_changes": [dict(zip(("model", "adapter", "base", "new"), d)) for d in c.digest_changes],
             "capacity_collapses": c.capacity_collapses,
+            "churn_failures": c.churn_failures,
         },
         indent=2,
     )
@@ -219,8 +224,12 @@ def plot(c: Comparison, out: Path) -> None:
         TOO_FEW: "tab:orange",
         WITHIN: "tab:gray",
     }
-    fig, axes = plt.subplots(1, len(METRICS), figsize=(4 * len(METRICS), 0.35 * len(labels) + 1.5), sharey=True)
-    for ax, metric in zip(axes, METRICS):
+    # A panel for each metric compared: most scenarios fill only some (churn, capacity).
+    metrics = [m for m in METRICS if any(f.metric == m for f in c.findings)] or list(METRICS)[:1]
+    size = (4 * len(metrics), 0.35 * len(labels) + 1.5)
+    fig, axes = plt.subplots(1, len(metrics), figsize=size, sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, metric in zip(axes, metrics):
         by_label = {f"{f.case['workload']} {case_label(f.case)}": f for f in c.findings if f.metric == metric}
         ratios = [by_label[label].ratio if label in by_label else np.nan for label in labels]
         ax.barh(
