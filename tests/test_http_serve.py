@@ -4,7 +4,9 @@ benchmarked, stopped and reaped; one that fails says why. The stand-in server pl
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 
 import pandas as pd
 import psutil
@@ -30,8 +32,8 @@ class StandInServe(ServeEngine):
         return [sys.executable, "-m", "lorabench.testing.server", "--port", str(port), "--adapters", names]
 
 
-def engine(tmp_path, script=None):
-    path = write_config(tmp_path, adapters=3)
+def engine(tmp_path, script=None, **sections):
+    path = write_config(tmp_path, adapters=3, **sections)
     config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
     served = StandInServe(config, EngineSpec(True, 2, 8, 4), "cpu", tmp_path / "logs" / "e.log", Target(SERVE))
     served.script = script
@@ -60,6 +62,36 @@ def test_a_server_that_exits_fails_the_build_with_its_logs_reason(tmp_path):
     with pytest.raises(EngineBuildError, match="status 2: x: error: unrecognized arguments: --bad"):
         served.__enter__()
     assert served.server is None and served.loop is None
+
+
+def test_a_server_that_does_not_answer_in_time_fails_the_build_naming_the_setting(tmp_path):
+    """A model still loading when ``serve.health_timeout_s`` runs out: the build fails saying
+    which setting to raise, with the log's last line; a server that ignores SIGTERM is
+    killed after ``serve.stop_timeout_s``, not after the default 30 s."""
+    script = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('Loading safetensors checkpoint shards: 40% Completed', flush=True); time.sleep(120)"
+    )
+    served, config = engine(tmp_path, script, serve={"health_timeout_s": 1.5, "stop_timeout_s": 0.5})
+    started = time.monotonic()
+    with pytest.raises(EngineBuildError) as info:
+        served.__enter__()
+    took = time.monotonic() - started
+    assert f"did not answer /health within 1.5 s (serve.health_timeout_s in {config.path}: raise it" in str(info.value)
+    assert "Loading safetensors checkpoint shards: 40% Completed (server log:" in str(info.value)
+    assert 1.5 <= took < 10 and served.server is None
+
+
+@pytest.mark.parametrize("bad", [0, -5, "ten", math.inf])
+def test_a_bad_wait_is_refused_before_any_engine_starts(pytester, bad):
+    pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
+    path = write_config(pytester.path / "run", adapters=3, serve={"stop_timeout_s": 5, "health_timeout_s": bad})
+    result = pytester.runpytest("--bench-config", str(path), "--bench-target", "serve", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{path}: field 'serve.health_timeout_s' has bad value {bad!r}: *"])
+    if bad != "ten":
+        result.stderr.fnmatch_lines(["*bad value*give a number of seconds above 0: how long vllm serve may take*"])
+    assert not (pytester.path / "run" / "results").exists(), "nothing ran"
 
 
 @pytest.mark.engine

@@ -7,6 +7,7 @@ the files it names, or vLLM, live in ``resolve``.
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -292,6 +293,29 @@ class Churn(_Strict):
         return self
 
 
+class Serve(_Strict):
+    """The ``serve`` target's waits for the ``vllm serve`` it starts (``lorabench.http.serve``):
+    the defaults are here, and nowhere else."""
+
+    # From start to /health answering: the model's load, compile and graph capture. A 70B
+    # model on an NPU node can take longer than the default.
+    health_timeout_s: float = 600.0
+    # From SIGTERM to SIGKILL: the server's shutdown.
+    stop_timeout_s: float = 30.0
+
+    @field_validator("health_timeout_s", "stop_timeout_s")
+    @classmethod
+    def _seconds(cls, value: float, info: ValidationInfo) -> float:
+        if not 0 < value < math.inf:
+            what = {
+                "health_timeout_s": "how long vllm serve may take to answer /health, such as 1800 for a model "
+                "that loads for up to half an hour",
+                "stop_timeout_s": "how long vllm serve may take to exit after SIGTERM before it is killed, such as 30",
+            }
+            raise ValueError(f"give a number of seconds above 0: {what[info.field_name]}")
+        return value
+
+
 class UrlTarget(_Strict):
     """A server that already runs (``lorabench.http``): nothing is started or stopped."""
 
@@ -323,3 +347,5 @@ class ConfigFile(_Strict):
     churn: Churn | None = None
     # Where requests go (lorabench.http.target); --bench-target overrides it.
     target: Literal["inprocess", "serve"] | UrlTarget = "inprocess"
+    # How long the serve target waits for its server to start and to stop.
+    serve: Serve = Serve()

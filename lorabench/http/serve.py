@@ -28,9 +28,6 @@ from lorabench.engine import SPAWN, EngineBuildError, EngineDied
 from lorabench.http.engine import HttpEngine
 from lorabench.memory import ACCELERATORS
 
-# How long a server may take to answer /health, and to exit after SIGTERM before SIGKILL.
-HEALTH_TIMEOUT_S = 600.0
-STOP_TIMEOUT_S = 30.0
 HOST = "127.0.0.1"
 
 
@@ -121,9 +118,10 @@ class ServeEngine(HttpEngine):
         self._reaper = processes.start_reaper(self._processes)
 
     def _wait_healthy(self) -> None:
-        """Until ``/health`` answers 200; a server that exits or stays silent fails the build
-        with what its log says."""
-        deadline = time.monotonic() + HEALTH_TIMEOUT_S
+        """Until ``/health`` answers 200, for at most the config's ``serve.health_timeout_s``; a
+        server that exits or stays silent fails the build with what its log says."""
+        timeout_s = self.config.file.serve.health_timeout_s
+        deadline = time.monotonic() + timeout_s
         client = self._health_client()
         try:
             while time.monotonic() < deadline:
@@ -134,7 +132,12 @@ class ServeEngine(HttpEngine):
                 time.sleep(0.5)
         finally:
             self.run(client.close())
-        raise EngineBuildError(self._said(f"vllm serve did not answer /health within {HEALTH_TIMEOUT_S:.0f} s"))
+        raise EngineBuildError(
+            self._said(
+                f"vllm serve did not answer /health within {timeout_s:g} s (serve.health_timeout_s in "
+                f"{self.config.path}: raise it for a model that takes longer to load)"
+            )
+        )
 
     def _health_client(self) -> Any:
         from lorabench.http.client import Client
@@ -148,17 +151,19 @@ class ServeEngine(HttpEngine):
         return f"{what}: {cause} (server log: {self.log_path})" if cause else f"{what} (server log: {self.log_path})"
 
     def _stop_server(self) -> None:
-        """SIGTERM to the server's group, SIGKILL after ``STOP_TIMEOUT_S``; reaped either way."""
+        """SIGTERM to the server's group, SIGKILL after the config's ``serve.stop_timeout_s``;
+        reaped either way."""
         if self.server is None:
             return
+        timeout_s = self.config.file.serve.stop_timeout_s
         try:
             os.killpg(self.server.pid, signal.SIGTERM)
-            self.server.wait(timeout=STOP_TIMEOUT_S)
+            self.server.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(self.server.pid, signal.SIGKILL)
-            self.server.wait(timeout=STOP_TIMEOUT_S)
+            self.server.wait(timeout=timeout_s)
         except ProcessLookupError:
-            self.server.wait(timeout=STOP_TIMEOUT_S)
+            self.server.wait(timeout=timeout_s)
         finally:
             self.server = None
             if self._reaper is not None:
