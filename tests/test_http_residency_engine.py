@@ -34,7 +34,6 @@ def test_residency_and_a_working_set_through_vllm_serve(pytester, tiny_config):
     assert sorted(tiers.index) == ["cpu", "disk", "slot"]
     assert tiers[["ttft_ms_p50", "decode_ms_p50", "tier_extra_ttft_ms"]].notna().all().all()
     assert 0.1 < tiers.at["disk", "disk_load_ms"] < 5000 and tiers["disk_load_ms"].count() == 1
-    assert tiers.at["disk", "tier_extra_ttft_ms"] > 0, "the disk row carries its load"
     assert (tiers["digest_mismatches"] == 0).all(), "an alias loaded from the adapter's path answers as it does"
     (ws,) = rows[rows["scenario"] == "working_set"].to_dict("records")
     assert ws["working_set"] == 3 and ws["ttft_ms_p50"] > 0 and ws["output_tokens_per_s"] > 0
