@@ -332,3 +332,13 @@ def test_doctor_on_a_fake_node_imports_neither_vllm_ascend_nor_torch_npu(npu_hos
     assert "resolves: 4 adapters" in done.stdout and "Traceback" not in done.stdout + done.stderr
     imported = sorted(set(log.read_text().splitlines()))
     assert imported == ["torch_npu -c", "vllm_ascend -c"], "only the probe (python -c) imports them"
+
+
+def test_a_doctor_that_imports_torch_later_keeps_torch_npu_out(npu_host, monkeypatch, capsys):
+    """torch >= 2.5 imports torch-npu with itself (its backend autoload) unless told not
+    to; the doctor tells it, where torch is not imported yet (resolving a config may import it)."""
+    monkeypatch.setattr(doctor, "read_host", lambda: npu_host())
+    monkeypatch.delenv("TORCH_DEVICE_BACKEND_AUTOLOAD", raising=False)
+    monkeypatch.delitem(sys.modules, "torch")
+    doctor.main(argparse.Namespace(config=None))
+    assert os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
