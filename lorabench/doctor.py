@@ -117,7 +117,13 @@ def check_devices(host: Host, engine: Mapping[str, Any] | None = None) -> list[F
     try:
         devices = smi.read_devices(host.device_type)
     except smi.DeviceToolError as exc:
-        return [Finding(FAIL, f"{tool} does not answer: {exc}", f"install the driver and put {tool} on PATH")]
+        fix = (
+            f"install the driver and put {tool} on PATH"
+            if shutil.which(tool) is None
+            else f"run {tool}{' info' if tool == 'npu-smi' else ''}: the driver must answer (in a container, "
+            "mount the driver and the device files)"
+        )
+        return [Finding(FAIL, f"{tool} does not answer: {exc}", fix)]
     seen = smi.visible(devices, host.device_type, host.environ)
     if not seen:
         listed = ", ".join(str(d.index) for d in devices)

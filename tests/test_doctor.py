@@ -113,7 +113,16 @@ def test_no_npu_smi(npu_host, monkeypatch):
     host = npu_host()
     monkeypatch.setenv("PATH", "/nonexistent")
     (line,) = failures(doctor.check_devices(host))
-    assert "npu-smi does not answer: npu-smi not found on PATH" in line
+    assert "npu-smi does not answer: npu-smi not found on PATH -- fix: install the driver" in line
+
+
+def test_an_npu_smi_whose_driver_does_not_answer(npu_host, tmp_path, monkeypatch):
+    host = npu_host()
+    (tmp_path / "bin" / "npu-smi").write_text(
+        "#!/bin/sh\necho 'dcmi model initialized failed, because the device is used. ret is -8020'\n"
+    )
+    (line,) = failures(doctor.check_devices(host))
+    assert "npu-smi does not answer: npu-smi info printed no device rows -- fix: run npu-smi info: the driver" in line
 
 
 def test_hidden_cards_and_a_fork_start_method(npu_host):
