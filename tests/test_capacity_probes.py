@@ -102,9 +102,9 @@ CAPACITY = {
 ENGINE = {"max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4, "max_num_seqs": 1}
 
 
-def run_search(pytester, costs: Costs, **capacity_values):
+def run_search(pytester, costs: Costs, engine=ENGINE, **capacity_values):
     pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
-    config = write_config(pytester.path / "run", adapters=2, capacity={**CAPACITY, **capacity_values}, engine=ENGINE)
+    config = write_config(pytester.path / "run", adapters=2, capacity={**CAPACITY, **capacity_values}, engine=engine)
     return pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs)])
 
 
@@ -152,9 +152,13 @@ def test_a_search_that_fails_otherwise_says_how_many_probes_it_kept(pytester, mo
 
 def test_each_probe_waits_for_the_last_ones_aborted_requests_to_leave_the_engine(pytester):
     """A drain too short for the last requests: each probe ends with some aborted, which the
-    stand-in keeps running for ``abort_ms``. The next probe starts once they are gone."""
+    stand-in keeps running for ``abort_ms``. The next probe starts once they are gone. Four
+    requests at a time: the estimate is high enough that failing probes halve the rate twice
+    before the floor (one at a time, a busy host's estimate put the first probe at the floor,
+    the search's only one)."""
     costs = Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0, abort_ms=300)
-    result = run_search(pytester, costs, drain_s=0.001, max_probes=3)
+    engine = {**ENGINE, "max_num_seqs": 4}
+    result = run_search(pytester, costs, engine, drain_s=0.001, max_probes=3, estimate_concurrency=4)
     result.assert_outcomes(passed=1)
     (csv,) = result_files(pytester.path / "run" / "results")
     probes = pd.read_csv(replays_path_for(csv, "probes"))
