@@ -108,7 +108,8 @@ def test_adapters_are_discovered_from_v1_models(tmp_path):
 def test_the_http_engine_counts_failures_and_times_on_its_own_clock(tmp_path):
     path = write_config(tmp_path, adapters=3)
     config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
-    with StandInServer(ADAPTERS, Costs(decode_ms_per_step=5), failures={2: "drop"}) as server:
+    # Request 1 is the build's first token; 2 is served, 3 dropped.
+    with StandInServer(ADAPTERS, Costs(decode_ms_per_step=5), failures={3: "drop"}) as server:
         engine = HttpEngine(config, EngineSpec(True, 2, 8, 4), "remote", None, Target(URL, server.url))
         with engine:
             assert engine.base_model == BASE and engine.server_version == "0.0.0-stand-in"

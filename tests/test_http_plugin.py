@@ -51,8 +51,9 @@ def test_batch_and_online_cases_run_against_a_url_and_leave_engine_only_columns_
 
 
 def test_failed_requests_are_counted_and_the_replay_goes_on(bench):
-    # The digests take requests 1-4 (the base model and three adapters); the trace starts at 5.
-    with StandInServer(["a0", "a1", "a2"], failures={6: "500", 8: "drop"}) as server:
+    # Request 1 is the build's first token, 2-5 the digests (the base model and three adapters),
+    # 6-8 the trace's adapters served once before its timing; the trace starts at 9.
+    with StandInServer(["a0", "a1", "a2"], failures={10: "500", 12: "drop"}) as server:
         result, rows = bench("--bench-target", server.url, "-k", "online", online=ONLINE)
     result.assert_outcomes(passed=1)
     (row,) = rows.to_dict("records")
@@ -72,6 +73,13 @@ def test_k_picks_the_servers_configuration_from_a_config_that_lists_several(benc
         result, rows = bench("--bench-target", server.url, "-k", "multilora and loras2", engine={"max_loras": [1, 2]})
     result.assert_outcomes(passed=1, skipped=1)  # the online module: no suites in this config
     assert list(rows["max_loras"]) == [2] and list(rows["target"]) == ["url"]
+
+
+def test_a_server_started_with_other_max_loras_fails_its_build_rather_than_mislabel_rows(bench):
+    with StandInServer(["a0", "a1", "a2"], max_loras=4) as server:
+        result, rows = bench("--bench-target", server.url, "-k", "multilora", engine={"max_loras": 2})
+    result.stdout.fnmatch_lines(["*runs max_loras 4 (its /metrics vllm:lora_requests_info), not 2*-k NAME*"])
+    assert rows is None
 
 
 def test_targets_are_refused_before_anything_starts(bench, pytester):

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lorabench.config import ConfigFile, EngineSpec
+from lorabench.http.metrics import ServerState
 from lorabench.http.target import INPROCESS, URL, Target
 
 
@@ -31,4 +32,18 @@ def problems(path: Path, file: ConfigFile, target: Target, specs: Sequence[Engin
             f"configurations ({', '.join(names)}): select the one the server was started as ({choices}), "
             "or list one value of each LoRA and graph setting in the engine block"
         )
+    return found
+
+
+def server_mismatches(spec: EngineSpec, max_model_len: int | None, state: ServerState, models: list[dict]) -> list[str]:
+    """Where a running server contradicts the configuration its rows will name: a row that says
+    ``max_loras`` 2 for a server started with 8 would be a false number. The server tells its
+    ``max_lora`` on ``/metrics`` (``vllm:lora_requests_info``, once it has served an adapter)
+    and its ``max_model_len`` on ``/v1/models``; what it does not tell is taken on trust."""
+    found = []
+    if spec.enable_lora and state.max_lora is not None and state.max_lora != spec.max_loras:
+        found.append(f"max_loras {state.max_lora} (its /metrics vllm:lora_requests_info), not {spec.max_loras}")
+    served = {m.get("max_model_len") for m in models if not m.get("parent")} - {None}
+    if max_model_len is not None and served and max_model_len not in served:
+        found.append(f"max_model_len {', '.join(map(str, sorted(served)))} (its /v1/models), not {max_model_len}")
     return found

@@ -29,9 +29,10 @@ from typing import Any
 from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.engine import Engine, EngineBuildError
+from lorabench.http.checks import server_mismatches
 from lorabench.http.client import Client, RequestFailed
 from lorabench.http.lora_api import RuntimeApiMissing, RuntimeLoras, server_paths
-from lorabench.http.metrics import server_state
+from lorabench.http.metrics import ServerState, server_state
 from lorabench.http.target import URL, Target
 from lorabench.http.telemetry import Scraper
 from lorabench.workload import SYNTHETIC_TOKEN_LIMIT, Prompt
@@ -139,8 +140,25 @@ class HttpEngine(RuntimeLoras, Engine):
                 "start it with --lora-modules NAME=PATH for each, or name the config's adapters as it does"
             )
         self.server_version = await self.client.version()
+        if wanted:
+            await self._first_token(self.config.adapters[0])  # the server says its max_lora once it has served one
         status, text = await self.client.get("/metrics")
-        self.kv_cache_tokens = (server_state(text).kv_cache_tokens or 0) if status == 200 else 0
+        state = server_state(text) if status == 200 else ServerState()
+        self.kv_cache_tokens = state.kv_cache_tokens or 0
+        if self.target == URL:
+            found = server_mismatches(self.spec, self.config.llm_kwargs(self.spec).get("max_model_len"), state, models)
+            if found:
+                raise EngineBuildError(
+                    f"{self.endpoint} runs {'; '.join(found)}: its rows would name the wrong configuration; "
+                    "select the configuration the server was started as (-k NAME), or change the config's engine block"
+                )
+
+    async def _first_token(self, adapter: Adapter) -> None:
+        """One token of ``adapter``, untimed; a failure here is the build's."""
+        async for _ in self.stream([1] * 4, self.sampling_params(1), adapter):
+            pass
+        if self.failures:
+            raise EngineBuildError(f"{self.endpoint}: a first request to {adapter.name} failed: {self.failures[-1]}")
 
     def close(self) -> None:
         try:
@@ -236,7 +254,12 @@ class HttpEngine(RuntimeLoras, Engine):
         return outputs
 
     def load_adapters(self, adapters: Sequence[Adapter]) -> None:
-        """The server loads an adapter it serves on first use; the client cannot load it ahead."""
+        """One token of each adapter, untimed, before a case's timing starts: nothing over HTTP
+        loads an adapter into the CPU cache without serving it, and the alias loads of
+        ``adapter_load_ms`` or an earlier case may have evicted it, so without this the case's
+        first requests would pay loads from disk that in process are paid before the timing."""
+        if adapters:
+            self.generate([[1] * 4] * len(adapters), list(adapters), 1)
 
     def cached_adapters(self) -> set[str]:
         """Unknown to a client: nothing over HTTP lists the engine's CPU cache, so the columns
