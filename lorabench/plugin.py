@@ -106,8 +106,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     skips = [
         pytest.mark.skip(reason=f"{state.config_path}: {p.skip_reason}") for p in parametrizations if p.skip_reason
     ]
-    if state.target.over_http and scenario.http_skip_reason:
-        skips.append(pytest.mark.skip(reason=f"target {state.target.kind}: {scenario.http_skip_reason}"))
     metafunc.parametrize(
         ENGINE_FIXTURE, [pytest.param(s, id=s.id, marks=marks + skips) for s in specs], indirect=True, scope="session"
     )

@@ -313,3 +313,24 @@ def test_a_small_search_on_the_real_cpu_engine_for_both_configurations(pytester,
     assert "capacity, small (4 adapters" in result.stdout.str() and "choose loras" in result.stdout.str()
     page = write_report([csv], tmp_path / "report")
     assert (page.parent / "capacity_knee.png").is_file() and (page.parent / "capacity.png").is_file()
+
+
+def test_the_knee_draws_an_undecided_probe_neither_as_a_pass_nor_as_a_fail():
+    probes = pd.DataFrame(
+        {
+            "rate": [4.0, 8.0, 6.0],
+            "attainment": [1.0, 0.5, 0.9],
+            "ci_low": [0.9, 0.4, 0.6],
+            "ci_high": [1.0, 0.6, 1.0],
+            "passed": [True, False, False],
+            "decided": [True, True, False],
+        }
+    )
+    fig = capacity_figures.pyplot().figure()
+    ax = fig.add_subplot()
+    capacity_figures._probes(ax, probes, "C0", ("-", "o"), "loras2")
+    by_marker = {line.get_marker(): list(line.get_xdata()) for line in ax.lines if len(line.get_xdata())}
+    assert by_marker["x"] == [6.0], "the undecided probe alone, as an x"
+    filled = [list(line.get_xdata()) for line in ax.lines if line.get_marker() == "o" and line.get_mfc() != "none"]
+    hollow = [list(line.get_xdata()) for line in ax.lines if line.get_marker() == "o" and line.get_mfc() == "none"]
+    assert filled == [[4.0]] and hollow == [[8.0]]

@@ -39,7 +39,7 @@ def knee(runs: Sequence[ReportRun]) -> Any | None:
             ax.axhline(float(shape["slo_target"].iloc[0]), color="gray", linestyle=":", linewidth=1)
     for ax, label in zip(axes[:, 0], panels):
         ax.set(xscale="log", xlabel="probed rate (requests/s)", ylabel="SLO attainment", ylim=(-0.02, 1.02))
-        ax.set_title(f"{label} (dotted: target)", fontsize=9)
+        ax.set_title(f"{label} (dotted: target; hollow: failed; x: too few requests to decide)", fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -49,10 +49,13 @@ def _probes(ax: Any, probes: pd.DataFrame, color: Any, style: tuple[str, str], l
     line, marker = style
     ax.plot(probes["rate"], probes["attainment"], linestyle=line, color=color, label=label)
     passed = probes["passed"].astype(str).str.lower() == "true"
-    for mask, face in ((passed, color), (~passed, "none")):
+    # A probe of too few requests decided nothing (older files have no such column: all decided).
+    decided = probes["decided"].astype(str).str.lower() != "false" if "decided" in probes else passed | True
+    kinds = ((passed & decided, marker, color), (~passed & decided, marker, "none"), (~decided, "x", color))
+    for mask, fmt, face in kinds:
         shown = probes[mask]
         error = np.clip([shown["attainment"] - shown["ci_low"], shown["ci_high"] - shown["attainment"]], 0, None)
-        ax.errorbar(shown["rate"], shown["attainment"], yerr=error, fmt=marker, color=color, mfc=face, capsize=2)
+        ax.errorbar(shown["rate"], shown["attainment"], yerr=error, fmt=fmt, color=color, mfc=face, capsize=2)
 
 
 def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:

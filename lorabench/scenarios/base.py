@@ -83,8 +83,6 @@ class Scenario:
     needs_adapters: bool = True
     columns: frozenset[str] = frozenset()
     maybe_columns: frozenset[str] = frozenset()
-    # Why its cases skip on an HTTP target (lorabench.http), if they do: None runs them there.
-    http_skip_reason: str | None = None
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         """The test arguments besides ``engine``, from the config."""
