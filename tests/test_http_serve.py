@@ -16,6 +16,7 @@ from lorabench.config import EngineSpec, read_config_file, resolve_config
 from lorabench.engine import EngineBuildError
 from lorabench.http.serve import ServeEngine, port_free
 from lorabench.http.target import SERVE, Target
+from lorabench.schema import replays_path_for
 from lorabench.testing import write_config
 from tests.helpers import ROOT, result_files
 
@@ -97,10 +98,13 @@ def test_a_bad_wait_is_refused_before_any_engine_starts(pytester, bad):
 @pytest.mark.engine
 def test_vllm_serve_runs_a_batch_and_a_trace_and_is_gone_after(pytester, tiny_config):
     """The real CPU build: lorabench starts vllm serve, runs a batch case and a short trace
-    against it, and stops it: no process left, the port free."""
+    against it, and stops it: no process left, the port free. The trace's timeline comes
+    from the real server's /metrics, so the names the parser reads are vLLM's own."""
     for name in ("test_multilora", "test_multilora_online"):
         pytester.makepyfile(**{name: (ROOT / "bench" / f"{name}.py").read_text()})
-    online = {"suites": [{"num_adapters": [2], "rate": [4], "duration": 2.0, "output_range": [2, 4]}]}
+    # Requests of 16-32 tokens at 4 a second: 1-2 running at most scrapes (with 2-4 tokens, none
+    # was running at any of a replay's 7 scrapes, and its gauges read 0 throughout).
+    online = {"suites": [{"num_adapters": [2], "rate": [4], "duration": 2.0, "output_range": [16, 32]}]}
     config = tiny_config(
         engine={"max_loras": 2, "max_lora_rank": 16, "max_cpu_loras": 4, "max_model_len": 128},
         matrix={"workloads": ["distinct"]},
@@ -113,7 +117,26 @@ def test_vllm_serve_runs_a_batch_and_a_trace_and_is_gone_after(pytester, tiny_co
     rows = pd.read_csv(csv)
     assert (rows["target"] == "serve").all() and rows["endpoint"].str.startswith("http://127.0.0.1:").all()
     assert rows["ttft_ms_p50"].gt(0).all() and (rows["failed"] == 0).all() and rows["queue_ms"].isna().all()
+    assert rows["kv_cache_tokens"].gt(0).all(), "vllm:cache_config_info read"
+    check_timeline(csv, rows[rows["scenario"] == "online"].iloc[0], online["suites"][0]["duration"])
     port = int(rows["endpoint"].iloc[0].rsplit(":", 1)[1])
     assert port_free(port)
     left = [p for p in psutil.process_iter(["cmdline"]) if "vllm.entrypoints" in " ".join(p.info["cmdline"] or [])]
     assert not left and {p.pid for p in psutil.Process().children(recursive=True)} <= before
+
+
+def check_timeline(csv, row, duration_s):
+    """The online row's timeline columns and the timeline file, scraped from a real server's
+    /metrics: the gauges in their ranges, the counters moving, a record every scrape."""
+    assert 0 < row["kv_usage_max"] <= 1 and row["waiting_p99"] >= 0
+    assert row["preemptions"] >= 0 and row["adapters_waiting_max"] >= 0
+    timeline = pd.read_csv(replays_path_for(csv, "timeline"))
+    timeline = timeline[timeline["scenario"] == "online"]
+    assert len(timeline) >= 2 * duration_s, f"{len(timeline)} scrapes in a {duration_s} s replay"
+    assert timeline["t_s"].is_monotonic_increasing and timeline["kv_usage"].between(0, 1).all()
+    assert timeline["running"].max() >= 1 and timeline["adapters_running"].max() >= 1
+    # vLLM names every adapter in flight as waiting too: none waits while no request does.
+    assert (timeline["adapters_waiting"] <= timeline["waiting"]).all()
+    assert (timeline["adapters_running"] <= timeline["running"]).all()
+    assert timeline["steps"].sum() > 0 and timeline["generation_tokens"].sum() > 0, "counters read"
+    assert timeline["prompt_tokens"].sum() > 0 and (timeline[["steps", "preemptions"]] >= 0).all().all()

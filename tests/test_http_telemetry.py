@@ -38,6 +38,29 @@ def test_a_scrape_is_one_record_whose_counts_are_the_counters_increase():
     assert telemetry._record(0.1, telemetry.read(EXPOSITION), None).steps == 0, "no baseline: no increase"
 
 
+@pytest.mark.parametrize(
+    ("running", "waiting", "expected"),
+    [("2.0", "0.0", (2, 0)), ("0.0", "3.0", (0, 3)), ("1.0", "1.0", (1, 1)), ("3.0", "2.0", (2, 2))],
+)
+def test_vllm_names_every_adapter_in_flight_in_both_labels_and_the_requests_bound_them(running, waiting, expected):
+    """vLLM 0.32 keeps an entry for each adapter with a request in flight and writes the names
+    (not the counts) into both labels: with no request waiting, no adapter waits, and no more
+    adapters run (or wait) than requests do, nor run than max_lora allows."""
+    text = (
+        EXPOSITION.replace("3.0", running)
+        .replace('model_name="m"} 1.0', f'model_name="m"}} {waiting}')
+        .replace(
+            'running_lora_adapters="a,b",waiting_lora_adapters="c"',
+            'running_lora_adapters="a,b,c",waiting_lora_adapters="a,b,c"',
+        )
+    )
+    state = telemetry.read(text)
+    assert (state.running, state.waiting, state.max_lora) == (int(float(running)), int(float(waiting)), 2)
+    assert state.adapter_counts() == expected
+    record = telemetry._record(0.5, state, None)
+    assert (record.adapters_running, record.adapters_waiting) == expected
+
+
 @pytest.mark.parametrize("with_server_gauges", [True, False])
 def test_the_online_row_and_timeline_fill_over_http(pytester, with_server_gauges, monkeypatch):
     """2 s at 30 requests/s on 8 ms steps: a scrape every 0.25 s, with requests running; the

@@ -2,9 +2,15 @@
 
 vLLM exports (among many) ``vllm:kv_cache_usage_perc`` (0-1, despite the name),
 ``vllm:num_requests_running``, ``vllm:num_requests_waiting`` and ``vllm:lora_requests_info``,
-a gauge whose labels name the adapters running and waiting (comma-separated) and the
-configured ``max_lora``. Each gauge carries labels (``model_name``, ``engine``); a server
-with several engines (data parallel) has one sample per engine, summed here.
+a gauge whose labels name adapters (comma-separated) and the configured ``max_lora``. Each
+gauge carries labels (``model_name``, ``engine``); a server with several engines (data
+parallel) has one sample per engine, summed here.
+
+The adapter labels say less than their names: vLLM 0.32 keeps an entry per adapter with any
+request in flight and writes the entries' names, not their counts, into both labels, so an
+adapter whose requests all run is named among the waiting ones too (seen on the CPU build:
+2 adapters "waiting" while no request waited). ``ServerState.adapter_counts`` bounds them by
+the request gauges.
 """
 
 from __future__ import annotations
@@ -35,6 +41,14 @@ class ServerState:
     preemptions: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+
+    def adapter_counts(self) -> tuple[int, int]:
+        """Adapters with a request running, and with one waiting: the labels' names, of which
+        no more can be in a state than requests are (none waits while no request waits), nor
+        more run than the server's adapter slots. Exact where no request waits, or none runs;
+        where requests both run and wait, a bound."""
+        running = min(len(self.adapters_running), self.running or 0, self.max_lora or len(self.adapters_running))
+        return running, min(len(self.adapters_waiting), self.waiting or 0)
 
 
 # The counters a timeline record sums, by the ServerState field they add to.

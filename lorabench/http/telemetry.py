@@ -4,10 +4,11 @@ capacity rows' timeline columns and the report's timeline figures fill over HTTP
 
 A client sees the server's gauges only when it asks, so a record is one scrape, not one
 engine step: its state (KV cache in use, requests running and waiting, adapters running and
-waiting from ``vllm:lora_requests_info``) is the gauges' at that moment, and its counts
-(``steps``, preemptions, prompt and generated tokens) are the counters' increase since the
-previous scrape (since ``start`` for the first). What happened between two scrapes and did
-not last till one (a short burst of waiting requests) is missed: ``PERIOD_S`` is 0.25 s.
+waiting from ``vllm:lora_requests_info`` as ``ServerState.adapter_counts`` bounds them) is
+the gauges' at that moment, and its counts (``steps``, preemptions, prompt and generated
+tokens) are the counters' increase since the previous scrape (since ``start`` for the
+first). What happened between two scrapes and did not last till one (a short burst of
+waiting requests) is missed: ``PERIOD_S`` is 0.25 s.
 
 Scraping runs on the replay's event loop; only the lines lorabench reads are parsed (a vLLM
 server's exposition is tens of kilobytes), so a scrape holds the loop for well under a
@@ -102,12 +103,13 @@ def _record(t_s: float, state: ServerState, before: ServerState | None) -> Timel
         f: getattr(state, f) - (getattr(before, f) if before is not None else getattr(state, f))
         for f in COUNTERS.values()
     }
+    adapters_running, adapters_waiting = state.adapter_counts()
     return TimelineRecord(
         t_s=t_s,
         kv_usage=state.kv_usage or 0.0,
         running=state.running or 0,
         waiting=state.waiting or 0,
-        adapters_running=len(state.adapters_running),
-        adapters_waiting=len(state.adapters_waiting),
+        adapters_running=adapters_running,
+        adapters_waiting=adapters_waiting,
         **counts,
     )
