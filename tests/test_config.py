@@ -139,7 +139,7 @@ def test_unknown_key_suggests_the_closest(tiny_config):
         ({"matrix": {"input_len": 126}}, "input_len + output_len = 130 exceeds engine.max_model_len = 128"),
         ({"model": "builtin:huge-llama"}, "field 'model' has bad value 'builtin:huge-llama'"),
         ({"model": "no/such/model"}, "field 'model': directory"),
-        ({"prompts": "missing.json"}, "prompts file not found"),
+        ({"prompts": "missing.json"}, "field 'prompts': "),
         ({"adapters": "missing.json"}, "adapters file"),
         ({"adapters": {"generate": {"count": 2, "ranks": [32]}}}, "has rank 32, above engine.max_lora_rank=16"),
         ({"device": "tpu"}, "field 'device' has bad value 'tpu'"),
@@ -331,3 +331,17 @@ def test_generated_adapters_are_found_again_in_the_cache(tiny_config):
     model_config = (config.model / "config.json").read_text()
     key = builtin._digest(model_config, spec.model_dump(), list(config.prompts), GENERATOR_VERSION)
     assert {a.path.parent.name for a in config.adapters} == {f"{config.model.name}-{key}"}
+
+
+def test_a_missing_model_folder_is_one_problem_not_one_per_thing_its_adapters_would_feed(tmp_path, tiny_config):
+    """Adapters are generated for a usable model only; "no adapters" and the suites' counts
+    would be knock-on errors of the model's own problem."""
+    path = tiny_config(
+        model=str(tmp_path / "no-such-model"),
+        adapters={"generate": {"count": 4, "ranks": [8]}},
+        online={"suites": [{"num_adapters": [4], "rate": [1], "duration": 2}]},
+    )
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    (problem,) = info.value.problems
+    assert "field 'model': directory" in problem and "no-such-model does not exist" in problem

@@ -76,13 +76,20 @@ def resolve_config(
         problems.append(f"{path}: field 'tokenizer': {tokenizer} does not exist")
     prompts: list[str] = []
     try:
-        prompts = _read_prompts(_resolve(base, parsed.prompts))
+        prompts = _read_prompts(path, _resolve(base, parsed.prompts))
     except ConfigError as exc:
         problems += exc.problems
+    generated_later = isinstance(parsed.adapters, GeneratedAdapters) and bool(problems)
     adapters = _adapters(path, parsed, model, prompts, problems)
-    problems += _check_adapters(path, parsed, adapters, needs_lora)
+    if generated_later:
+        # Adapters are generated for a usable model only: what depends on them is checked once it is,
+        # rather than reported now as "no adapters" on top of the model's own problem.
+        count = parsed.adapters.generate.count
+    else:
+        problems += _check_adapters(path, parsed, adapters, needs_lora)
+        count = len(adapters)
     problems += _check_lengths(path, parsed, model)
-    problems += check_traces(path, parsed, len(adapters), length_limit(parsed, model))
+    problems += check_traces(path, parsed, count, length_limit(parsed, model))
     if output is not None:
         out_path: Path | None = Path(output).resolve()
     else:
@@ -184,12 +191,12 @@ def _check_outputs(path: Path, results_dir: Path, output: Path | None, from_cli:
     return []
 
 
-def _read_prompts(path: Path) -> list[str]:
+def _read_prompts(config: Path, path: Path) -> list[str]:
     if not path.is_file():
-        raise ConfigError([f"{path}: prompts file not found: fix the 'prompts' field"])
+        raise ConfigError([f"{config}: field 'prompts': {path} not found: point it at a JSON list of prompts"])
     prompts = read_json(path)
     if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):
-        raise ConfigError([f"{path}: expected a non-empty JSON list of non-empty strings"])
+        raise ConfigError([f"{config}: field 'prompts': {path} is not a non-empty JSON list of non-empty strings"])
     return prompts
 
 
