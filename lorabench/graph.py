@@ -69,6 +69,9 @@ class GraphFacts:
     cudagraph_mode: str = ""
     compile_s: float | None = None
     graph_capture_s: float | None = None
+    # vLLM's own kernels in use instead of torch's ("all", "none", or "+op"/"-op" each): eager
+    # and graph engines differ here even where both report compilation mode NONE.
+    custom_ops: str = ""
 
     def columns(self) -> dict[str, Any]:
         return {
@@ -76,6 +79,7 @@ class GraphFacts:
             "cudagraph_mode": self.cudagraph_mode,
             "compile_s": self.compile_s,
             "graph_capture_s": self.graph_capture_s,
+            "custom_ops": self.custom_ops or None,
         }
 
 
@@ -98,4 +102,5 @@ def reported(vllm_config: Any, log_text: str) -> GraphFacts:
         cudagraph_mode=_mode_name(getattr(compilation, "cudagraph_mode", None)),
         compile_s=max(compiles) if compiles else None,
         graph_capture_s=max(captures) if captures else None,
+        custom_ops=",".join(map(str, getattr(compilation, "custom_ops", None) or ())),
     )

@@ -244,6 +244,8 @@ class ResultRow:
     cudagraph_mode: str = _col(ENGINE)
     compile_s: float | None = _col(ENGINE, optional=True, by_engine=True)
     graph_capture_s: float | None = _col(ENGINE, optional=True, by_engine=True)
+    # vLLM's compilation_config.custom_ops after the build, comma-joined ("all", "none", "+rms_norm").
+    custom_ops: str | None = _col(ENGINE, optional=True, by_engine=True)
     # Adapters whose greedy output on this build differs from the run's first (LoRA engines).
     digest_mismatches: int | None = _col(ENGINE, optional=True, by_engine=True)
     peak_memory_mb: float = _col(ENGINE)

@@ -58,7 +58,9 @@ def test_the_same_settings_in_another_key_order_are_one_configuration_and_refuse
 def test_the_engine_reports_its_modes_and_logged_times():
     config = SimpleNamespace(
         compilation_config=SimpleNamespace(
-            mode=SimpleNamespace(name="VLLM_COMPILE"), cudagraph_mode=SimpleNamespace(name="FULL_AND_PIECEWISE")
+            mode=SimpleNamespace(name="VLLM_COMPILE"),
+            cudagraph_mode=SimpleNamespace(name="FULL_AND_PIECEWISE"),
+            custom_ops=["none", "+rms_norm"],
         )
     )
     # Two workers of a tensor-parallel build: the build waited for the slower.
@@ -69,7 +71,7 @@ def test_the_engine_reports_its_modes_and_logged_times():
         "(Worker_TP0) INFO [gpu_model_runner.py:6582] Graph capturing finished in 9 secs, took 0.50 GiB\n"
     )
     facts = graph.reported(config, log)
-    assert facts == graph.GraphFacts("VLLM_COMPILE", "FULL_AND_PIECEWISE", 4.5, 12.0)
+    assert facts == graph.GraphFacts("VLLM_COMPILE", "FULL_AND_PIECEWISE", 4.5, 12.0, "none,+rms_norm")
     assert graph.reported(config, "no capture here").graph_capture_s is None
 
 
@@ -127,6 +129,9 @@ def test_a_real_cpu_run_writes_eager_and_graph_rows_and_bundles_them(pytester, t
     assert set(rows["engine_id"]) == {"loras2-rank16-cpu4-eager-build0", "loras2-rank16-cpu4-graph-build0"}
     # vLLM's CPU backend turns compilation off for every LoRA engine: asked for is not what ran.
     assert rows["compilation_mode"].eq("NONE").all() and rows["cudagraph_mode"].eq("NONE").all()
+    # What does differ: eager keeps vLLM's custom kernels on, the graph build leaves them to compilation.
+    ops = rows.set_index("enforce_eager")["custom_ops"]
+    assert ops.notna().all() and ops[True] != ops[False]
 
     out = tmp_path / "bundle.tar.gz"
     assert pytester.run(sys.executable, "-m", "lorabench", "bundle", str(csv), "--out", str(out)).ret == 0
