@@ -61,6 +61,11 @@ class AdapterCache:
         """Drop an adapter from the engine's caches, so that its next use loads it from disk."""
         self.run(self.llm.remove_lora(self._lora_ids[adapter.name]))
 
+    def runtime_api_missing(self) -> str | None:
+        """In process, ``add_lora`` and ``remove_lora`` are always there (over HTTP, see
+        ``lorabench.http.lora_api``)."""
+        return None
+
     async def load_lora(self, adapter: Adapter) -> None:
         """Load ``adapter`` into the CPU cache while requests are served (the churn scenario
         times it); a refusal (``add_lora`` answering False) is an error."""

@@ -10,6 +10,7 @@ import math
 import pandas as pd
 import pytest
 
+from lorabench.http.lora_api import PROBE_NAME
 from lorabench.scenarios.churn import LOAD, UNLOAD, Op, churn_fields
 from lorabench.testing import Costs, StandIn, write_config
 from lorabench.testing.server import StandInServer
@@ -60,10 +61,26 @@ def test_churn_over_the_runtime_load_api_of_a_server(pytester):
     names = ["a0", "a1", "a2", "a3"]
     with StandInServer(names, Costs(disk_load_ms=LOAD_MS, decode_ms_per_step=2), max_cpu_loras=8) as server:
         row = run_churn(pytester, "--bench-target", server.url)
-        served = set(server.adapters)
+        served, calls = set(server.adapters), server.lora_api_calls
     check_churn_row(row)
     assert row["target"] == "url" and row["failed"] == 0
-    assert served == set(names), "the churn adapters are loaded back after the replay"
+    # adapter_load_ms loads and drops an alias of each adapter first; then the churn's 8 operations.
+    churned = [(kind, name.split("@")[0]) for kind, name in calls if name.split("@")[0] in ("a2", "a3")]
+    assert churned[-8:] == [("load", "a2"), ("unload", "a2"), ("load", "a3"), ("unload", "a3")] * 2
+    named = [name for _, name in calls if name != PROBE_NAME]
+    assert all("@lb" in name for name in named), "aliases only: the server's own names are never unloaded"
+    assert served == set(names), "every alias is dropped after the replay; the server's names stay"
+
+
+def test_churn_skips_with_the_fix_on_a_server_without_the_runtime_api(pytester):
+    pytester.makepyfile(test_multilora_churn=(ROOT / "bench" / "test_multilora_churn.py").read_text())
+    config = write_config(pytester.path / "run", adapters=4, churn=CHURN)
+    with StandInServer(["a0", "a1", "a2", "a3"], runtime_api=False) as server:
+        result = pytester.runpytest(
+            "--bench-config", str(config), "-p", "no:cacheprovider", "-rs", "--bench-target", server.url
+        )
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*churn loads adapters while serving*VLLM_ALLOW_RUNTIME_LORA_UPDATING=1*"])
 
 
 def test_failed_operations_are_counted_and_ttfts_split_by_load_spans():

@@ -101,6 +101,7 @@ class HttpEngine(RuntimeLoras, Engine):
         self.failures: list[str] = []
         self.server_version = ""
         self.paths: dict[str, str] = {}
+        self._churned: dict[str, str] = {}
         # The online timeline from the server's /metrics, scraped while a replay runs.
         self.timeline = Scraper(lambda: self.client)  # type: ignore[assignment]
 

@@ -6,9 +6,8 @@ vLLM 0.32's server gives a name it has not registered a new LoRA id and calls th
 the name from the server's registry (no ``remove_lora``): the id stays in the CPU cache until
 its LRU evicts it. So lorabench loads a fresh *alias* of an adapter (``NAME@lb<pid>-<n>``, the
 adapter's own path, a new id) to time a load from disk, sends requests with the alias, and
-unloads the alias after: ``load_alias`` and ``unload_alias`` touch no other name. Only the
-churn scenario unloads and loads back adapters by their own names (``load_lora``,
-``unload_lora``).
+unloads the alias after: ``load_alias`` and ``unload_alias`` touch no other name, nor do the
+churn scenario's ``load_lora`` and ``unload_lora``, which load and drop aliases too.
 
 The routes exist only on a server started with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`` (the
 serve target sets it): a 404 or 405 that is not vLLM's own error object says they are absent.
@@ -63,6 +62,7 @@ class RuntimeLoras:
     run: Callable[[Any], Any]
     endpoint: str | None
     paths: dict[str, str]
+    _churned: dict[str, str]  # adapter name -> the alias load_lora registered for it
     _aliases = itertools.count(1)
 
     def server_path(self, adapter: Adapter) -> str:
@@ -96,12 +96,15 @@ class RuntimeLoras:
             return str(exc)
         return None
 
+    def alias_of(self, adapter: Adapter) -> Adapter:
+        """``adapter`` under a name no server has registered: a new LoRA id, so a real load."""
+        name = f"{adapter.name}@lb{os.getpid()}-{next(self._aliases)}"
+        return dataclasses.replace(adapter, name=name, path=Path(self.server_path(adapter)))
+
     def load_alias(self, adapter: Adapter) -> tuple[Adapter, float]:
         """A fresh alias of ``adapter`` loaded from disk through the API, and the seconds the
         call took as this client sees it (one local round trip more than the engine's load)."""
-        alias = dataclasses.replace(
-            adapter, name=f"{adapter.name}@lb{os.getpid()}-{next(self._aliases)}", path=Path(self.server_path(adapter))
-        )
+        alias = self.alias_of(adapter)
 
         async def load() -> float:
             start = time.perf_counter()
@@ -124,9 +127,15 @@ class RuntimeLoras:
         return times
 
     async def load_lora(self, adapter: Adapter) -> None:
-        """Register ``adapter`` under its own name while requests are served (the churn
-        scenario times it); the server reads it from its ``root`` where it listed one."""
-        await self._post(LOAD, {"lora_name": adapter.name, "lora_path": self.server_path(adapter)})
+        """A fresh alias of ``adapter`` loaded from disk while requests are served (the churn
+        scenario times it), remembered until ``unload_lora`` drops it."""
+        alias = self.alias_of(adapter)
+        await self._post(LOAD, {"lora_name": alias.name, "lora_path": str(alias.path)})
+        self._churned[adapter.name] = alias.name
 
     async def unload_lora(self, adapter: Adapter) -> None:
-        await self._post(UNLOAD, {"lora_name": adapter.name})
+        """Drop the alias ``load_lora`` registered for ``adapter``; without one, nothing: the
+        server's own registration of the name is never touched."""
+        name = self._churned.pop(adapter.name, None)
+        if name is not None:
+            await self._post(UNLOAD, {"lora_name": name})

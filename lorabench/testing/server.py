@@ -63,6 +63,7 @@ class StandInServer:
         self.max_num_seqs = max_num_seqs
         self.failures = dict(failures or {})
         self.received: list[dict[str, Any]] = []  # every completion request's body, in order
+        self.lora_api_calls: list[tuple[str, str]] = []  # ("load" or "unload", lora_name), in order
         self.port = port  # 0: a free one
         self.url = ""
         self.llm: StandInLLM | None = None
@@ -140,6 +141,7 @@ class StandInServer:
         stand-in's ``add_lora`` (``disk_load_ms``) before the answer, then registered."""
         body = await request.json()
         name, path = body.get("lora_name"), body.get("lora_path")
+        self.lora_api_calls.append(("load", name))
         if not name or not path:
             return _error("both 'lora_name' and 'lora_path' must be provided.", 400)
         if name in self.adapters:
@@ -153,6 +155,7 @@ class StandInServer:
         """vLLM's runtime unload: 404 for an adapter it does not serve; the name only (vLLM 0.32
         calls no ``remove_lora``: the id stays in the CPU cache until the LRU evicts it)."""
         name = (await request.json()).get("lora_name")
+        self.lora_api_calls.append(("unload", name))
         if name not in self.adapters:
             return _error(f"The lora adapter '{name}' cannot be found.", 404)
         del self.adapters[name], self.paths[name]
