@@ -116,11 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_tools(commands: Any) -> None:
     """Subcommands whose module owns its arguments and its main, as vLLM's benchmarks do."""
-    from lorabench import bundle, doctor
+    from lorabench import bundle, doctor, serve_command
 
     for name, module, text in (
         ("doctor", doctor, "preflight: would a run start here? one line a finding; exit 1 if one would stop it"),
         ("bundle", bundle, "a run's results, logs, config, doctor output and settings in one file; exit 2: bad input"),
+        ("serve-command", serve_command, "the vllm serve command one engine configuration is, to start it yourself"),
     ):
         sub = commands.add_parser(name, help=text, description=module.__doc__.splitlines()[0])
         module.add_cli_args(sub)

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from lorabench import processes
+from lorabench.config import BenchConfig, EngineSpec
 from lorabench.engine import SPAWN, EngineBuildError, EngineDied
 from lorabench.http.engine import HttpEngine
 from lorabench.memory import ACCELERATORS
@@ -79,18 +80,24 @@ def server_entry() -> list[str]:
     return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
 
 
+def server_command(config: BenchConfig, spec: EngineSpec, host: str, port: int) -> list[str]:
+    """The server an engine configuration is: its in-process arguments as flags, its adapters
+    as ``--lora-modules``. The serve target runs it; ``lorabench serve-command`` prints it."""
+    kwargs = dict(config.llm_kwargs(spec))
+    model = kwargs.pop("model")
+    flags = cli_flags(kwargs)
+    if spec.enable_lora and config.adapters:
+        flags += ["--lora-modules", *(f"{a.name}={a.path}" for a in config.adapters)]
+    return [*server_entry(), "--model", model, *flags, "--host", host, "--port", str(port)]
+
+
 class ServeEngine(HttpEngine):
     """One ``vllm serve`` process (and the processes it starts), alive inside a ``with`` block."""
 
     server: subprocess.Popen | None = None
 
     def command(self, port: int) -> list[str]:
-        kwargs = dict(self.config.llm_kwargs(self.spec))
-        model = kwargs.pop("model")
-        flags = cli_flags(kwargs)
-        if self.spec.enable_lora and self.config.adapters:
-            flags += ["--lora-modules", *(f"{a.name}={a.path}" for a in self.config.adapters)]
-        return [*server_entry(), "--model", model, *flags, "--host", HOST, "--port", str(port)]
+        return server_command(self.config, self.spec, HOST, port)
 
     def _server_env(self) -> dict[str, str]:
         env = {**os.environ, **self._environment(), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
