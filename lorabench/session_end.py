@@ -45,10 +45,7 @@ def finish_session(session: pytest.Session) -> None:
         return
     state.comparison = compare.render_text(result).splitlines()
     if fail and result.failed:
-        state.comparison.append(
-            f"{len(result.regressions)} regressions, {len(result.digest_changes)} changed adapter outputs: "
-            "the session fails (--bench-compare-fail)"
-        )
+        state.comparison.append(f"{result.reasons()}: the session fails (--bench-compare-fail)")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -92,3 +92,13 @@ def test_files_without_the_churn_columns_still_compare(tmp_path, capsys):
     capsys.readouterr()
     assert run_cli(old, new) == 0
     assert "only in new: trace churn loras2-rank16-cpu8 skew" in capsys.readouterr().out
+
+
+def test_what_fails_a_comparison_is_counted_by_kind():
+    from lorabench.compare.analysis import Comparison
+
+    clean = Comparison(None, None, findings=[])
+    assert clean.reasons() == "" and not clean.failed
+    collapsed = Comparison(None, None, findings=[], capacity_collapses=["c"], churn_failures=["a", "b"])
+    assert collapsed.failed
+    assert collapsed.reasons() == "1 capacity collapsed, 2 churn cases with failed operations"

@@ -108,7 +108,17 @@ class Comparison:
     def failed(self) -> bool:
         """A regression, an adapter that answers differently, a capacity gone or a failed churn
         operation: what fails a gate."""
-        return bool(self.regressions or self.digest_changes or self.capacity_collapses or self.churn_failures)
+        return bool(self.reasons())
+
+    def reasons(self) -> str:
+        """What fails it, counted in one phrase ("1 regression, 2 capacities collapsed"), or ""."""
+        counts = (
+            (len(self.regressions), "regression", "regressions"),
+            (len(self.digest_changes), "changed adapter output", "changed adapter outputs"),
+            (len(self.capacity_collapses), "capacity collapsed", "capacities collapsed"),
+            (len(self.churn_failures), "churn case with failed operations", "churn cases with failed operations"),
+        )
+        return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
 
 
 def digest_changes(base: Run, new: Run) -> list[tuple[str, str, str, str]]:
