@@ -485,3 +485,19 @@ def test_the_t_distribution_and_the_adjustment_are_scipy_statss_own():
         ps = rng.uniform(size=n) ** 3
         ps[: n // 3] = ps[0]  # ties
         np.testing.assert_array_equal(benjamini_hochberg(ps), false_discovery_control(ps))
+
+
+def test_a_file_with_every_column_of_this_version_loads_without_pandas_warnings(tmp_path):
+    """Pandas warns ("highly fragmented") when a column is inserted into a frame of one block
+    per column, which a wide file's concatenation gives; compare must print its own lines only."""
+    import warnings
+
+    from lorabench.schema import COLUMNS
+
+    rows = pd.read_csv(ROOT / "tests" / "data" / "default-run.csv")
+    rows = pd.concat([rows, pd.DataFrame({c: np.nan for c in COLUMNS if c not in rows}, index=rows.index)], axis=1)
+    path = tmp_path / "wide.csv"
+    rows.to_csv(path, index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.PerformanceWarning)
+        load_run([path, path])

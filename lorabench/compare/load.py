@@ -143,6 +143,12 @@ def _load_one(path: Path, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     return rows if "build" in rows else rows.assign(build=0)
 
 
+def _with_run(rows: pd.DataFrame, run: int) -> pd.DataFrame:
+    """``rows`` with the pooled run's index as ``_run``, joined as one more frame: inserting a
+    column into a wide file's frame (a block per column added) is what pandas warns about."""
+    return pd.concat([rows, pd.DataFrame({"_run": run}, index=rows.index)], axis=1)
+
+
 def split_paths(text: str) -> list[Path]:
     """``A.csv,B.csv``: several runs of the same code, pooled as one side."""
     return [Path(part) for part in text.split(",") if part]
@@ -178,7 +184,7 @@ def load_run(paths: Path | Sequence[Path], rows: Sequence[pd.DataFrame] | None =
     tables = [None] * len(paths) if rows is None else list(rows)
     if len(tables) != len(paths):
         raise ValueError(f"{len(tables)} tables of rows for {len(paths)} paths")
-    frames = [_load_one(p, table).assign(_run=i) for i, (p, table) in enumerate(zip(paths, tables))]
+    frames = [_with_run(_load_one(p, table), i) for i, (p, table) in enumerate(zip(paths, tables))]
     all_rows = pd.concat(frames, ignore_index=True)
     columns = [c for c in all_rows.columns if c != "_key"]
     # Metrics averaged, the rest as last recorded: two aggregations, not one a column (a third of the time).
