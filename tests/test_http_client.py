@@ -157,3 +157,29 @@ def test_targets_parse_with_a_fix_for_bad_values():
 def test_a_free_port_is_free():
     port = free_port()
     assert port_free(port)
+
+
+def test_waiting_for_an_idle_server_reads_its_request_gauges(tmp_path):
+    """A server counts requests until its engine drops them: the wait for idle is on /metrics.
+    Two long requests still running keep it busy until the wait runs out; cancelled, they go."""
+    path = write_config(tmp_path, adapters=3)
+    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+
+    async def scenario(engine: HttpEngine) -> tuple:
+        async def consume(adapter):
+            async for _ in engine.stream([1, 2, 3], engine.sampling_params(400), adapter):
+                pass
+
+        tasks = [asyncio.ensure_future(consume(a)) for a in config.adapters[:2]]
+        await asyncio.sleep(0.2)
+        busy = await engine.wait_idle(0.3)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return busy, await engine.wait_idle(10)
+
+    with StandInServer(ADAPTERS, Costs(decode_ms_per_step=5)) as server:
+        with HttpEngine(config, EngineSpec(True, 2, 8, 4), "remote", None, Target(URL, server.url)) as engine:
+            (waited, left), (then_waited, then_left) = engine.run(scenario(engine))
+    assert left == 2 and waited >= 0.3, "running requests: the wait runs out and says how many"
+    assert then_left == 0 and 0 <= then_waited < 10, "cancelled: the server drops them and the wait ends"

@@ -37,6 +37,8 @@ from lorabench.http.target import URL, Target
 from lorabench.http.telemetry import Scraper
 from lorabench.workload import SYNTHETIC_TOKEN_LIMIT, Prompt
 
+# Seconds between two scrapes of /metrics while waiting for the server to be idle.
+IDLE_SCRAPE_S = 0.05
 # A token the stream counted but did not name (a server that sends no token ids).
 UNKNOWN_TOKEN = -1
 
@@ -253,6 +255,24 @@ class HttpEngine(RuntimeLoras, Engine):
                 f"{self.failed_requests - failed} of {len(prompts)} requests of the batch failed: {self.failures[-1]}"
             )
         return outputs
+
+    async def wait_idle(self, timeout_s: float) -> tuple[float | None, int | None]:
+        """Until the server's ``/metrics`` shows no request running or waiting, ``timeout_s`` at
+        most, a scrape every ``IDLE_SCRAPE_S``: a server counts a request the client cancelled
+        until its engine drops it. Both None where the server exports neither gauge."""
+        started = time.perf_counter()
+        left = await self._server_busy()
+        while left and time.perf_counter() - started < timeout_s:
+            await asyncio.sleep(IDLE_SCRAPE_S)
+            left = await self._server_busy()
+        return (None, None) if left is None else (time.perf_counter() - started, left)
+
+    async def _server_busy(self) -> int | None:
+        status, text = await self.client.get("/metrics")
+        state = server_state(text) if status == 200 else ServerState()
+        if state.running is None and state.waiting is None:
+            return None
+        return (state.running or 0) + (state.waiting or 0)
 
     def load_adapters(self, adapters: Sequence[Adapter]) -> None:
         """One token of each adapter, untimed, before a case's timing starts: nothing over HTTP
