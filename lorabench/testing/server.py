@@ -97,7 +97,8 @@ class StandInServer:
         if self.runtime_api:
             app.router.add_post("/v1/load_lora_adapter", self._load)
             app.router.add_post("/v1/unload_lora_adapter", self._unload)
-        self._runner = web.AppRunner(app)
+        # A handler is cancelled when its client goes, so its request is aborted at once, as vLLM does.
+        self._runner = web.AppRunner(app, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await site.start()
