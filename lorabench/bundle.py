@@ -21,8 +21,8 @@ import tarfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lorabench.records import digests_path_for, replays_path_for, samples_path_for
 from lorabench.results import CONFIG_COPY, CONFIG_SOURCE
-from lorabench.schema import digests_path_for, replays_path_for, samples_path_for
 
 # What a bundle may say about the environment: settings of vLLM, CANN, the devices and lorabench.
 KNOWN_VARIABLES = (

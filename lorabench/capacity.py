@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lorabench.schema import ProbeRecord
+from lorabench.records import ProbeRecord
 
 # Below this many measured requests a probe's attainment means little: the search never
 # goes to a rate whose probe would hold fewer on average, and a probe that holds fewer by

@@ -19,9 +19,11 @@ import pytest
 from lorabench.config import BenchConfig
 from lorabench.correctness import AdapterNotApplied, DigestBook
 from lorabench.engine import Engine, is_engine_dead
+from lorabench.records import SAMPLE_KEY
 from lorabench.results import ResultWriter, utc_now
 from lorabench.scenarios import Context, Outcome, Scenario
-from lorabench.schema import ENGINE_ONLY, SAMPLE_KEY, ResultRow, SchemaError, check_row
+from lorabench.schema import ENGINE_ONLY, ResultRow
+from lorabench.schema_check import SchemaError, check_row
 
 
 @dataclass
@@ -142,7 +144,7 @@ class BenchCase:
 @dataclass
 class _Keeper:
     """``Context.keep`` for one case: records made durable before its row, keyed as that row
-    will be (``schema.SAMPLE_KEY``). The row then carries the time the first were kept, which
+    will be (``records.SAMPLE_KEY``). The row then carries the time the first were kept, which
     their key holds; a case that fails midway keeps them, with no row."""
 
     case: BenchCase

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lorabench.adapters import Adapter
-from lorabench.schema import DigestRecord
+from lorabench.records import DigestRecord
 from lorabench.workload import synthetic_prompt
 
 if TYPE_CHECKING:

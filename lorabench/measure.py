@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from lorabench.schema import PER_REQUEST_METRICS, Sample
+from lorabench.records import Sample
+from lorabench.schema import PER_REQUEST_METRICS
 from lorabench.stats import summary
 from lorabench.workload import Batch
 

@@ -34,7 +34,7 @@ from lorabench.progress import RunProgress
 from lorabench.recommend import for_session
 from lorabench.results import ResultWriter, format_rank_summary, format_summary, provenance
 from lorabench.scenarios import SCENARIOS, Scenario
-from lorabench.schema import SchemaError, check_declared
+from lorabench.schema_check import SchemaError, check_declared
 from lorabench.session import STATE, BenchState
 from lorabench.session_end import finish_session
 

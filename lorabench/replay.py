@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lorabench.adapters import Adapter
-from lorabench.schema import AdapterRecord, Sample
+from lorabench.records import AdapterRecord, Sample
 from lorabench.stats import percentile, summary
 from lorabench.trace import TraceRequest
 from lorabench.workload import synthetic_prompt

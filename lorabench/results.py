@@ -24,21 +24,20 @@ from typing import Any
 
 from lorabench.ab import pair_from_env
 from lorabench.device import Platform, driver_versions, stack_versions
-from lorabench.schema import (
+from lorabench.records import (
     ADAPTER_COLUMNS,
-    COLUMNS,
     DIGEST_COLUMNS,
     PROBE_COLUMNS,
     SAMPLE_COLUMNS,
     SAMPLE_KEY,
     TIMELINE_COLUMNS,
     DigestRecord,
-    ResultRow,
     Sample,
     digests_path_for,
     replays_path_for,
     samples_path_for,
 )
+from lorabench.schema import COLUMNS, ResultRow
 from lorabench.stats import percentile
 
 
@@ -47,7 +46,7 @@ class ResultsFileError(RuntimeError):
 
 
 # Records a case may keep beside its samples, by kind: each kind is its own file in the
-# run's replays folder (schema.replays_path_for), keyed like the samples.
+# run's replays folder (records.replays_path_for), keyed like the samples.
 REPLAY_FILES = {"timeline": TIMELINE_COLUMNS, "adapters": ADAPTER_COLUMNS, "probes": PROBE_COLUMNS}
 
 
@@ -172,7 +171,7 @@ class ResultWriter:
 
     def append_records(self, key: Mapping[str, Any], kind: str, records: Sequence[Any]) -> Path:
         """Make records of one kind (``REPLAY_FILES``) durable under their case's key
-        (``schema.SAMPLE_KEY``); returns their file. A case may keep some before its row
+        (``records.SAMPLE_KEY``); returns their file. A case may keep some before its row
         exists (``scenarios.Context.keep``), so that failing midway loses none of them."""
         if self.path is None:
             self.path = self._claim_new_file()

@@ -1,19 +1,18 @@
-"""The result schema, declared once: every column of the result and samples files.
+"""The result schema, declared once: every column of the result file.
 
-A result row is a ``ResultRow`` and a per-request sample a ``Sample``. The CSV columns,
-the case key that ``lorabench compare`` matches runs on, the engine-configuration key
-and the engine id are all derived from these declarations. Fields that only some
-scenarios fill default to ``None`` (a blank cell); each scenario declares which of them
-it fills (``Scenario.columns``), and ``check_row`` refuses a row that leaves one of
-those blank or fills one it did not declare. An unknown field name is a ``TypeError``
-when the record is built, so a misspelt column can never become a silent blank.
+A result row is a ``ResultRow``. The CSV columns, the case key that ``lorabench compare``
+matches runs on, the engine-configuration key and the engine id are all derived from this
+declaration, and so are the keys of the records kept beside the rows
+(``lorabench.records``). Fields that only some scenarios fill default to ``None`` (a blank
+cell); each scenario declares which of them it fills (``Scenario.columns``), and
+``check_row`` (``lorabench.schema_check``) refuses a row that leaves one of those blank or
+fills one it did not declare. An unknown field name is a ``TypeError`` when the record is
+built, so a misspelt column can never become a silent blank.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from lorabench.graph import name_suffix
@@ -253,138 +252,30 @@ class ResultRow:
     test_id: str = _col(ENGINE)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Sample:
-    """One request of one measured round (batch scenarios) or of a replayed trace (online)."""
-
-    round: int
-    request: int
-    adapter: str
-    adapter_rank: int | None
-    prompt_tokens: int
-    output_tokens: int
-    queue_ms: float
-    ttft_ms: float
-    decode_ms: float
-    request_e2e_ms: float
-    prefill_ms: float | None = None
-    batch_e2e_ms: float | None = None
-    arrival_s: float | None = None
-    send_lag_ms: float | None = None
-    finished: bool | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class TimelineRecord:
-    """The engine over one stretch of an online replay (``lorabench.timeline``): one engine
-    step, or the steps less than 50 ms after the stretch's first, merged."""
-
-    t_s: float  # the stretch's first step, in seconds since the trace started
-    steps: int
-    # The most over the stretch's steps: KV cache in use (0-1), requests and distinct adapters.
-    kv_usage: float
-    running: int
-    waiting: int
-    adapters_running: int
-    adapters_waiting: int
-    # Summed over the stretch's steps.
-    preemptions: int
-    prompt_tokens: int
-    generation_tokens: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class AdapterRecord:
-    """One adapter's share of an online replay: its measured requests (after the warm-up)."""
-
-    adapter: str
-    requests: int
-    finished: int
-    prompt_tokens: int
-    output_tokens: int  # generated, finished or not
-    ttft_ms: float  # mean over finished requests, as the row's ttft_ms
-    ttft_ms_p50: float
-    ttft_ms_p99: float
-    decode_ms_p50: float
-    slo_attainment: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProbeRecord:
-    """One probe of a capacity search: a replay at one rate (``lorabench.capacity.Probe``)."""
-
-    probe: int  # in the order the search ran them
-    rate: float
-    requests: int  # measured: arrived after the warm-up
-    met: int
-    unfinished: int  # still running after the drain bound, then aborted
-    attainment: float
-    ci_low: float
-    ci_high: float
-    passed: bool
-    # Measured at least capacity.MIN_REQUESTS requests: a pass or a fail. An undecided probe is
-    # run again at its rate, longer (duration_s), and neither passes nor fails.
-    decided: bool | None = None
-    duration_s: float | None = None  # its arrivals, warm-up included: probe_duration_s, longer when rerun
-    # Waited before it for the engine to have no unfinished request (the last probe's aborted
-    # leftovers), and the requests still unfinished when it started; blank where the engine cannot tell.
-    idle_wait_s: float | None = None
-    busy_at_start: int | None = None
-    goodput_rps: float
-    ttft_ms_p99: float
-    decode_ms_p99: float
-    kv_usage_max: float | None = None
-    preemptions: int | None = None
-    adapters_waiting_max: int | None = None
-    seconds: float  # the probe's wall time, its drain included
-
-
-def _names(record: type, test: Any = lambda f: True) -> tuple[str, ...]:
+def field_names(record: type, test: Any = lambda f: True) -> tuple[str, ...]:
+    """The names of a dataclass's fields that pass ``test``, in declaration order."""
     return tuple(f.name for f in fields(record) if test(f))
 
 
-COLUMNS = _names(ResultRow)
-OPTIONAL_COLUMNS = frozenset(_names(ResultRow, lambda f: f.default is not MISSING))
-PROVENANCE_COLUMNS = _names(ResultRow, lambda f: f.metadata["group"] == PROVENANCE)
+COLUMNS = field_names(ResultRow)
+OPTIONAL_COLUMNS = frozenset(field_names(ResultRow, lambda f: f.default is not MISSING))
+PROVENANCE_COLUMNS = field_names(ResultRow, lambda f: f.metadata["group"] == PROVENANCE)
 # Provenance that should match between runs compared: the machine and its software stack.
 STACK_COLUMNS = tuple(
     c for c in PROVENANCE_COLUMNS if c not in ("timestamp", "run_id", "git_commit", "git_dirty", "model")
 )
 # What identifies a case across runs: compare matches rows on it.
-CASE_KEY = _names(ResultRow, lambda f: f.metadata["key"])
+CASE_KEY = field_names(ResultRow, lambda f: f.metadata["key"])
 # What identifies an engine configuration (one build of it is one engine).
-ENGINE_KEY = _names(ResultRow, lambda f: f.metadata["engine"])
+ENGINE_KEY = field_names(ResultRow, lambda f: f.metadata["engine"])
 # What only an in-process engine can fill: blank on HTTP targets, whatever the scenario declares.
-ENGINE_ONLY = frozenset(_names(ResultRow, lambda f: f.metadata["engine_only"]))
+ENGINE_ONLY = frozenset(field_names(ResultRow, lambda f: f.metadata["engine_only"]))
 # What ``lorabench compare`` judges: metric -> True where higher is better.
 COMPARED = {f.name: f.metadata["better"] == HIGHER for f in fields(ResultRow) if f.metadata["better"] is not None}
 # What files written before a column existed meant by its absence.
 OLDER_FILES = {f.name: f.metadata["older"] for f in fields(ResultRow) if f.metadata["older"] is not None}
 # The optional columns that depend on the scenario, not on the engine.
-SCENARIO_COLUMNS = OPTIONAL_COLUMNS - set(_names(ResultRow, lambda f: f.metadata["by_engine"]))
-# Enough to find a sample's case row: the run, the engine build and the case key.
-SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))
-SAMPLE_COLUMNS = SAMPLE_KEY + _names(Sample)
-TIMELINE_FIELDS = _names(TimelineRecord)
-TIMELINE_COLUMNS = SAMPLE_KEY + TIMELINE_FIELDS
-ADAPTER_COLUMNS = SAMPLE_KEY + _names(AdapterRecord)
-PROBE_COLUMNS = SAMPLE_KEY + _names(ProbeRecord)
-
-
-def beside(csv_path: Path, kind: str) -> Path:
-    """A file beside a result file: ``run.csv`` -> ``run.KIND.csv`` (samples, digests)."""
-    return csv_path.with_name(f"{csv_path.stem}.{kind}.csv")
-
-
-def replays_path_for(csv_path: Path, kind: str) -> Path:
-    """What online replays record, in a folder beside a result file: ``run.csv`` ->
-    ``run.replays/KIND.csv`` (timeline, adapters); there, what reads a results folder's
-    CSV files (``lorabench compare``'s ``result_files``) cannot take them for results."""
-    return csv_path.with_name(f"{csv_path.stem}.replays") / f"{kind}.csv"
-
-
-def samples_path_for(csv_path: Path) -> Path:
-    return beside(csv_path, "samples")
+SCENARIO_COLUMNS = OPTIONAL_COLUMNS - set(field_names(ResultRow, lambda f: f.metadata["by_engine"]))
 
 
 def engine_name(
@@ -406,64 +297,3 @@ def engine_name(
 def engine_id(name: str, build: int) -> str:
     """One build of a configuration: ``loras8-rank16-cpu8-build1``."""
     return f"{name}-build{build}"
-
-
-class SchemaError(ValueError):
-    """A row that does not fill exactly the columns its scenario declares."""
-
-
-def check_declared(scenario: str, columns: Iterable[str]) -> None:
-    """Refuse a scenario that declares a column that is not an optional one of ``ResultRow``:
-    checked when the session starts, before any engine is built."""
-    unknown = set(columns) - SCENARIO_COLUMNS
-    if unknown:
-        raise SchemaError(f"scenario {scenario} declares columns ResultRow does not have: {', '.join(sorted(unknown))}")
-
-
-def check_row(row: ResultRow, declared: Iterable[str], maybe: Iterable[str] = ()) -> None:
-    """Refuse a blank in a declared column and a value in an optional one neither declared
-    nor ``maybe`` (filled by some cases of the scenario only, such as mixed batches).
-
-    The LoRA knobs are left out: they are blank on the LoRA-disabled engine, whatever the
-    scenario; so are the ``ENGINE_ONLY`` columns on an HTTP target.
-    """
-    declared, maybe = set(declared), set(maybe)
-    if row.target not in (None, "inprocess"):
-        declared, maybe = declared - ENGINE_ONLY, maybe - ENGINE_ONLY
-    check_declared(row.scenario, declared | maybe)
-    values = asdict(row)
-    blank = sorted(c for c in declared if _blank(values[c]))
-    extra = sorted(c for c in SCENARIO_COLUMNS - declared - maybe if not _blank(values[c]))
-    parts = [
-        f"{what}: {', '.join(cols)}"
-        for what, cols in (("declared columns left blank", blank), ("columns filled but not declared", extra))
-        if cols
-    ]
-    if parts:
-        raise SchemaError(f"{row.scenario} row {row.test_id}: " + "; ".join(parts))
-
-
-def _blank(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value == "")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DigestRecord:
-    """One adapter's greedy output digest on one engine build (``<run>.digests.csv``)."""
-
-    run_id: str
-    model: str
-    device_type: str
-    engine_id: str
-    build: int
-    adapter: str
-    adapter_rank: int | None
-    digest: str
-    base_digest: str
-
-
-DIGEST_COLUMNS = _names(DigestRecord)
-
-
-def digests_path_for(csv_path: Path) -> Path:
-    return beside(csv_path, "digests")

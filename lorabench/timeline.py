@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lorabench.schema import TIMELINE_FIELDS, TimelineRecord
+from lorabench.records import TIMELINE_FIELDS, TimelineRecord
 from lorabench.stats import percentile
 
 SWITCH = "LORABENCH_TIMELINE"

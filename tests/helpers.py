@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from lorabench.compare.load import result_files  # noqa: F401  (the tests' way to find a run's files)
+from lorabench.records import Sample
 from lorabench.scenarios.batch import METRIC_COLUMNS
-from lorabench.schema import ResultRow, Sample
+from lorabench.schema import ResultRow
 
 ROOT = Path(__file__).resolve().parent.parent
 

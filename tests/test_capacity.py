@@ -17,9 +17,10 @@ from lorabench import capacity, recommend
 from lorabench.compare import load_run
 from lorabench.compare.analysis import IMPROVED, REGRESSED, compare
 from lorabench.config import ConfigError, read_config_file, resolve_config
+from lorabench.records import replays_path_for, samples_path_for
 from lorabench.report import capacity_figures, write_report
 from lorabench.report.runs import ReportRun
-from lorabench.schema import COLUMNS, replays_path_for, samples_path_for
+from lorabench.schema import COLUMNS
 from lorabench.testing import Costs, StandIn, write_config
 from tests.helpers import ROOT, make_row, result_files
 

@@ -14,8 +14,8 @@ import pytest
 
 from lorabench import capacity
 from lorabench.engine import IDLE_POLL_S, Engine
+from lorabench.records import replays_path_for
 from lorabench.scenarios import capacity as scenario
-from lorabench.schema import replays_path_for
 from lorabench.testing import Costs, StandIn, write_config
 from tests.helpers import ROOT, result_files
 

@@ -90,7 +90,8 @@ APPEND_MANY = """
 import json, sys
 from pathlib import Path
 from lorabench.results import ResultWriter
-from lorabench.schema import ResultRow, Sample
+from lorabench.records import Sample
+from lorabench.schema import ResultRow
 
 path, worker, row, sample = json.loads(sys.argv[1])
 writer = ResultWriter(Path(path).parent, Path(path), "c", False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lorabench import capacity
-from lorabench.schema import replays_path_for, samples_path_for
+from lorabench.records import replays_path_for, samples_path_for
 from lorabench.testing import Costs, write_config
 from lorabench.testing.server import StandInServer
 from tests.helpers import ROOT, result_files

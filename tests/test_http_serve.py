@@ -16,7 +16,7 @@ from lorabench.config import EngineSpec, read_config_file, resolve_config
 from lorabench.engine import EngineBuildError
 from lorabench.http.serve import ServeEngine, port_free
 from lorabench.http.target import SERVE, Target
-from lorabench.schema import replays_path_for
+from lorabench.records import replays_path_for
 from lorabench.testing import write_config
 from tests.helpers import ROOT, result_files
 

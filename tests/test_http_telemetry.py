@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from lorabench.http import telemetry
-from lorabench.schema import replays_path_for, samples_path_for
+from lorabench.records import replays_path_for, samples_path_for
 from lorabench.testing import Costs, write_config
 from lorabench.testing.server import StandInServer
 from tests.helpers import ROOT, result_files

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from lorabench import cli
+from lorabench.records import SAMPLE_COLUMNS, SAMPLE_KEY, samples_path_for
 from lorabench.report.trace_figures import replayed_trace
-from lorabench.schema import SAMPLE_COLUMNS, SAMPLE_KEY, samples_path_for
 from tests.helpers import ROOT
 
 DATA = ROOT / "tests" / "data"

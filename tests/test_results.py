@@ -5,8 +5,9 @@ import pandas as pd
 import pytest
 
 from lorabench.device import Platform
+from lorabench.records import SAMPLE_COLUMNS
 from lorabench.results import ResultsFileError, ResultWriter, format_summary, git_state, provenance
-from lorabench.schema import COLUMNS, SAMPLE_COLUMNS
+from lorabench.schema import COLUMNS
 from tests.helpers import make_row as row
 from tests.helpers import make_sample as sample
 

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from lorabench import timeline
+from lorabench.records import replays_path_for, samples_path_for
 from lorabench.report import write_report
 from lorabench.report.runs import case_keys
-from lorabench.schema import replays_path_for, samples_path_for
 from lorabench.testing import Costs, StandIn, write_config
 from tests.helpers import ROOT, generate_adapters, result_files
 

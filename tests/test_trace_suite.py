@@ -182,7 +182,7 @@ def test_replays_of_two_imported_traces_run_and_are_never_matched(pytester):
 @pytest.mark.engine
 def test_the_example_imported_trace_replays_on_the_real_cpu_engine(pytester, tmp_path):
     """config/imported-trace.json as a user runs it: both rates replay, with a timeline."""
-    from lorabench.schema import replays_path_for
+    from lorabench.records import replays_path_for
 
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
     csv = tmp_path / "imported.csv"

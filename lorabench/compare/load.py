@@ -16,15 +16,8 @@ import numpy as np
 import pandas as pd
 
 from lorabench.capacity import BRACKETED
-from lorabench.schema import (
-    CASE_KEY,
-    COMPARED,
-    ENGINE_KEY,
-    OLDER_FILES,
-    OPTIONAL_COLUMNS,
-    digests_path_for,
-    samples_path_for,
-)
+from lorabench.records import digests_path_for, samples_path_for
+from lorabench.schema import CASE_KEY, COMPARED, ENGINE_KEY, OLDER_FILES, OPTIONAL_COLUMNS
 
 # metric -> True when higher is better: the directions the result schema declares.
 METRICS = COMPARED

@@ -20,7 +20,8 @@ from lorabench.config.expand import BenchConfig, as_list, shape_of
 from lorabench.config.read import ConfigError, read_json
 from lorabench.config.schema import RESERVED_ENGINE_KEYS, Churn, ConfigFile, GeneratedAdapters
 from lorabench.config.traces import check_traces, length_limit
-from lorabench.schema import COLUMNS, SAMPLE_COLUMNS, samples_path_for
+from lorabench.records import SAMPLE_COLUMNS, samples_path_for
+from lorabench.schema import COLUMNS
 from lorabench.workload import pool_size
 
 

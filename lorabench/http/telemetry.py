@@ -25,7 +25,7 @@ import aiohttp
 
 from lorabench.http.client import Client
 from lorabench.http.metrics import COUNTERS, ServerState, server_state
-from lorabench.schema import TimelineRecord
+from lorabench.records import TimelineRecord
 
 PERIOD_S = 0.25
 GAUGES = (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lorabench import schema
+from lorabench import records, schema
 from lorabench.compare.load import beside, load_run
 
 
@@ -36,10 +36,10 @@ def engine_of(engine_id: pd.Series) -> pd.Series:
 
 def case_keys(frame: pd.DataFrame) -> pd.Series:
     """Each line's case, as one string over the columns that key samples to their row
-    (``schema.SAMPLE_KEY``), read alike from any of the files: a column with blanks reads
+    (``records.SAMPLE_KEY``), read alike from any of the files: a column with blanks reads
     as floats in one file and as integers in another, so whole numbers are written bare."""
     key = pd.Series("", index=frame.index)
-    for column in schema.SAMPLE_KEY:
+    for column in records.SAMPLE_KEY:
         # A column a file lacks, or leaves blank, reads as what files written before it existed
         # meant (schema.OLDER_FILES): rows loaded for compare have it filled so, samples may not.
         older = schema.OLDER_FILES.get(column, "")
@@ -57,7 +57,7 @@ def _cell(value: object) -> str:
 
 
 def _beside(paths: Sequence[Path], kind: str, run_ids: set[str]) -> pd.DataFrame:
-    path_for = schema.samples_path_for if kind == "samples" else lambda p: schema.replays_path_for(p, kind)
+    path_for = records.samples_path_for if kind == "samples" else lambda p: records.replays_path_for(p, kind)
     frame = beside(list(paths), path_for, run_ids)
     if not frame.empty:
         frame["engine"] = engine_of(frame["engine_id"])

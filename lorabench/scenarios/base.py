@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lorabench.schema import Sample
+from lorabench.records import Sample
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -75,7 +75,7 @@ class Scenario:
     engine with LoRA disabled to the LoRA configurations it runs on; ``needs_adapters``
     says whether the config must list adapters; ``columns`` are the optional result
     columns its rows fill, ``maybe_columns`` those some of its rows fill
-    (``lorabench.schema.check_row`` holds it to that).
+    (``lorabench.schema_check.check_row`` holds it to that).
     """
 
     name: str = ""

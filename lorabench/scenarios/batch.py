@@ -13,8 +13,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from lorabench.measure import measure_round, summarize
+from lorabench.records import Sample
 from lorabench.scenarios.base import Context, Outcome, Parametrization
-from lorabench.schema import PER_REQUEST_METRICS, PERCENTILES, Sample
+from lorabench.schema import PER_REQUEST_METRICS, PERCENTILES
 from lorabench.workload import Batch, build_batch
 
 if TYPE_CHECKING:

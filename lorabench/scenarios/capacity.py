@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from lorabench import capacity, replay, timeline
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, ImportedCase, OnlineCase, trace_cases
 from lorabench.engine import EngineDied, is_engine_dead
+from lorabench.records import ProbeRecord
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
-from lorabench.schema import ProbeRecord
 from lorabench.traces import transforms
 from lorabench.workload import synthetic_prompt
 
