@@ -16,7 +16,8 @@ from typing import Any
 
 from lorabench import graph, trace
 from lorabench.adapters import Adapter
-from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix, TraceShape
+from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix
+from lorabench.config.trace_sections import TraceShape
 from lorabench.schema import engine_id, engine_name
 from lorabench.trace import TraceParams, TraceRequest
 from lorabench.traces import data as trace_data

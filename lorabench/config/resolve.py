@@ -18,7 +18,8 @@ from lorabench import builtin
 from lorabench.adapters import Adapter, read_adapters_file, read_rank
 from lorabench.config.expand import BenchConfig, as_list, shape_of
 from lorabench.config.read import ConfigError, read_json
-from lorabench.config.schema import RESERVED_ENGINE_KEYS, Churn, ConfigFile, GeneratedAdapters
+from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters
+from lorabench.config.trace_sections import Churn
 from lorabench.config.traces import check_traces, length_limit
 from lorabench.records import SAMPLE_COLUMNS, samples_path_for
 from lorabench.schema import COLUMNS

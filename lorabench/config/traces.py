@@ -12,7 +12,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from lorabench.config.schema import ConfigFile, TraceShape
+from lorabench.config.schema import ConfigFile
+from lorabench.config.trace_sections import TraceShape
 from lorabench.traces.data import load as load_trace
 from lorabench.traces.transforms import replay_window, window
 

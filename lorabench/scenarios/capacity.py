@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from lorabench.adapters import Adapter
     from lorabench.config import ConfigFile
-    from lorabench.config.schema import Capacity as CapacityBlock
+    from lorabench.config.trace_sections import Capacity as CapacityBlock
     from lorabench.engine import Engine
     from lorabench.trace import TraceRequest
 
