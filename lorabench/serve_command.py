@@ -10,10 +10,13 @@ adapters are made first, as a run would, so the paths it prints exist.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import sys
 from pathlib import Path
 
 from lorabench.config import ConfigError, engine_specs, read_config_file, resolve_config
+from lorabench.engine import SPAWN
 
 RUNTIME_API = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 
@@ -28,23 +31,24 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     path = Path(args.config)
     if not path.is_file():
-        print(f"lorabench serve-command: --config {path}: no such file")
-        return 2
+        return _refuse(f"--config {path}: no such file")
     try:
         config = resolve_config(path, read_config_file(path), needs_lora=True)
     except ConfigError as exc:
-        print("lorabench serve-command: the config cannot run:\n  " + "\n  ".join(exc.problems))
-        return 2
+        return _refuse("the config cannot run:\n  " + "\n  ".join(exc.problems))
     specs = {s.name: s for s in engine_specs(config.file, with_lora_off=False)}
     if args.engine is None and len(specs) == 1:
         args.engine = next(iter(specs))
     if args.engine not in specs:
         said = f"has no engine configuration {args.engine!r}" if args.engine else "lists several engine configurations"
-        print(f"lorabench serve-command: {path} {said}: give --engine, one of {', '.join(specs)}")
-        return 2
+        return _refuse(f"{path} {said}: give --engine, one of {', '.join(specs)}")
     from lorabench.http.serve import server_command  # aiohttp: only for the command that needs it
 
     env = {**{k: str(v) for k, v in config.file.env.items()}, RUNTIME_API: "1"}
+    if SPAWN not in env and SPAWN not in os.environ:
+        # The serve target sets it on an accelerator (a forked worker cannot start torch_npu
+        # again); this process asks no device what it is, and spawn is safe on every one.
+        env[SPAWN] = "spawn"
     words = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
     command = server_command(config, specs[args.engine], args.host, args.port)
     endpoint = f"http://{args.host}:{args.port}"
@@ -52,3 +56,8 @@ def main(args: argparse.Namespace) -> int:
     select = shlex.quote(f"multilora and {args.engine}")
     print(f"# then: pytest bench -k {select} --bench-config {shlex.quote(str(path))} --bench-target {endpoint}")
     return 0
+
+
+def _refuse(why: str) -> int:
+    print(f"lorabench serve-command: {why}", file=sys.stderr)
+    return 2

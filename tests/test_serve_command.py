@@ -21,18 +21,25 @@ from tests.helpers import ROOT, result_files
 
 
 def printed(capsys, *args: str) -> tuple[int, list[str]]:
+    """The exit status, and what was printed: the command on stdout, a refusal on stderr."""
     status = main(["serve-command", *args])
-    return status, capsys.readouterr().out.splitlines()
+    out = capsys.readouterr()
+    return status, (out.out if status == 0 else out.err).splitlines()
 
 
-def test_the_command_is_the_configurations_server_and_the_pytest_line_selects_it(tiny_config, capsys):
+def test_the_command_is_the_configurations_server_and_the_pytest_line_selects_it(tiny_config, capsys, monkeypatch):
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
     path = tiny_config(engine={"max_loras": [1, 2], "enforce_eager": True})
     status, (command, then) = printed(
         capsys, "--config", str(path), "--engine", "loras2-rank16-cpu4-eager", "--port", "9"
     )
     assert status == 0
     words = shlex.split(command)
-    assert words[:2] == ["VLLM_CPU_KVCACHE_SPACE=1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1"]
+    assert words[:3] == [
+        "VLLM_CPU_KVCACHE_SPACE=1",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1",
+        "VLLM_WORKER_MULTIPROC_METHOD=spawn",
+    ]
     flags = words[words.index("--model") :]
     assert flags[flags.index("--max-loras") + 1] == "2" and flags[flags.index("--max-cpu-loras") + 1] == "4"
     assert "--enforce-eager" in flags and "--no-enable-prefix-caching" in flags
