@@ -27,9 +27,9 @@ CHURN = {
 }
 
 
-def run_churn(pytester, *args: str, plugins=()) -> pd.Series:
+def run_churn(pytester, *args: str, plugins=(), **sections) -> pd.Series:
     pytester.makepyfile(test_multilora_churn=(ROOT / "bench" / "test_multilora_churn.py").read_text())
-    config = write_config(pytester.path / "run", adapters=4, churn=CHURN)
+    config = write_config(pytester.path / "run", adapters=4, churn=CHURN, **sections)
     result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", *args, plugins=list(plugins))
     result.assert_outcomes(passed=1)
     (csv,) = result_files(pytester.path / "run" / "results")
@@ -60,7 +60,7 @@ def test_a_load_cost_comes_out_in_the_load_column_and_stalls_requests_in_process
 def test_churn_over_the_runtime_load_api_of_a_server(pytester):
     names = ["a0", "a1", "a2", "a3"]
     with StandInServer(names, Costs(disk_load_ms=LOAD_MS, decode_ms_per_step=2), max_cpu_loras=8) as server:
-        row = run_churn(pytester, "--bench-target", server.url)
+        row = run_churn(pytester, "--bench-target", server.url, engine={"max_cpu_loras": 8})
         served, calls = set(server.adapters), server.lora_api_calls
     check_churn_row(row)
     assert row["target"] == "url" and row["failed"] == 0

@@ -76,9 +76,13 @@ def test_k_picks_the_servers_configuration_from_a_config_that_lists_several(benc
 
 
 def test_a_server_started_with_other_max_loras_fails_its_build_rather_than_mislabel_rows(bench):
-    with StandInServer(["a0", "a1", "a2"], max_loras=4) as server:
+    with StandInServer(["a0", "a1", "a2"], max_loras=4, dev_mode=False) as server:
         result, rows = bench("--bench-target", server.url, "-k", "multilora", engine={"max_loras": 2})
     result.stdout.fnmatch_lines(["*runs max_loras 4 (its /metrics vllm:lora_requests_info), not 2*-k NAME*"])
+    assert rows is None
+    with StandInServer(["a0", "a1", "a2"], max_cpu_loras=8) as server:  # vLLM's dev mode: /server_info says all
+        result, rows = bench("--bench-target", server.url, "-k", "multilora", engine={"max_cpu_loras": 4})
+    result.stdout.fnmatch_lines(["*runs max_cpu_loras 8 (its /server_info), not 4*"])
     assert rows is None
 
 

@@ -86,6 +86,15 @@ def test_a_working_set_past_the_cpu_cache_loads_in_its_requests_over_http(bench)
     assert (by_size["ttft_ms_p50"] > 0).all() and (by_size["target"] == "url").all()
 
 
+def test_a_url_server_that_does_not_say_its_max_cpu_loras_skips_the_cpu_tier(bench):
+    """Unset on the server, max_cpu_loras is max_loras: a 'cpu' request would load from disk."""
+    with StandInServer(["a0", "a1", "a2"], dev_mode=False) as server:
+        result, rows = bench(server, "-k", "residency", residency={"requests": 2})
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines(["*tier cpu needs max_cpu_loras > max_loras on the server*VLLM_SERVER_DEV_MODE=1*"])
+    assert set(rows["tier"]) == {"slot", "disk"}
+
+
 def test_a_server_without_the_runtime_api_skips_the_disk_tier_saying_how_to_enable_it(bench):
     with StandInServer(["a0", "a1", "a2"], runtime_api=False) as server:
         result, rows = bench(

@@ -35,13 +35,24 @@ def problems(path: Path, file: ConfigFile, target: Target, specs: Sequence[Engin
     return found
 
 
-def server_mismatches(spec: EngineSpec, max_model_len: int | None, state: ServerState, models: list[dict]) -> list[str]:
+# The LoRA knobs vLLM's /server_info (VLLM_SERVER_DEV_MODE=1) gives under vllm_config.lora_config.
+LORA_KNOBS = ("max_loras", "max_lora_rank", "max_cpu_loras")
+
+
+def server_mismatches(
+    spec: EngineSpec, max_model_len: int | None, state: ServerState, models: list[dict], lora: dict | None = None
+) -> list[str]:
     """Where a running server contradicts the configuration its rows will name: a row that says
     ``max_loras`` 2 for a server started with 8 would be a false number. The server tells its
-    ``max_lora`` on ``/metrics`` (``vllm:lora_requests_info``, once it has served an adapter)
-    and its ``max_model_len`` on ``/v1/models``; what it does not tell is taken on trust."""
+    ``max_lora`` on ``/metrics`` (``vllm:lora_requests_info``, once it has served an adapter),
+    its ``max_model_len`` on ``/v1/models``, and, in vLLM's dev mode, every LoRA knob on
+    ``/server_info`` (``lora``); what it does not tell is taken on trust."""
     found = []
-    if spec.enable_lora and state.max_lora is not None and state.max_lora != spec.max_loras:
+    for knob in LORA_KNOBS if spec.enable_lora and lora else ():
+        if lora.get(knob) is not None and lora[knob] != getattr(spec, knob):
+            found.append(f"{knob} {lora[knob]} (its /server_info), not {getattr(spec, knob)}")
+    told = bool(lora and lora.get("max_loras") is not None)
+    if spec.enable_lora and not told and state.max_lora is not None and state.max_lora != spec.max_loras:
         found.append(f"max_loras {state.max_lora} (its /metrics vllm:lora_requests_info), not {spec.max_loras}")
     served = {m.get("max_model_len") for m in models if not m.get("parent")} - {None}
     if max_model_len is not None and served and max_model_len not in served:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiohttp import ClientError
+
 from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.engine import Engine, EngineBuildError
@@ -104,6 +106,8 @@ class HttpEngine(RuntimeLoras, Engine):
         self.server_version = ""
         self.paths: dict[str, str] = {}
         self._churned: dict[str, str] = {}
+        # The server's LoRA knobs where it says them (a URL server in vLLM's dev mode), else None.
+        self.server_lora: dict | None = None
         # The online timeline from the server's /metrics, scraped while a replay runs.
         self.timeline = Scraper(lambda: self.client)  # type: ignore[assignment]
 
@@ -149,12 +153,24 @@ class HttpEngine(RuntimeLoras, Engine):
         state = server_state(text) if status == 200 else ServerState()
         self.kv_cache_tokens = state.kv_cache_tokens or 0
         if self.target == URL:
-            found = server_mismatches(self.spec, self.config.llm_kwargs(self.spec).get("max_model_len"), state, models)
+            self.server_lora = await self._server_lora()
+            max_model_len = self.config.llm_kwargs(self.spec).get("max_model_len")
+            found = server_mismatches(self.spec, max_model_len, state, models, self.server_lora)
             if found:
                 raise EngineBuildError(
                     f"{self.endpoint} runs {'; '.join(found)}: its rows would name the wrong configuration; "
                     "select the configuration the server was started as (-k NAME), or change the config's engine block"
                 )
+
+    async def _server_lora(self) -> dict | None:
+        """The server's LoRA settings from ``/server_info``, which vLLM serves in its dev mode
+        only (``VLLM_SERVER_DEV_MODE=1``); None elsewhere."""
+        try:
+            status, text = await self.client.get("/server_info?config_format=json", timeout_s=60.0)
+            lora = json.loads(text)["vllm_config"]["lora_config"] if status == 200 else None
+        except (ClientError, TimeoutError, ValueError, KeyError, TypeError):
+            return None
+        return lora if isinstance(lora, dict) else None
 
     async def _first_token(self, adapter: Adapter) -> None:
         """One token of ``adapter``, untimed; a failure here is the build's."""

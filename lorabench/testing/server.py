@@ -51,6 +51,7 @@ class StandInServer:
         failures: Mapping[int, str] | None = None,
         port: int = 0,
         runtime_api: bool = True,
+        dev_mode: bool = True,
     ) -> None:
         self._lora_ids = itertools.count(1)
         self.adapters = {name: next(self._lora_ids) for name in adapters}
@@ -58,6 +59,7 @@ class StandInServer:
         self.paths = {name: f"/adapters/{name}" for name in adapters}
         self.weights = {path: name for name, path in self.paths.items()}
         self.runtime_api = runtime_api
+        self.dev_mode = dev_mode  # vLLM's VLLM_SERVER_DEV_MODE: /server_info says the LoRA settings
         self.costs = costs or Costs()
         self.spec = EngineSpec(True, max_loras, 8, max_cpu_loras)
         self.max_num_seqs = max_num_seqs
@@ -97,6 +99,8 @@ class StandInServer:
         if self.runtime_api:
             app.router.add_post("/v1/load_lora_adapter", self._load)
             app.router.add_post("/v1/unload_lora_adapter", self._unload)
+        if self.dev_mode:
+            app.router.add_get("/server_info", self._server_info)
         # A handler is cancelled when its client goes, so its request is aborted at once, as vLLM does.
         self._runner = web.AppRunner(app, handler_cancellation=True)
         await self._runner.setup()
@@ -166,6 +170,10 @@ class StandInServer:
         """The stand-in's LoRA request: named as the first adapter served from ``path``, whose
         weights it has (the stand-in's outputs follow from an adapter's name)."""
         return LoraRef(self.weights.setdefault(path, name), lora_id, path)
+
+    async def _server_info(self, request: web.Request) -> web.Response:
+        knobs = {k: getattr(self.spec, k) for k in ("max_loras", "max_lora_rank", "max_cpu_loras")}
+        return web.json_response({"vllm_config": {"lora_config": knobs}})
 
     def _not_found(self, model: str) -> web.Response:
         error = {"message": f"The model `{model}` does not exist.", "type": "NotFoundError", "code": 404}
