@@ -1,10 +1,10 @@
 """The pytest plugin: hooks (marks, parametrization, the summary) and the two fixtures.
 
-Two fixtures, after pytest-httpserver: ``engine`` is the expensive, session-scoped
-resource (one vLLM engine per build of an engine configuration, shared by every
-scenario's tests and shut down before the next is built), and ``lorabench`` is the
-cheap per-test handle that runs one case. Options live in ``options``, session state
-in ``session``, scenarios in ``scenarios``.
+The fixtures (``engine``, one vLLM engine per build of an engine configuration, and
+``lorabench``, the per-test handle that runs one case) live in ``fixtures`` and are
+imported here, where pytest finds them. Which tests are benchmark cases is in
+``bench_items``, options in ``options``, session state in ``session``, scenarios in
+``scenarios``, what goes to the terminal in ``terminal``.
 
 The plugin is installed for every pytest run in the environment, so it stays inert
 (no config read, no vLLM import) unless a collected test asks for ``engine``.
@@ -12,10 +12,8 @@ The plugin is installed for every pytest run in the environment, so it stays ine
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +21,20 @@ import pytest
 
 from lorabench import hooks, options
 from lorabench.ab import pair_from_env
-from lorabench.case import BenchCase
-from lorabench.config import ConfigError, ConfigFile, engine_specs, resolve_config
-from lorabench.device import DEVICE_TYPES, Platform
-from lorabench.engine import Engine, EngineBuildError, VllmBackend
+from lorabench.bench_items import ENGINE_FIXTURE, device_skip, scenario_of
+from lorabench.config import BenchConfig, ConfigError, ConfigFile, engine_specs, resolve_config
+from lorabench.device import DEVICE_TYPES
+from lorabench.engine import VllmBackend
+from lorabench.fixtures import engine, lorabench  # noqa: F401 - pytest finds fixtures in the plugin's namespace
 from lorabench.http.checks import problems as target_problems
 from lorabench.http.target import URL
-from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
 from lorabench.progress import RunProgress
-from lorabench.recommend import for_session
-from lorabench.results import ResultWriter, format_rank_summary, format_summary, provenance
-from lorabench.scenarios import SCENARIOS, Scenario
+from lorabench.scenarios import SCENARIOS
 from lorabench.schema_check import SchemaError, check_declared
 from lorabench.session import STATE, BenchState
 from lorabench.session_end import finish_session
+from lorabench.terminal import say, summary_lines
 
-ENGINE_FIXTURE = "engine"
 XDIST_KEY = "lorabench_refused"
 XDIST_REFUSED = (
     "pytest-xdist (-n) would have every worker build its own engines on the same device at once, "
@@ -72,24 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"lorabench: {exc}") from None
 
 
-def _scenario(item: pytest.Item, problems: list[str] | None = None) -> Scenario | None:
-    marker = item.get_closest_marker("scenario")
-    name = marker.args[0] if marker and marker.args else None
-    if name not in SCENARIOS:
-        if problems is not None:
-            problems.append(
-                f"{item.nodeid}: uses the '{ENGINE_FIXTURE}' fixture, so it needs "
-                f"@pytest.mark.scenario(NAME) with NAME one of {', '.join(SCENARIOS)} (got {name!r})"
-            )
-        return None
-    return SCENARIOS[name]
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if ENGINE_FIXTURE not in metafunc.fixturenames:
         return
     state = metafunc.config.stash[STATE]
-    scenario = _scenario(metafunc.definition, state.problems)
+    scenario = scenario_of(metafunc.definition, state.problems)
     file = state.read_file()
     if file is None or scenario is None:
         # Collection ends in a usage error (see pytest_collection_modifyitems).
@@ -113,14 +96,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(p.argname, p.values, ids=p.ids)
 
 
-def _device_skip(item: pytest.Item, platform: Platform) -> str | None:
-    for device in DEVICE_TYPES:
-        if item.get_closest_marker(device) and platform.device_type != device:
-            note = f"; {platform.note}" if platform.note else ""
-            return f"needs vLLM's {device} platform; this host runs {platform.device_type}{note}"
-    return None
-
-
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[STATE]
@@ -139,16 +114,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state.backend = _backend(config, state)
     state.platform = state.backend.platform()
     for item in marked:
-        reason = _device_skip(item, state.platform)
+        reason = device_skip(item, state.platform)
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
-    runnable = [i for i in bench_items if not _device_skip(i, state.platform)]
+    runnable = [i for i in bench_items if not device_skip(i, state.platform)]
     if not runnable:
         if bench_items:
-            state.skip_reason = _device_skip(bench_items[0], state.platform)
+            state.skip_reason = device_skip(bench_items[0], state.platform)
         return
     _stop_on_sigterm(state)
-    scenarios = {_scenario(i) for i in runnable}
+    state.config = _resolve_run(state, runnable)
+    state.progress = _run_progress(runnable, state.file)
+    say(config, state.progress.first_guess())
+
+
+def _resolve_run(state: BenchState, runnable: list[pytest.Item]) -> BenchConfig:
+    """The configuration resolved for the cases that will run, after their scenarios' columns
+    and the target are checked; a usage error says what stops them."""
+    scenarios = {scenario_of(i) for i in runnable}
     try:
         for scenario in scenarios:
             check_declared(scenario.name, scenario.columns | scenario.maybe_columns)
@@ -159,7 +142,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if refused:
         raise _usage_error(refused)
     try:
-        state.config = resolve_config(
+        return resolve_config(
             state.config_path,
             state.file,
             needs_lora=any(s.needs_adapters for s in scenarios),
@@ -168,8 +151,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
     except ConfigError as exc:
         raise _usage_error(exc.problems) from None
-    state.progress = _run_progress(runnable, state.file)
-    _say(config, state.progress.first_guess())
 
 
 def _backend(config: pytest.Config, state: BenchState) -> Any:
@@ -184,21 +165,8 @@ def _backend(config: pytest.Config, state: BenchState) -> Any:
 
 def _run_progress(items: list[pytest.Item], file: ConfigFile) -> RunProgress:
     params = [item.callspec.params for item in items]
-    replays = sum(_scenario(i).replay_s(file, **p) for i, p in zip(items, params))
+    replays = sum(scenario_of(i).replay_s(file, **p) for i, p in zip(items, params))
     return RunProgress(builds=len({p[ENGINE_FIXTURE] for p in params}), cases=len(items), trace_s=replays)
-
-
-def _say(config: pytest.Config, line: str) -> None:
-    """A line on the terminal now, whatever pytest captures (progress of a long run)."""
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    capture = config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None:
-        return
-    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
-        # After a test's progress dot the line is not empty, whatever ensure_newline knows.
-        if reporter._tw.width_of_current_line:
-            reporter._tw.line()
-        reporter.write_line(line)
 
 
 def _usage_error(problems: list[str]) -> pytest.UsageError:
@@ -238,99 +206,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     finish_session(session)
 
 
-def _state_for_run(config: pytest.Config) -> BenchState:
-    state = config.stash[STATE]
-    if state.config is None:
-        raise RuntimeError("lorabench: no resolved configuration; was the test collected with its engine parameter?")
-    if state.writer is None:
-        model = state.file.model if state.config.is_builtin_model else state.config.model.name
-        state.provenance = provenance(config.rootpath, state.platform, model)
-        state.writer = ResultWriter(
-            state.config.results_dir, state.config.output, state.provenance["git_commit"], state.provenance["git_dirty"]
-        )
-        state.writer.keep_config(state.config.path)
-    return state
-
-
-@pytest.fixture(scope="session")
-def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    """A running vLLM engine: one build of one engine configuration, shared by all its cases."""
-    state = _state_for_run(request.config)
-    spec = getattr(request, "param", None)
-    if spec is None:
-        raise RuntimeError(
-            f"lorabench: '{ENGINE_FIXTURE}' is parametrized by the plugin; mark the test with @pytest.mark.scenario"
-        )
-    if state.unreleased:
-        pytest.fail(f"engine configuration {spec.id} not built: {state.unreleased}", pytrace=False)
-    log_path = state.writer.log_dir / f"{spec.id}.log"
-    eng: Engine = state.backend.engine(state.config, spec, state.platform.device_type, log_path)
-    failure = None
-    try:
-        eng.__enter__()
-    except Exception as exc:  # noqa: BLE001 - fail this configuration's cases, keep the session
-        reason = str(exc) if isinstance(exc, EngineBuildError) else f"{type(exc).__name__}: {exc}"
-        failure = f"engine configuration {spec.id} failed to build: {reason}"
-    if failure:
-        pytest.fail(failure, pytrace=False)
-    state.built.append((spec.id, eng.build_s))
-    try:
-        yield eng
-    finally:
-        try:
-            eng.close()
-        except DeviceNotReleased as exc:
-            state.unreleased = f"the device memory of {spec.id} was not released: {exc}"
-        state.rss_after_teardown.append((spec.id, tree_rss_bytes() / MIB))
-        if eng.memory.note:
-            state.memory_notes.append(f"{spec.id}: {eng.memory.note}")
-        if state.progress is not None:
-            _say(request.config, state.progress.build_done())
-
-
-@pytest.fixture
-def lorabench(request: pytest.FixtureRequest, benchmark: Any) -> BenchCase:
-    """Runs one case on the engine it is given and records it; see ``BenchCase.run``."""
-    state = _state_for_run(request.config)
-    return BenchCase(
-        config=state.config,
-        benchmark=benchmark,
-        writer=state.writer,
-        provenance=state.provenance,
-        scenario=_scenario(request.node),
-        test_id=request.node.nodeid,
-        digests=state.digests,
-        progress=lambda line: _say(request.config, line),
-    )
-
-
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is None:
         return
-    lines = []
-    if state.skip_reason:
-        lines.append(f"benchmark cases {'refused' if state.refused else 'skipped'}: {state.skip_reason}")
-    if state.built:
-        builds = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.built)
-        lines.append(f"engine builds: {len(state.built)} ({builds})")
-    if state.rss_after_teardown:
-        rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
-        lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")
-    if state.unreleased:
-        lines.append(state.unreleased)
-    lines += [f"peak memory of {note}" for note in state.memory_notes]
-    if state.writer is not None and state.writer.log_dir.is_dir():
-        lines.append(f"engine logs: {state.writer.log_dir}")
-    if state.writer is not None and state.writer.rows:
-        lines.append(format_summary(state.writer.rows))
-        if state.writer.by_rank:
-            lines.append(format_rank_summary(state.writer.by_rank))
-        lines += for_session(state.writer.rows)
-        lines += [f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
-    if state.report is not None:
-        lines.append(f"report: {state.report}")
-    for title, section in (("lorabench", lines), ("lorabench compare", state.comparison)):
+    for title, section in (("lorabench", summary_lines(state)), ("lorabench compare", state.comparison)):
         if section:
             terminalreporter.write_sep("=", title)
             for line in section:
