@@ -134,3 +134,26 @@ def test_the_path_to_load_is_the_servers_own():
         {"id": "a1", "parent": "base"},
     ]
     assert server_paths(models) == {"a0": "/srv/adapters/a0"}
+
+
+@pytest.mark.parametrize(("target", "hatched"), [("url", True), ("inprocess", False)])
+def test_the_residency_figure_marks_an_http_disk_bar_whose_load_came_before_the_request(target, hatched):
+    from pathlib import Path
+
+    from lorabench.report import cache_figures
+    from lorabench.report.runs import ReportRun
+
+    frame = pd.DataFrame(
+        {
+            "scenario": "residency",
+            "engine": "loras2",
+            "target": target,
+            "tier": ["slot", "cpu", "disk"],
+            "ttft_ms_p50": [10.0, 12.0, 11.0],
+            "tier_extra_ttft_ms": [0.0, 2.0, 21.0],
+        }
+    )
+    figure = cache_figures.residency([ReportRun("run", Path("x.csv"), frame, *(pd.DataFrame() for _ in range(4)))])
+    left = figure.axes[0]
+    assert [bar.get_hatch() == "//" for bar in left.patches] == [False, False, hatched]
+    assert ("/v1/load_lora_adapter" in left.get_xlabel()) == hatched
