@@ -11,7 +11,7 @@ import pytest
 
 from lorabench.schema import ENGINE_ONLY
 from lorabench.testing import Costs, write_config
-from lorabench.testing.server import VERSION, StandInServer
+from lorabench.testing.server import BASE, VERSION, StandInServer
 from tests.helpers import ROOT, result_files
 
 ONLINE = {
@@ -107,3 +107,18 @@ def test_the_config_names_the_target_too(bench, pytester):
     result.assert_outcomes(passed=1)
     assert list(rows["target"]) == ["url"]
     assert json.loads((pytester.path / "run" / "stand-in.json").read_text())["target"] == {"url": server.url}
+
+
+def test_a_cases_adapters_are_served_one_token_each_before_its_timing(bench):
+    """Nothing over HTTP loads an adapter back into the CPU cache but a request: before a
+    case's timing each of its adapters gets one untimed token (adapter_load_ms's aliases may
+    have evicted them), so the case's first requests do not pay loads from disk."""
+    with StandInServer(["a0", "a1", "a2"]) as server:
+        result, rows = bench("--bench-target", server.url, "-k", "multilora and not online")
+        received = list(server.received)
+    result.assert_outcomes(passed=1)
+    timed = [i for i, b in enumerate(received) if b["max_tokens"] > 1 and b["temperature"] != 0.0]
+    warm = [i for i, b in enumerate(received) if b["max_tokens"] == 1 and i > 0]  # 0: the build's first token
+    case_adapters = {received[i]["model"] for i in timed} - {BASE}  # the base model: lora_overhead's baseline
+    assert case_adapters and {received[i]["model"] for i in warm} == case_adapters
+    assert max(warm) < min(timed), "served before the timing starts"
