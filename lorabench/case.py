@@ -19,6 +19,7 @@ import pytest
 from lorabench.config import BenchConfig
 from lorabench.correctness import AdapterNotApplied, DigestBook
 from lorabench.engine import Engine, is_engine_dead
+from lorabench.http.target import INPROCESS
 from lorabench.records import SAMPLE_KEY
 from lorabench.results import ResultWriter, utc_now
 from lorabench.scenarios import Context, Outcome, Scenario
@@ -110,7 +111,7 @@ class BenchCase:
         only an in-process engine can stamp is left blank (``schema.ENGINE_ONLY``)."""
         spec, state = engine.spec, engine.state
         fields = outcome.fields
-        if engine.target != "inprocess":
+        if engine.target != INPROCESS:
             fields = {k: v for k, v in fields.items() if k not in ENGINE_ONLY}
         mismatches = state.digest_mismatches
         if mismatches is not None:
