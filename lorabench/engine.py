@@ -16,7 +16,7 @@ import itertools
 import os
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -25,13 +25,12 @@ from typing import Any
 import psutil
 
 from lorabench import graph, processes
-from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.device import Platform, detect_platform
 from lorabench.engine_adapters import AdapterCache
+from lorabench.engine_requests import Requests
 from lorabench.memory import ACCELERATORS, PeakMemory
 from lorabench.timeline import Recorder
-from lorabench.workload import Prompt
 
 SPAWN = "VLLM_WORKER_MULTIPROC_METHOD"
 # How often a wait for an idle engine asks it.
@@ -60,7 +59,7 @@ class BuildState:
     baselines: dict[tuple, float] = field(default_factory=dict)
 
 
-class Engine(AdapterCache):
+class Engine(AdapterCache, Requests):
     """Builds, serves and shuts down one build of one configuration, and watches its processes."""
 
     # Where requests go (lorabench.http.target), and the server's URL for an HTTP target.
@@ -249,54 +248,6 @@ class Engine(AdapterCache):
             await asyncio.sleep(IDLE_POLL_S)
             left = self.unfinished_requests()
         return time.perf_counter() - started, left
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.llm.vllm_config.model_config.get_vocab_size())
-
-    def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Any:
-        """Exactly ``max_tokens`` tokens (``ignore_eos``): sampled, or with ``greedy`` the most likely.
-
-        ``stream``: each output carries the tokens new since the last; otherwise the
-        request yields one final output.
-        """
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
-        temperature = 0.0 if greedy else 1.0
-        return SamplingParams(
-            n=1, temperature=temperature, top_p=1.0, ignore_eos=True, max_tokens=max_tokens, output_kind=kind
-        )
-
-    def prompt_input(self, prompt: Prompt) -> Any:
-        """What the engine is sent for ``prompt``: token ids as vLLM's TokensPrompt, text as is."""
-        from vllm.inputs import TokensPrompt
-
-        return TokensPrompt(prompt_token_ids=prompt) if isinstance(prompt, list) else prompt
-
-    def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[Any]:
-        """One request's outputs as the engine produces them (on this engine's loop)."""
-        lora = self.lora_request(adapter) if self.spec.enable_lora else None
-        request_id = f"req-{next(self._request_ids)}"
-        return self.llm.generate(self.prompt_input(prompt), params, request_id=request_id, lora_request=lora)
-
-    def generate(
-        self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int, *, greedy: bool = False
-    ) -> list[Any]:
-        """Serve one batch: every request sent at once, the final outputs gathered in order."""
-        params = self.sampling_params(output_len, greedy=greedy)
-
-        async def one(prompt: Prompt, adapter: Adapter | None) -> Any:
-            final = None
-            async for output in self.stream(prompt, params, adapter):
-                final = output
-            return final
-
-        async def batch() -> list[Any]:
-            return list(await asyncio.gather(*(one(p, a) for p, a in zip(prompts, adapters))))
-
-        return self.run(batch())
 
 
 def is_engine_dead(exc: BaseException) -> bool:
