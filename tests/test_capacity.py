@@ -131,6 +131,15 @@ def service_rps(costs: Costs, input_len: int, output_len: int) -> float:
     return 1000.0 / (input_len * costs.prefill_ms_per_token + output_len * costs.decode_ms_per_step)
 
 
+def hidden_overload_rps(rate: float) -> float:
+    """The highest rate a probe of ``CAPACITY`` can pass with the stand-in serving ``rate``:
+    above it the queue grows by (r / rate - 1) seconds of wait a second, and a probe passes
+    while 90 % of its measured requests stay within the TTFT SLO, so a short probe hides a
+    small overload (a busy host only slows the stand-in, so nothing faster passes)."""
+    span, warmup = CAPACITY["probe_duration_s"], CAPACITY["warmup_s"]
+    return rate * (1 + CAPACITY["slo_ttft_ms"] / 1000 / (span - 0.1 * (span - warmup)))
+
+
 def test_a_search_on_the_stand_in_finds_its_service_rate_and_keeps_every_probe(pytester, tmp_path):
     costs = Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0)
     pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
@@ -143,12 +152,14 @@ def test_a_search_on_the_stand_in_finds_its_service_rate_and_keeps_every_probe(p
     # One request at a time with regular arrivals: the queue grows above the service rate,
     # which the closed-loop estimate (one request in flight) measures. It is a little below
     # what the costs give: each step has an overhead of its own (a fraction of a millisecond).
-    # A busy host makes the stand-in slower, never faster: no rate above what the costs give
-    # passes, and the estimate may come out well below it (0.7x on the shared 2-core host at load 5).
-    served, most = row["estimate_rps"], service_rps(costs, 20, 4)
-    assert 0.5 * most <= served <= most
+    # A busy host makes the stand-in slower, never faster: the estimate may come out well below
+    # the costs' rate (0.7x on the shared 2-core host at load 5), and no probe passes above
+    # what a 0.7 s probe can hide (60.3/s passed once at 55.6/s: 1.085x).
+    served, rate = row["estimate_rps"], service_rps(costs, 20, 4)
+    most = hidden_overload_rps(rate)
+    assert 0.5 * rate <= served <= rate
     assert row["search_stop"] == capacity.BRACKETED
-    assert 0.8 * served <= row["capacity_rps"] <= 1.05 * most and 1.05 * served < 1.25 * row["capacity_over_rps"]
+    assert 0.8 * served <= row["capacity_rps"] <= most and 1.05 * served < 1.25 * row["capacity_over_rps"]
     assert row["capacity_over_rps"] <= row["capacity_rps"] * 1.2
     assert row["attainment_at_capacity"] >= 0.9 and row["attainment_ci_low"] < row["attainment_at_capacity"]
     assert math.isnan(row["trace_rate"]) and row["trace_duration_s"] == CAPACITY["probe_duration_s"]
@@ -162,7 +173,7 @@ def test_a_search_on_the_stand_in_finds_its_service_rate_and_keeps_every_probe(p
     assert np.isclose(first["duration_s"], CAPACITY["probe_duration_s"]).all() and (probes["busy_at_start"] == 0).all()
     passing = probes[probes["passed"]]
     assert (passing["unfinished"] == 0).all() and (passing["attainment"] >= 0.9).all()
-    assert (passing["rate"] <= 1.05 * most).all(), "an overloaded probe passed"
+    assert (passing["rate"] <= most).all(), "an overload a probe can see passed"
     assert (
         row["capacity_rps"] == passing["rate"].max()
         and row["capacity_over_rps"] == probes[probes["decided"] & ~probes["passed"]]["rate"].min()

@@ -13,7 +13,7 @@ from lorabench.records import replays_path_for, samples_path_for
 from lorabench.testing import Costs, write_config
 from lorabench.testing.server import StandInServer
 from tests.helpers import ROOT, result_files
-from tests.test_capacity import CAPACITY, service_rps
+from tests.test_capacity import CAPACITY, hidden_overload_rps, service_rps
 
 COSTS = Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0)
 ENGINE = {"max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4, "max_num_seqs": 1}
@@ -43,11 +43,7 @@ def test_a_search_over_http_brackets_the_servers_rate_and_passes_no_probe_above_
     assert row["target"] == "url" and row["endpoint"] == server.url and row["failed"] == 0
     assert not [c for c in FILLED if pd.isna(row[c])], "the search's row is filled"
     rate, precision = service_rps(COSTS, 20, 4), CAPACITY["precision"]
-    # Above the service rate the queue grows by (rate / service - 1) seconds of wait a second,
-    # and a probe passes only while 90 % of its measured requests stay within the TTFT SLO: no
-    # probe this much over the service rate can, whatever the host's load (which only slows).
-    span, warmup = CAPACITY["probe_duration_s"], CAPACITY["warmup_s"]
-    most = rate * (1 + CAPACITY["slo_ttft_ms"] / 1000 / (span - 0.1 * (span - warmup)))
+    most = hidden_overload_rps(rate)
     # The closed-loop estimate keeps one request in flight: it sees the service rate less each
     # request's HTTP round trip and each step's overhead (0.86x here), less on a busy host.
     assert 0.4 * rate <= row["estimate_rps"] <= rate
