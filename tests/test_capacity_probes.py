@@ -15,7 +15,7 @@ import pytest
 from lorabench import capacity
 from lorabench.engine import IDLE_POLL_S, Engine
 from lorabench.records import replays_path_for
-from lorabench.scenarios import capacity as scenario
+from lorabench.scenarios import capacity_probes
 from lorabench.testing import Costs, StandIn, write_config
 from tests.helpers import ROOT, result_files
 
@@ -110,14 +110,14 @@ def run_search(pytester, costs: Costs, engine=ENGINE, **capacity_values):
 
 def test_an_engine_that_dies_midway_keeps_the_probes_that_finished(pytester, monkeypatch):
     kept_before_death = 2
-    probe = scenario._Prober.probe
+    probe = capacity_probes.Prober.probe
 
     def dies_in_the_third(self, rate, stretch):
         if len(self.kept) == kept_before_death:  # the engine dies at this probe's third request
             self.engine.llm.die_after = self.engine.llm.sent + 3
         return probe(self, rate, stretch)
 
-    monkeypatch.setattr(scenario._Prober, "probe", dies_in_the_third)
+    monkeypatch.setattr(capacity_probes.Prober, "probe", dies_in_the_third)
     result = run_search(pytester, Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0))
     result.assert_outcomes(failed=1)
     (csv,) = result_files(pytester.path / "run" / "results")
@@ -135,14 +135,14 @@ def test_an_engine_that_dies_midway_keeps_the_probes_that_finished(pytester, mon
 
 
 def test_a_search_that_fails_otherwise_says_how_many_probes_it_kept(pytester, monkeypatch):
-    probe = scenario._Prober.probe
+    probe = capacity_probes.Prober.probe
 
     def breaks_in_the_second(self, rate, stretch):
         if len(self.kept) == 1:
             raise ValueError("a bug in the second probe")
         return probe(self, rate, stretch)
 
-    monkeypatch.setattr(scenario._Prober, "probe", breaks_in_the_second)
+    monkeypatch.setattr(capacity_probes.Prober, "probe", breaks_in_the_second)
     result = run_search(pytester, Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0))
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -165,7 +165,7 @@ def test_each_probe_waits_for_the_last_ones_aborted_requests_to_leave_the_engine
     after_aborts = probes[probes["unfinished"].shift() > 0]
     assert not after_aborts.empty, "no probe left requests unfinished: nothing to wait for"
     assert (after_aborts["idle_wait_s"] > IDLE_POLL_S).all() and (probes["busy_at_start"] == 0).all()
-    assert probes["idle_wait_s"].max() < scenario.IDLE_TIMEOUT_S
+    assert probes["idle_wait_s"].max() < capacity_probes.IDLE_TIMEOUT_S
 
 
 class Busy:

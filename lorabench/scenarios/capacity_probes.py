@@ -1,0 +1,250 @@
+"""One capacity search (``lorabench.scenarios.capacity``): the trace shape it searches, and
+its probes on one engine: the closed-loop estimate the search starts from, each probe's
+replay once the engine is idle, its summary and records, each kept on disk as it
+finishes, and the row the search makes."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from lorabench import capacity, replay, timeline
+from lorabench.config.expand import ImportedCase, OnlineCase
+from lorabench.engine import EngineDied, is_engine_dead
+from lorabench.records import ProbeRecord
+from lorabench.scenarios.base import Context, Outcome
+from lorabench.traces import transforms
+from lorabench.workload import synthetic_prompt
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from lorabench.adapters import Adapter
+    from lorabench.config.trace_sections import Capacity as CapacityBlock
+    from lorabench.engine import Engine
+    from lorabench.trace import TraceRequest
+
+
+@dataclass(frozen=True)
+class CapacityCase:
+    """One trace shape to search: its rate is what the search varies."""
+
+    shape: OnlineCase | ImportedCase
+
+    @property
+    def id(self) -> str:
+        return self.shape.shape_id
+
+    def located(self, config_dir: Path) -> CapacityCase:
+        return CapacityCase(self.shape.located(config_dir))
+
+    def available(self) -> float:
+        """The requests a probe may replay: an imported trace's from its start on; no end to a synthetic shape's."""
+        if not isinstance(self.shape, ImportedCase):
+            return math.inf
+        return float(len(transforms.window(self.shape.data, self.shape.start, None)[0]))
+
+    def max_rate(self, block: CapacityBlock) -> float | None:
+        """The highest rate to probe: the config's, and for an imported trace the rate at
+        which a probe would use up the requests it has from its start."""
+        if not isinstance(self.shape, ImportedCase):
+            return block.max_rate
+        return min(self.available() / block.probe_duration_s, block.max_rate or math.inf)
+
+
+# The longest a probe waits for the last one's aborted requests to leave the engine: a step
+# takes well under a second; an engine still busy then is recorded (busy_at_start), not waited on.
+IDLE_TIMEOUT_S = 10.0
+
+
+class SearchFailed(RuntimeError):
+    """A search that failed midway for another reason than its engine's death."""
+
+
+class Prober:
+    """One search's probes on one engine: each a replay, its summary and its records. Each
+    probe is kept on disk as it finishes (``Context.keep``): a search that fails midway loses
+    none that finished."""
+
+    def __init__(
+        self, engine: Engine, block: CapacityBlock, case: CapacityCase, adapters: dict[str, Adapter], ctx: Context
+    ) -> None:
+        self.engine, self.block, self.shape, self.adapters, self.ctx = engine, block, case.shape, adapters, ctx
+        self.max_rate = case.max_rate(block)
+        self.available = case.available()
+        self.judged = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
+        self.records: list[list[replay.ReplayedRequest]] = []
+        self.timelines: list[list[Any]] = []
+        self.kept: list[ProbeRecord] = []
+        self.kept_in: Path | None = None
+        # The row's fields known before the search, its key among them: each probe kept is keyed by it.
+        self.fields: dict[str, Any] = {
+            "workload": "trace",
+            "num_adapters": self.shape.num_adapters,
+            "warmup_rounds": 0,
+            **self.shape.fields(block.warmup_s),
+            "trace_rate": None,
+            "slo_ttft_ms": block.slo_ttft_ms,
+            "slo_tpot_ms": block.slo_tpot_ms,
+            "slo_target": block.target,
+            "capacity_precision": block.precision,
+            "capacity_drain_s": block.drain_s,
+            "capacity_max_rate": self.max_rate,
+        }
+
+    def search(self) -> capacity.Search:
+        block, started = self.block, time.monotonic()
+        probe_s = block.probe_duration_s + block.drain_s
+        limits = capacity.Limits(
+            block.precision, block.min_rate, self.max_rate, block.max_probes, block.max_time_s, probe_s
+        )
+        # The shape at a rate that gives about twice the requests the estimate sends (or all an imported trace has).
+        rate = min(2 * block.estimate_requests / block.probe_duration_s, self.max_rate or math.inf)
+        requests = self.shape.at(rate, block.probe_duration_s).requests(list(self.adapters))
+        estimate = self.engine.run(
+            closed_loop(self.engine, requests[: block.estimate_requests], self.adapters, block.estimate_concurrency)
+        )
+        return capacity.search(self.probe, estimate, limits, started=started)
+
+    def span(self, rate: float, stretch: float) -> tuple[float, float]:
+        """A probe's arrivals, warm-up included, and its stretch: its measured span ``stretch``
+        times the configured one, or as long as an imported trace's requests last at ``rate``."""
+        block = self.block
+        measured = block.probe_duration_s - block.warmup_s
+        wanted, longest = block.warmup_s + measured * stretch, self.available / rate
+        return (wanted, stretch) if wanted <= longest else (longest, (longest - block.warmup_s) / measured)
+
+    def replay_at(self, rate: float, duration: float) -> tuple[list[replay.ReplayedRequest], float]:
+        """One probe's replay, once the engine is idle and alive; its records and seconds."""
+        requests = self.shape.at(rate, duration).requests(list(self.adapters))
+        started = time.perf_counter()
+        records = self.engine.run(
+            replay.replay(
+                self.engine,
+                requests,
+                self.adapters,
+                # Prompts of their own per probe: a server target may cache what it has seen.
+                seed=self.shape.seed + len(self.records) + 1,
+                drain_timeout_s=self.block.drain_s,
+                timeline=self.engine.timeline,
+            )
+        )
+        return records, time.perf_counter() - started
+
+    def probe(self, rate: float, stretch: float) -> capacity.Probe:
+        block, (duration, stretch) = self.block, self.span(rate, stretch)
+        idle_wait_s, busy = self.engine.run(self.engine.wait_idle(IDLE_TIMEOUT_S))
+        self.engine.check_alive()
+        records, seconds = self.replay_at(rate, duration)
+        # A probe the engine died in measured nothing: its requests would read as an overload.
+        self.engine.check_alive()
+        metrics, _ = replay.summarize_online(records, **self.judged)
+        steps = timeline.summarize(self.engine.timeline.rows, block.warmup_s)
+        self.records.append(records)
+        self.timelines.append(list(self.engine.timeline.rows))
+        measured = int(metrics["num_requests"])
+        found = capacity.Probe(
+            rate=rate,
+            requests=measured,
+            met=round(metrics["slo_attainment"] * measured) if measured else 0,
+            unfinished=int(metrics["unfinished"]),
+            target=block.target,
+            stretch=stretch,
+            extra={
+                "duration_s": duration,
+                "idle_wait_s": idle_wait_s,
+                "busy_at_start": busy,
+                "goodput_rps": metrics["goodput_rps"],
+                "ttft_ms_p99": metrics["ttft_ms_p99"],
+                "decode_ms_p99": metrics["decode_ms_p99"],
+                "kv_usage_max": steps.get("kv_usage_max"),
+                "preemptions": steps.get("preemptions"),
+                "adapters_waiting_max": steps.get("adapters_waiting_max"),
+                "seconds": seconds,
+            },
+        )
+        self.keep(found)
+        return found
+
+    def keep(self, found: capacity.Probe) -> None:
+        """The probe on disk now, and a line on the terminal."""
+        record = found.record(len(self.kept))
+        self.kept_in = self.ctx.keep("probes", [record], self.fields)
+        self.kept.append(record)
+        if self.ctx.progress:
+            verdict = "passes" if found.passed else "over" if found.failed else "undecided, too few requests"
+            self.ctx.progress(
+                f"capacity {self.shape.shape_id}: {found.rate:.3g} req/s for {record.duration_s:.3g} s {verdict} "
+                f"(SLO met by {found.met}/{found.requests}, {found.unfinished} unfinished)"
+            )
+
+    def failure(self, exc: Exception) -> Exception:
+        """The search's failure in one line, with how many of its probes are kept, and where.
+        An engine's death stays one: the case runner fails this case and its build's next on it."""
+        n = len(self.kept)
+        kept = f"{n} finished probe{'s' * (n != 1)} kept in {self.kept_in}" if n else "no probe had finished"
+        if is_engine_dead(exc):
+            reason = _first_line(exc) if isinstance(exc, EngineDied) else f"{type(exc).__name__}: {_first_line(exc)}"
+            return EngineDied(f"{reason}; capacity search: {kept}")
+        return SearchFailed(f"{type(exc).__name__}: {_first_line(exc)}; capacity search: {kept}")
+
+    def outcome(self, found: capacity.Search) -> Outcome:
+        at, over = found.capacity, found.over
+        fields: dict[str, Any] = {
+            **self.fields,
+            "rounds": len(found.probes),
+            "estimate_rps": found.estimate_rps,
+            "probes": len(found.probes),
+            "search_stop": found.stop,
+            "capacity_over_rps": over.rate if over else None,
+        }
+        if at is not None:
+            low, high = at.interval
+            fields.update(
+                capacity_rps=at.rate,
+                attainment_at_capacity=at.attainment,
+                attainment_ci_low=low,
+                attainment_ci_high=high,
+                goodput_rps=at.extra["goodput_rps"],
+                kv_usage_max=at.extra["kv_usage_max"],
+                preemptions=at.extra["preemptions"],
+                adapters_waiting_max=at.extra["adapters_waiting_max"],
+            )
+        ranks = {a.name: a.rank for a in self.adapters.values()}
+        samples = [
+            replace(s, round=i) for i, records in enumerate(self.records) for s in replay.samples(records, ranks)
+        ]
+        # The probes are on disk already (``keep``); the passing probe's timeline goes with the row.
+        kept = {"timeline": self.timelines[found.probes.index(at)]} if at is not None else {}
+        return Outcome(fields, samples, extra_info={"search_stop": found.stop}, records=kept)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+async def closed_loop(
+    engine: Engine, requests: Sequence[TraceRequest], adapters: Mapping[str, Adapter], concurrency: int
+) -> float:
+    """Requests per second with ``concurrency`` in flight, each sent as soon as one finishes:
+    what the engine serves with no latency target, the upper bound the search starts under."""
+    queue = list(enumerate(requests))[::-1]
+    vocab = engine.vocab_size
+
+    async def worker() -> None:
+        while queue:
+            index, r = queue.pop()
+            prompt = synthetic_prompt(index, r.input_len, vocab, seed=0)
+            async for _ in engine.stream(
+                prompt, engine.sampling_params(r.output_len, stream=True), adapters[r.adapter]
+            ):
+                pass
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)))))
+    return len(requests) / (time.perf_counter() - started)
