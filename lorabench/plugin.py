@@ -206,11 +206,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     finish_session(session)
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's table: the run's files are the last lines
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is None:
         return
-    for title, section in (("lorabench", summary_lines(state)), ("lorabench compare", state.comparison)):
+    report = [state.report_error] if state.report_error else []
+    for title, section in (
+        ("lorabench", summary_lines(state)),
+        ("lorabench compare", state.comparison),
+        ("lorabench report", report),
+    ):
         if section:
             terminalreporter.write_sep("=", title)
             for line in section:

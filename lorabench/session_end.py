@@ -59,16 +59,3 @@ def _write_report(state: BenchState, folder: Path, config: pytest.Config) -> Non
     except Exception as exc:  # noqa: BLE001 - a failed page must not end the session before the comparison
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
         state.report_error = f"report not written to {folder}: {reason}; the results are in {state.writer.path}"
-        config.pluginmanager.register(_SummaryLine(state.report_error), "lorabench-report-error")
-
-
-class _SummaryLine:
-    """Shows one line in its own section of the summary, after the plugin's sections."""
-
-    def __init__(self, line: str) -> None:
-        self.line = line
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        terminalreporter.write_sep("=", "lorabench report")
-        terminalreporter.write_line(self.line)
