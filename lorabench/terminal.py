@@ -7,6 +7,7 @@ import contextlib
 
 import pytest
 
+from lorabench.http.target import URL
 from lorabench.recommend import for_session
 from lorabench.results import format_rank_summary, format_summary
 from lorabench.session import BenchState
@@ -30,17 +31,20 @@ def summary_lines(state: BenchState) -> list[str]:
     lines = []
     if state.skip_reason:
         lines.append(f"benchmark cases {'refused' if state.refused else 'skipped'}: {state.skip_reason}")
+    # A server at a URL is neither built nor shut down here: its "builds" are connections to it.
+    at_url = state.target.kind == URL
     if state.built:
         builds = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.built)
-        lines.append(f"engine builds: {len(state.built)} ({builds})")
-    if state.rss_after_teardown:
+        what = f"connections to {state.target.url}" if at_url else "engine builds"
+        lines.append(f"{what}: {len(state.built)} ({builds})")
+    if state.rss_after_teardown and not at_url:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")
     if state.unreleased:
         lines.append(state.unreleased)
     lines += [f"peak memory of {note}" for note in state.memory_notes]
     if state.writer is not None and state.writer.log_dir.is_dir():
-        lines.append(f"engine logs: {state.writer.log_dir}")
+        lines.append(f"{'run logs' if at_url else 'engine logs'}: {state.writer.log_dir}")
     if state.writer is not None and state.writer.rows:
         lines.append(format_summary(state.writer.rows))
         if state.writer.by_rank:

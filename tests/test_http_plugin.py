@@ -122,3 +122,10 @@ def test_a_cases_adapters_are_served_one_token_each_before_its_timing(bench):
     case_adapters = {received[i]["model"] for i in timed} - {BASE}  # the base model: lora_overhead's baseline
     assert case_adapters and {received[i]["model"] for i in warm} == case_adapters
     assert max(warm) < min(timed), "served before the timing starts"
+
+
+def test_the_summary_calls_a_urls_builds_connections_and_reports_no_engine_memory(bench):
+    with StandInServer(["a0", "a1", "a2"]) as server:
+        result, _ = bench("--bench-target", server.url, "-k", "multilora and not online")
+    result.stdout.fnmatch_lines([f"connections to {server.url}: 1 (loras2-rank8-cpu4-build0 *)", "run logs: *"])
+    assert "engine builds:" not in result.stdout.str() and "process tree RSS" not in result.stdout.str()
