@@ -270,7 +270,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"lorabench doctor: --config {config}: no such file")
         return 2
     host = read_host()
-    if "torch" not in sys.modules:
+    if not torch_imported():
         # torch >= 2.5 imports torch-npu with itself unless told not to; this process needs neither.
         os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     print(f"lorabench doctor: {describe_host(host)}")
@@ -280,6 +280,10 @@ def main(args: argparse.Namespace) -> int:
     stops = sum(f.level == FAIL for f in findings)
     print(f"{stops} problem(s) would stop a run" if stops else "nothing found that would stop a run")
     return 1 if stops else 0
+
+
+def torch_imported() -> bool:
+    return "torch" in sys.modules
 
 
 def describe_host(host: Host) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib
 import time
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def _user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def _vllm_outside_runs() -> None:
+def _vllm_outside_runs(request: pytest.FixtureRequest) -> None:
     """What an in-process run on the real backend imports from vLLM, imported outside any run
     (once, before the first pytester test): the platform (``detect_platform``) and, where the
     cache has no entry yet, the engine arguments' module (``lorabench.vllm_args``).
@@ -90,6 +91,11 @@ def _vllm_outside_runs() -> None:
         mp.setenv("LORABENCH_CACHE_DIR", str(USER_CACHE))
         try:
             engine_arg_names()
+            if any(item.get_closest_marker("engine") for item in request.session.items):
+                # A session that builds engines in this process imports the engine's modules
+                # (vllm.engine.arg_utils, and with it vllm.distributed's custom ops) anyway: here,
+                # before any run, so that no run drops them and the next build registers them twice.
+                importlib.import_module("vllm.engine.arg_utils")
         except Exception:  # noqa: BLE001 - no vLLM, or one that does not import: the tests say so
             pass
 

@@ -348,6 +348,8 @@ def test_a_doctor_that_imports_torch_later_keeps_torch_npu_out(npu_host, monkeyp
     to; the doctor tells it, where torch is not imported yet (resolving a config may import it)."""
     monkeypatch.setattr(doctor, "read_host", lambda: npu_host())
     monkeypatch.delenv("TORCH_DEVICE_BACKEND_AUTOLOAD", raising=False)
-    monkeypatch.delitem(sys.modules, "torch")
+    # Not by taking torch out of sys.modules: a second torch in this process would register
+    # vLLM's custom ops twice, and every engine built later in the session would fail.
+    monkeypatch.setattr(doctor, "torch_imported", lambda: False)
     doctor.main(argparse.Namespace(config=None))
     assert os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
