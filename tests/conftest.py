@@ -3,23 +3,44 @@
 from __future__ import annotations
 
 import gc
-import importlib
+import sys
+import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-# pytester's in-process runs drop the modules they imported, and torch (imported when the
-# plugin asks vLLM for the platform's device type, no device touched) cannot be imported
-# twice in one process: the second import fails, and the interpreter crashes at exit.
-# Imported once here, it stays for every in-process run. vLLM's own modules are imported
-# before the first in-process run (``_vllm_outside_runs``), for the same reason.
+# Imported here so that gc.freeze below leaves torch's objects out of every full collection.
 import torch  # noqa: F401
+from _pytest import pytester as _pytester
 
 from lorabench import builtin
 from tests.helpers import write_json
 
 gc.freeze()  # torch's objects, out of the full collections while the tests are collected too
+
+_INSTALLED = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+
+
+def _installed(name: str) -> bool:
+    top = sys.modules.get(name.partition(".")[0])
+    return str(getattr(top, "__file__", None) or "").startswith(_INSTALLED)
+
+
+class _KeepInstalledModules(_pytester.SysModulesSnapshot):
+    """pytester drops what its in-process runs imported, so that each run imports the test
+    files it wrote afresh. Installed packages must stay: torch and vLLM register operators,
+    dynamo backends and config types in process-wide registries when imported, and a second
+    import fails there ("duplicate name: dynamo_minifier_backend", "Tried to register an
+    operator (vllm::all_reduce) multiple times"). Whichever test imported them first inside a
+    run, every later engine build in this process failed so, depending on the order."""
+
+    def __init__(self, preserve: Callable[[str], bool] | None = None) -> None:
+        super().__init__(preserve=lambda name: _installed(name) or (preserve is not None and preserve(name)))
+
+
+_pytester.SysModulesSnapshot = _KeepInstalledModules
 
 # Where the built-in model and adapters are cached for this user, read before pytester
 # points HOME at its temporary folder.
@@ -72,38 +93,9 @@ def _user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LORABENCH_CACHE_DIR", str(USER_CACHE))
 
 
-@pytest.fixture(scope="session")
-def _vllm_outside_runs(request: pytest.FixtureRequest) -> None:
-    """What an in-process run on the real backend imports from vLLM, imported outside any run
-    (once, before the first pytester test): the platform (``detect_platform``) and, where the
-    cache has no entry yet, the engine arguments' module (``lorabench.vllm_args``).
-
-    Imported inside a run, vLLM's modules are dropped after it, and importing them again
-    registers their torch types a second time, which fails ("... is already registered"):
-    platform detection then reports a failure and a config check an install that does not
-    import. Which test imported them first depended on the order, and under pytest-xdist on
-    which worker ran what."""
-    from lorabench.device import detect_platform
-    from lorabench.vllm_args import engine_arg_names
-
-    detect_platform()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LORABENCH_CACHE_DIR", str(USER_CACHE))
-        try:
-            engine_arg_names()
-            if any(item.get_closest_marker("engine") for item in request.session.items):
-                # A session that builds engines in this process imports the engine's modules
-                # (vllm.engine.arg_utils, and with it vllm.distributed's custom ops) anyway: here,
-                # before any run, so that no run drops them and the next build registers them twice.
-                importlib.import_module("vllm.engine.arg_utils")
-        except Exception:  # noqa: BLE001 - no vLLM, or one that does not import: the tests say so
-            pass
-
-
 @pytest.fixture
-def pytester(_vllm_outside_runs: None, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytester, with vLLM imported outside its runs (``_vllm_outside_runs``), and whose runs
-    are sessions of their own even when this one runs under pytest-xdist: a worker's
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytester, whose runs are sessions of their own even when this one runs under pytest-xdist: a worker's
     environment says it is one (PYTEST_XDIST_WORKER), and the runs it starts inherit that.
     pytest-benchmark then turned itself off, timing each case once and unwarmed, and the
     rounds, samples and requests the tests count came out otherwise."""
