@@ -48,6 +48,9 @@ class ResultsFileError(RuntimeError):
 # Records a case may keep beside its samples, by kind: each kind is its own file in the
 # run's replays folder (records.replays_path_for), keyed like the samples.
 REPLAY_FILES = {"timeline": TIMELINE_COLUMNS, "adapters": ADAPTER_COLUMNS, "probes": PROBE_COLUMNS}
+# The kind ``append_records`` takes for samples a case keeps before its row (a capacity
+# search's, probe by probe): they go to the run's samples file.
+SAMPLES = "samples"
 
 
 def git_state(root: Path) -> tuple[str, bool]:
@@ -170,15 +173,22 @@ class ResultWriter:
         _append(digests_path_for(self.path), DIGEST_COLUMNS, [asdict(r) for r in records], exclusive=False)
 
     def append_records(self, key: Mapping[str, Any], kind: str, records: Sequence[Any]) -> Path:
-        """Make records of one kind (``REPLAY_FILES``) durable under their case's key
+        """Make records of one kind (``REPLAY_FILES``, or ``SAMPLES``) durable under their case's key
         (``records.SAMPLE_KEY``); returns their file. A case may keep some before its row
         exists (``scenarios.Context.keep``), so that failing midway loses none of them."""
         if self.path is None:
             self.path = self._claim_new_file()
+        if kind == SAMPLES:
+            self._append_samples(key, records)
+            return samples_path_for(self.path)
         path = replays_path_for(self.path, kind)
         path.parent.mkdir(parents=True, exist_ok=True)
         _append(path, REPLAY_FILES[kind], [{**key, **asdict(r)} for r in records], exclusive=False)
         return path
+
+    def _append_samples(self, key: Mapping[str, Any], samples: Sequence[Sample]) -> None:
+        _append(samples_path_for(self.path), SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
+        self.by_rank += [(s.adapter_rank, s.ttft_ms, s.decode_ms) for s in samples if s.adapter_rank is not None]
 
     def append(
         self, row: ResultRow, samples: Sequence[Sample], records: Mapping[str, Sequence[Any]] | None = None
@@ -190,13 +200,12 @@ class ResultWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         values = asdict(row)
         key = {c: values[c] for c in SAMPLE_KEY}
-        _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
+        self._append_samples(key, samples)
         for kind, kept in (records or {}).items():
             if kept:
                 self.append_records(key, kind, kept)
         _append(self.path, COLUMNS, [values], exclusive=False)
         self.rows.append(row)
-        self.by_rank += [(s.adapter_rank, s.ttft_ms, s.decode_ms) for s in samples if s.adapter_rank is not None]
 
 
 def _fmt(value: Any) -> str:

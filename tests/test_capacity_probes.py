@@ -14,7 +14,7 @@ import pytest
 
 from lorabench import capacity
 from lorabench.engine import IDLE_POLL_S, Engine
-from lorabench.records import replays_path_for
+from lorabench.records import replays_path_for, samples_path_for
 from lorabench.scenarios import capacity_probes
 from lorabench.testing import Costs, StandIn, write_config
 from tests.helpers import ROOT, result_files
@@ -132,6 +132,11 @@ def test_an_engine_that_dies_midway_keeps_the_probes_that_finished(pytester, mon
     probes = pd.read_csv(path)
     assert probes["probe"].tolist() == [0, 1] and (probes["scenario"] == "capacity").all()
     assert probes["engine_id"].unique().tolist() == ["loras2-rank8-cpu4-build0"] and probes["requests"].gt(0).all()
+    samples = pd.read_csv(samples_path_for(csv))
+    assert sorted(samples["round"].unique()) == [0, 1], "the finished probes' requests are kept, the dead one's not"
+    assert (samples["timestamp"] == probes["timestamp"].iloc[0]).all(), "keyed as the probes they belong to"
+    measured = samples[samples["arrival_s"] >= CAPACITY["warmup_s"]].groupby("round").size()
+    assert measured.tolist() == probes["requests"].tolist(), "each probe's measured requests, as its summary counts"
 
 
 def test_a_search_that_fails_otherwise_says_how_many_probes_it_kept(pytester, monkeypatch):

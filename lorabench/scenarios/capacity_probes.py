@@ -1,6 +1,6 @@
 """One capacity search (``lorabench.scenarios.capacity``): the trace shape it searches, and
 its probes on one engine: the closed-loop estimate the search starts from, each probe's
-replay once the engine is idle, its summary and records, each kept on disk as it
+replay once the engine is idle, its summary and samples, each kept on disk as it
 finishes, and the row the search makes."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from lorabench import capacity, replay, timeline
 from lorabench.config.expand import ImportedCase, OnlineCase
 from lorabench.engine import EngineDied, is_engine_dead
 from lorabench.records import ProbeRecord
+from lorabench.results import SAMPLES
 from lorabench.scenarios.base import Context, Outcome
 from lorabench.traces import transforms
 from lorabench.workload import synthetic_prompt
@@ -66,7 +67,7 @@ class SearchFailed(RuntimeError):
 
 
 class Prober:
-    """One search's probes on one engine: each a replay, its summary and its records. Each
+    """One search's probes on one engine: each a replay, its summary and its samples. Each
     probe is kept on disk as it finishes (``Context.keep``): a search that fails midway loses
     none that finished."""
 
@@ -77,7 +78,6 @@ class Prober:
         self.max_rate = case.max_rate(block)
         self.available = case.available()
         self.judged = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
-        self.records: list[list[replay.ReplayedRequest]] = []
         self.timelines: list[list[Any]] = []
         self.kept: list[ProbeRecord] = []
         self.kept_in: Path | None = None
@@ -128,7 +128,7 @@ class Prober:
                 requests,
                 self.adapters,
                 # Prompts of their own per probe: a server target may cache what it has seen.
-                seed=self.shape.seed + len(self.records) + 1,
+                seed=self.shape.seed + len(self.timelines) + 1,
                 drain_timeout_s=self.block.drain_s,
                 timeline=self.engine.timeline,
             )
@@ -144,7 +144,6 @@ class Prober:
         self.engine.check_alive()
         metrics, _ = replay.summarize_online(records, **self.judged)
         steps = timeline.summarize(self.engine.timeline.rows, block.warmup_s)
-        self.records.append(records)
         self.timelines.append(list(self.engine.timeline.rows))
         measured = int(metrics["num_requests"])
         found = capacity.Probe(
@@ -167,12 +166,16 @@ class Prober:
                 "seconds": seconds,
             },
         )
-        self.keep(found)
+        self.keep(found, records)
         return found
 
-    def keep(self, found: capacity.Probe) -> None:
-        """The probe on disk now, and a line on the terminal."""
+    def keep(self, found: capacity.Probe, records: Sequence[replay.ReplayedRequest]) -> None:
+        """The probe on disk now, its requests (their ``round`` the probe's number) before its
+        summary, and a line on the terminal."""
         record = found.record(len(self.kept))
+        ranks = {a.name: a.rank for a in self.adapters.values()}
+        samples = [replace(s, round=record.probe) for s in replay.samples(records, ranks)]
+        self.ctx.keep(SAMPLES, samples, self.fields)
         self.kept_in = self.ctx.keep("probes", [record], self.fields)
         self.kept.append(record)
         if self.ctx.progress:
@@ -214,13 +217,10 @@ class Prober:
                 preemptions=at.extra["preemptions"],
                 adapters_waiting_max=at.extra["adapters_waiting_max"],
             )
-        ranks = {a.name: a.rank for a in self.adapters.values()}
-        samples = [
-            replace(s, round=i) for i, records in enumerate(self.records) for s in replay.samples(records, ranks)
-        ]
-        # The probes are on disk already (``keep``); the passing probe's timeline goes with the row.
+        # The probes and their samples are on disk already (``keep``); the passing probe's
+        # timeline goes with the row.
         kept = {"timeline": self.timelines[found.probes.index(at)]} if at is not None else {}
-        return Outcome(fields, samples, extra_info={"search_stop": found.stop}, records=kept)
+        return Outcome(fields, [], extra_info={"search_stop": found.stop}, records=kept)
 
 
 def _first_line(exc: BaseException) -> str:
