@@ -124,7 +124,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     _stop_on_sigterm(state)
     state.config = _resolve_run(state, runnable)
-    state.progress = _run_progress(runnable, state.file)
+    state.progress = _run_progress(runnable, state.file, at_url=state.target.kind == URL)
     say(config, state.progress.first_guess())
 
 
@@ -163,10 +163,11 @@ def _backend(config: pytest.Config, state: BenchState) -> Any:
     return config.hook.pytest_lorabench_backend(config=config) or VllmBackend()
 
 
-def _run_progress(items: list[pytest.Item], file: ConfigFile) -> RunProgress:
+def _run_progress(items: list[pytest.Item], file: ConfigFile, at_url: bool) -> RunProgress:
     params = [item.callspec.params for item in items]
     replays = sum(scenario_of(i).replay_s(file, **p) for i, p in zip(items, params))
-    return RunProgress(builds=len({p[ENGINE_FIXTURE] for p in params}), cases=len(items), trace_s=replays)
+    builds = len({p[ENGINE_FIXTURE] for p in params})
+    return RunProgress(builds=builds, cases=len(items), trace_s=replays, at_url=at_url)
 
 
 def _usage_error(problems: list[str]) -> pytest.UsageError:

@@ -1,8 +1,9 @@
 """What a long run says while it runs: how long it will take, and where a trace replay is.
 
-The first estimate comes from the matrix alone (engine builds, cases, trace durations)
-and guesses generously; after each engine build the remaining builds are estimated from
-the time the finished ones took, engine start-up and cases included.
+The first estimate comes from the matrix alone (engine builds, or connections to a server
+at a URL, cases, trace durations) and guesses generously; after each engine build the
+remaining builds are estimated from the time the finished ones took, engine start-up and
+cases included.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 # A first guess per engine build (start-up and shutdown) and per case, before any is measured.
 GUESS_BUILD_S = 35.0
 GUESS_CASE_S = 5.0
+# A server at a URL is not built: a "build" is a connection to it, and its checks.
+GUESS_CONNECTION_S = 2.0
 
 
 def duration(seconds: float) -> str:
@@ -28,12 +31,18 @@ class RunProgress:
     trace_s: float  # the summed real-time replays: online traces, capacity searches at their longest
     started: float = field(default_factory=time.monotonic)
     done: int = 0
+    at_url: bool = False  # the target is a server at a URL: nothing is built
+
+    @property
+    def _what(self) -> str:
+        return "connections" if self.at_url else "engine builds"
 
     def first_guess(self) -> str:
-        guess = self.builds * GUESS_BUILD_S + self.cases * GUESS_CASE_S + self.trace_s
+        per_build = GUESS_CONNECTION_S if self.at_url else GUESS_BUILD_S
+        guess = self.builds * per_build + self.cases * GUESS_CASE_S + self.trace_s
         return (
-            f"lorabench: {self.builds} engine builds, {self.cases} cases, {self.trace_s:g} s of replays: "
-            f"about {duration(guess)} (a first guess; refined after each build)"
+            f"lorabench: {self.builds} {self._what}, {self.cases} cases, {self.trace_s:g} s of replays: "
+            f"about {duration(guess)} (a first guess; refined after each of them)"
         )
 
     def build_done(self) -> str:
@@ -41,7 +50,7 @@ class RunProgress:
         elapsed = time.monotonic() - self.started
         left = elapsed / self.done * (self.builds - self.done)
         return (
-            f"lorabench: {self.done} of {self.builds} engine builds done, {duration(elapsed)} elapsed, "
+            f"lorabench: {self.done} of {self.builds} {self._what} done, {duration(elapsed)} elapsed, "
             f"about {duration(left)} to go"
         )
 

@@ -72,3 +72,7 @@ def test_progress_lines():
     progress = RunProgress(builds=4, cases=72, trace_s=32.0)
     assert progress.first_guess().startswith("lorabench: 4 engine builds, 72 cases, 32 s of replays: about 8 min")
     assert progress.build_done().startswith("lorabench: 1 of 4 engine builds done")
+    # Against a server at a URL nothing is built: the guess counts connections, not start-ups.
+    at_url = RunProgress(builds=4, cases=72, trace_s=32.0, at_url=True)
+    assert at_url.first_guess().startswith("lorabench: 4 connections, 72 cases, 32 s of replays: about 6 min 40 s")
+    assert at_url.build_done().startswith("lorabench: 1 of 4 connections done")
