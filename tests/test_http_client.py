@@ -4,6 +4,7 @@ token counting, failures, /metrics, adapter discovery, and the serve target's fl
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
@@ -154,9 +155,16 @@ def test_targets_parse_with_a_fix_for_bad_values():
             parse_target(bad)
 
 
-def test_a_free_port_is_free():
+def test_a_port_is_free_once_nothing_listens_there_whatever_its_closed_connections():
     port = free_port()
     assert port_free(port)
+    with socket.create_server(("127.0.0.1", port)) as server:
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server closes first, as after an answer with Connection: close
+        client.close()
+        assert not port_free(port), "a server listens there"
+    assert port_free(port), "only its closed connections (TIME_WAIT) are left: a new server can bind"
 
 
 def test_waiting_for_an_idle_server_reads_its_request_gauges(tmp_path):

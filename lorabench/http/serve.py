@@ -40,7 +40,11 @@ def free_port() -> int:
 
 
 def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now: nothing listens there. Bound as vLLM's
+    server binds, with SO_REUSEADDR: without it, the connections a stopped server closed
+    itself (TIME_WAIT, 60 s on Linux) keep the port "in use" long after the server is gone."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError:
