@@ -53,12 +53,13 @@ def test_the_tiers_and_the_load_cost_come_out_over_the_runtime_api(bench):
     result.assert_outcomes(passed=3)
     assert (rows["target"] == "url").all()
     load_ms = rows["adapter_load_ms"].iloc[0]
-    assert within(load_ms, DISK_MS, LOAD_TOLERANCE_MS) and rows["adapter_load_ms"].nunique() == 1, load_ms
+    assert within(load_ms, DISK_MS + SLOT_MS, LOAD_TOLERANCE_MS) and rows["adapter_load_ms"].nunique() == 1, load_ms
     tiers = rows.set_index("tier")
-    assert within(tiers.at["disk", "disk_load_ms"], DISK_MS, LOAD_TOLERANCE_MS), tiers.at["disk", "disk_load_ms"]
+    disk_load_ms = tiers.at["disk", "disk_load_ms"]
+    assert within(disk_load_ms, DISK_MS + SLOT_MS, LOAD_TOLERANCE_MS), disk_load_ms
     assert tiers["disk_load_ms"].notna().tolist() == [t == "disk" for t in tiers.index]
-    # The disk row's cost over a slot is its load plus the alias's move into a slot (the
-    # stand-in's add_lora fills the CPU cache only); the cpu tier's, the move.
+    # The disk row's cost over a slot is its load, which as in vLLM moves the alias into a
+    # slot too; the cpu tier's, the move.
     low, high = LOAD_TOLERANCE_MS
     assert within(tiers.at["disk", "tier_extra_ttft_ms"], DISK_MS + SLOT_MS, (low - PAIR_TOLERANCE_MS, high))
     assert tiers.at["cpu", "tier_extra_ttft_ms"] == pytest.approx(SLOT_MS, abs=PAIR_TOLERANCE_MS)

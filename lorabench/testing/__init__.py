@@ -9,7 +9,8 @@ It keeps what the scenarios rely on in vLLM, and nothing else:
   among them; the rest wait, first come first served, as vLLM's scheduler does;
 - an LRU CPU cache of ``max_cpu_loras`` adapters (``add_lora``, ``list_loras``,
   ``remove_lora``) and LRU device slots for ``max_loras`` of them; an ``add_lora`` runs
-  between two steps and holds the next back for its ``disk_load_ms``, as vLLM's engine core does;
+  between two steps and holds the next back, as vLLM's engine core does, for its
+  ``disk_load_ms`` (none when cached) and, as vLLM activates what it adds, ``slot_load_ms``;
 - the engine core's timestamps (queued, scheduled, first and last token) on the
   monotonic clock, streamed or final-only outputs, aborts, and death on demand.
 

@@ -131,11 +131,15 @@ class StandInLLM:
         self.stats_sent: deque[tuple[SimpleNamespace, SimpleNamespace]] = deque(maxlen=STATS_KEPT)
 
     async def add_lora(self, lora: LoraRef) -> bool:
-        """Read from disk between two steps, holding the next one back: vLLM's engine core runs
-        a load in its busy loop, between steps, so a load while serving stalls every request."""
+        """Between two steps, holding the next one back (vLLM's engine core runs a load in its
+        busy loop, so a load while serving stalls every request): read from disk unless cached,
+        then into a slot, as vLLM's LRU worker manager activates every adapter it adds."""
         async with self._core:
-            await asyncio.sleep(self.costs.disk_load_ms / 1000.0)
-            self._cache(lora, active=set())
+            active = self._running_adapters()
+            cost = 0.0 if lora.lora_int_id in self.cpu else self.costs.disk_load_ms
+            self._cache(lora, active)
+            cost += self._activate(lora.lora_int_id, active)
+            await asyncio.sleep(cost / 1000.0)
         return True
 
     async def remove_lora(self, lora_id: int) -> bool:
@@ -247,7 +251,7 @@ class StandInLLM:
         """Admit waiting requests, first come first served; the milliseconds their prefill and
         adapter moves add to this step, and the prompt tokens it prefills."""
         cost, now, prompt_tokens = 0.0, time.monotonic(), 0
-        active = {r.lora.lora_int_id for r in self.running if r.lora}
+        active = self._running_adapters()
         for request in list(self.waiting):
             if len(self.running) >= self.max_num_seqs:
                 break
@@ -267,13 +271,25 @@ class StandInLLM:
     def _to_slot(self, lora: LoraRef, active: set[int]) -> float:
         cost = 0.0 if lora.lora_int_id in self.cpu else self.costs.disk_load_ms
         self._cache(lora, active)
-        if lora.lora_int_id not in self.slots:
-            cost += self.costs.slot_load_ms
-            if len(self.slots) >= self.max_loras:
-                del self.slots[next(i for i in self.slots if i not in active)]
-        self.slots[lora.lora_int_id] = None
-        self.slots.move_to_end(lora.lora_int_id)
-        return cost
+        return cost + self._activate(lora.lora_int_id, active)
+
+    def _activate(self, lora_id: int, active: set[int]) -> float:
+        """Into a device slot, evicting the least recently used one that no running request
+        uses. With every slot serving (an ``add_lora`` mid-trace), vLLM evicts one anyway and its
+        next step takes the slot back: the activation is paid, and the adapter stays out."""
+        if lora_id in self.slots:
+            self.slots.move_to_end(lora_id)
+            return 0.0
+        idle = [i for i in self.slots if i not in active]
+        if len(self.slots) >= self.max_loras:
+            if not idle:
+                return self.costs.slot_load_ms
+            del self.slots[idle[0]]
+        self.slots[lora_id] = None
+        return self.costs.slot_load_ms
+
+    def _running_adapters(self) -> set[int]:
+        return {r.lora.lora_int_id for r in self.running if r.lora}
 
     def _cache(self, lora: LoraRef, active: set[int]) -> None:
         self.cpu[lora.lora_int_id] = lora

@@ -8,9 +8,9 @@ streaming ``/v1/completions`` (vLLM's chunks: ``token_ids`` when asked with
 ``/health``, ``/version``, ``/metrics`` (the gauges ``lorabench.http.metrics`` reads) and the
 runtime ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` as vLLM 0.32 does: a load
 gives the name a new id (never one used before) and costs the stand-in's ``add_lora``
-(``disk_load_ms``); an unload only drops the name, its id staying in the CPU cache until
-evicted. ``runtime_api=False`` leaves those two routes out, as a server started without
-``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``. An adapter's output follows from its path (its
+(``disk_load_ms``, then ``slot_load_ms`` into a slot); an unload only drops the name, its
+id staying in the CPU cache until evicted. ``runtime_api=False`` leaves those two routes
+out, as a server started without ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``. An adapter's output follows from its path (its
 weights): an alias loaded from an adapter's path answers as the adapter does.
 An unknown model is a 404, as vLLM answers; ``failures`` maps a request's number (from 1,
 in the order they arrive) to ``"500"`` (an error status) or ``"drop"`` (the connection
@@ -143,7 +143,7 @@ class StandInServer:
 
     async def _load(self, request: web.Request) -> web.Response:
         """vLLM's runtime load: 400 for an adapter it serves already; a new id, loaded with the
-        stand-in's ``add_lora`` (``disk_load_ms``) before the answer, then registered."""
+        stand-in's ``add_lora`` (read and activated) before the answer, then registered."""
         body = await request.json()
         name, path = body.get("lora_name"), body.get("lora_path")
         self.lora_api_calls.append(("load", name))
