@@ -23,9 +23,18 @@ gc.freeze()  # torch's objects, out of the full collections while the tests are 
 _INSTALLED = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
 
 
+def _location(module: object) -> str:
+    """Where a module was loaded from: its file, or a namespace package's first folder. Read
+    from its namespace, not with getattr: a lazy module (transformers') imports what an
+    attribute it lacks names, and some of those imports fail."""
+    namespace = getattr(module, "__dict__", {})
+    return str(namespace.get("__file__") or next(iter(namespace.get("__path__") or ()), ""))
+
+
 def _installed(name: str) -> bool:
-    top = sys.modules.get(name.partition(".")[0])
-    return str(getattr(top, "__file__", None) or "").startswith(_INSTALLED)
+    """A module of an installed package, by its own location or its top package's (a module
+    made at run time, such as ``torch.ops``, has none)."""
+    return any(_location(sys.modules.get(n)).startswith(_INSTALLED) for n in (name, name.partition(".")[0]))
 
 
 class _KeepInstalledModules(_pytester.SysModulesSnapshot):
