@@ -8,13 +8,16 @@ than asked, more on a busy machine: tolerances below allow for that.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pandas as pd
 import pytest
 
+from lorabench.config import EngineSpec
 from lorabench.replay import ReplayedRequest, summarize_online
 from lorabench.testing import Costs, StandIn, write_config
+from lorabench.testing.llm import LoraRef, Params, StandInLLM
 from tests.helpers import ROOT, result_files
 
 TIMER_MS = 3.0  # the event loop's rounding, Python's own time around a request, a busy machine
@@ -215,3 +218,27 @@ def test_a_peak_memory_that_may_be_stale_is_said_in_the_summary(standin):
 
     result, _, _ = standin(Costs(), "-k", "multilora", plugin=Unreadable())
     result.stdout.fnmatch_lines(["peak memory of loras2-rank8-cpu4-build0: device memory unreadable in 2 of 5 reads*"])
+
+
+def test_an_adapter_added_while_every_cached_one_serves_evicts_the_oldest_cached_one():
+    """max_cpu_loras = max_loras (vLLM's default when unset) and both adapters running: an
+    add_lora (churn, or a runtime load over HTTP) must still load, as vLLM's does, evicting the
+    oldest cached adapter whatever runs, and with it its slot, which the new one takes."""
+    costs = Costs(decode_ms_per_step=1, disk_load_ms=3, slot_load_ms=2)
+    spec = EngineSpec(enable_lora=True, max_loras=2, max_lora_rank=8, max_cpu_loras=2)
+    a, b, c = (LoraRef(name, i, f"/adapters/{name}") for i, name in enumerate("abc", 1))
+
+    async def scenario() -> tuple[bool, set[int], list[int], bool]:
+        llm = StandInLLM(costs, spec, max_num_seqs=4, weights={})
+        params = Params(max_tokens=200, stream=True, greedy=True)
+        streams = [llm.generate([1, 2, 3], params, f"r{lora.lora_name}", lora) for lora in (a, b)]
+        firsts = [await anext(stream) for stream in streams]  # both running, each in its slot
+        added = await llm.add_lora(c)
+        cached, slots = await llm.list_loras(), list(llm.slots)
+        llm.shutdown()
+        return added, cached, slots, all(not out.finished for out in firsts)
+
+    added, cached, slots, running = asyncio.run(scenario())
+    assert added and running
+    assert cached == {2, 3}, "the oldest cached adapter (a) made room for c"
+    assert slots == [2, 3], "a left its slot with its cache entry, and c took it"

@@ -276,7 +276,8 @@ class StandInLLM:
     def _activate(self, lora_id: int, active: set[int]) -> float:
         """Into a device slot, evicting the least recently used one that no running request
         uses. With every slot serving (an ``add_lora`` mid-trace), vLLM evicts one anyway and its
-        next step takes the slot back: the activation is paid, and the adapter stays out."""
+        next step takes the slot back: here the activation is paid and the adapter stays out;
+        the running adapter's move back into its slot, which vLLM also pays, is not charged."""
         if lora_id in self.slots:
             self.slots.move_to_end(lora_id)
             return 0.0
@@ -292,10 +293,14 @@ class StandInLLM:
         return {r.lora.lora_int_id for r in self.running if r.lora}
 
     def _cache(self, lora: LoraRef, active: set[int]) -> None:
+        """Into the CPU cache, evicting the least recently used adapter no running request
+        uses; with every one in use (an ``add_lora`` while ``max_cpu_loras`` adapters run),
+        the least recently used one, as vLLM's cache does whatever runs."""
         self.cpu[lora.lora_int_id] = lora
         self.cpu.move_to_end(lora.lora_int_id)
         while len(self.cpu) > self.max_cpu_loras:
-            victim = next(i for i in self.cpu if i not in active and i != lora.lora_int_id)
+            others = [i for i in self.cpu if i != lora.lora_int_id]
+            victim = next((i for i in others if i not in active), others[0])
             del self.cpu[victim]
             self.slots.pop(victim, None)
 
