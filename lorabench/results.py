@@ -187,7 +187,7 @@ class ResultWriter:
         return path
 
     def _append_samples(self, key: Mapping[str, Any], samples: Sequence[Sample]) -> None:
-        _append(samples_path_for(self.path), SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
+        _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
         self.by_rank += [(s.adapter_rank, s.ttft_ms, s.decode_ms) for s in samples if s.adapter_rank is not None]
 
     def append(

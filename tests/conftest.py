@@ -104,8 +104,9 @@ def _user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytester, whose runs are sessions of their own even when this one runs under pytest-xdist: a worker's
-    environment says it is one (PYTEST_XDIST_WORKER), and the runs it starts inherit that.
+    """pytester, whose runs are sessions of their own even when this one runs under
+    pytest-xdist: a worker's environment says it is one (PYTEST_XDIST_WORKER), and the runs
+    it starts inherit that.
     pytest-benchmark then turned itself off, timing each case once and unwarmed, and the
     rounds, samples and requests the tests count came out otherwise."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):

@@ -135,11 +135,7 @@ class StandInLLM:
         busy loop, so a load while serving stalls every request): read from disk unless cached,
         then into a slot, as vLLM's LRU worker manager activates every adapter it adds."""
         async with self._core:
-            active = self._running_adapters()
-            cost = 0.0 if lora.lora_int_id in self.cpu else self.costs.disk_load_ms
-            self._cache(lora, active)
-            cost += self._activate(lora.lora_int_id, active)
-            await asyncio.sleep(cost / 1000.0)
+            await asyncio.sleep(self._to_slot(lora, self._running_adapters()) / 1000.0)
         return True
 
     async def remove_lora(self, lora_id: int) -> bool:
@@ -281,11 +277,11 @@ class StandInLLM:
         if lora_id in self.slots:
             self.slots.move_to_end(lora_id)
             return 0.0
-        idle = [i for i in self.slots if i not in active]
         if len(self.slots) >= self.max_loras:
-            if not idle:
+            idle = next((i for i in self.slots if i not in active), None)
+            if idle is None:
                 return self.costs.slot_load_ms
-            del self.slots[idle[0]]
+            del self.slots[idle]
         self.slots[lora_id] = None
         return self.costs.slot_load_ms
 

@@ -10,8 +10,9 @@ runtime ``/v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` as vLLM 0.32 d
 gives the name a new id (never one used before) and costs the stand-in's ``add_lora``
 (``disk_load_ms``, then ``slot_load_ms`` into a slot); an unload only drops the name, its
 id staying in the CPU cache until evicted. ``runtime_api=False`` leaves those two routes
-out, as a server started without ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``. An adapter's output follows from its path (its
-weights): an alias loaded from an adapter's path answers as the adapter does.
+out, as a server started without ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``. An adapter's
+output follows from its path (its weights): an alias loaded from an adapter's path
+answers as the adapter does.
 An unknown model is a 404, as vLLM answers; ``failures`` maps a request's number (from 1,
 in the order they arrive) to ``"500"`` (an error status) or ``"drop"`` (the connection
 closed after the first token).
