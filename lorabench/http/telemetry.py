@@ -18,11 +18,11 @@ millisecond of parsing.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 import aiohttp
 
+from lorabench.clock import now
 from lorabench.http.client import Client
 from lorabench.http.metrics import COUNTERS, ServerState, server_state
 from lorabench.records import TimelineRecord
@@ -48,7 +48,7 @@ class Scraper:
     """An HTTP engine's timeline, with the ``Recorder``'s interface that replays use: ``start``
     and ``stop`` around a replay (on its clock), ``rows``, and ``why_none``."""
 
-    def __init__(self, client: Callable[[], Client | None], clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, client: Callable[[], Client | None], clock: Callable[[], float] = now) -> None:
         self.client, self.clock = client, clock
         self.why_none: str | None = None
         self.rows: list[TimelineRecord] = []

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from lorabench.clock import now
 from lorabench.config import EngineSpec
 from lorabench.engine import EngineDied
+from lorabench.testing.virtual_clock import block
 
 VOCAB_SIZE = 1000
 # The KV cache the stand-in reports its usage against, in tokens (it admits requests regardless).
@@ -167,10 +168,10 @@ class StandInLLM:
         if self.dead:
             raise EngineDied(self.dead)
         if self.costs.send_block_ms:
-            time.sleep(self.costs.send_block_ms / 1000.0)
+            block(self.costs.send_block_ms / 1000.0)
         weights = self.weights.get(lora_request.lora_name, "") if lora_request else "base"
         seed = hashlib.sha256(f"{lora_request and lora_request.lora_name}|{weights}|{prompt}".encode()).digest()
-        request = _Request(request_id, prompt, params, lora_request, seed, Metrics(time.monotonic()))
+        request = _Request(request_id, prompt, params, lora_request, seed, Metrics(now()))
         self.waiting.append(request)
         self.sent += 1
         if self._loop is None:
@@ -222,7 +223,7 @@ class StandInLLM:
                 due = start + cost / 1000.0
                 await asyncio.sleep(max(0.0, due - loop.time()))
                 generated = len(self.running)
-                self._emit(time.monotonic())
+                self._emit(loop.time())
             if self.loggers:
                 self._report(prompt_tokens, generated)
 
@@ -246,7 +247,7 @@ class StandInLLM:
     def _schedule(self) -> tuple[float, int]:
         """Admit waiting requests, first come first served; the milliseconds their prefill and
         adapter moves add to this step, and the prompt tokens it prefills."""
-        cost, now, prompt_tokens = 0.0, time.monotonic(), 0
+        cost, scheduled, prompt_tokens = 0.0, now(), 0
         active = self._running_adapters()
         for request in list(self.waiting):
             if len(self.running) >= self.max_num_seqs:
@@ -256,7 +257,7 @@ class StandInLLM:
                 continue
             self.waiting.remove(request)
             self.running.append(request)
-            request.metrics.scheduled_ts = now
+            request.metrics.scheduled_ts = scheduled
             prompt_tokens += len(request.prompt)
             cost += self.costs.prefill_ms_per_token * len(request.prompt)
             if lora is not None:
