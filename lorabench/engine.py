@@ -15,6 +15,7 @@ import gc
 import itertools
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -259,11 +260,12 @@ def is_engine_dead(exc: BaseException) -> bool:
     """Whether ``exc`` means the engine core is gone (killed, crashed, out of memory)."""
     if isinstance(exc, EngineDied):
         return True
-    try:
-        from vllm.v1.engine.exceptions import EngineDeadError
-    except ImportError:
+    # Only an imported vLLM raises its error: asking needs no import (seconds, on a stand-in).
+    exceptions = sys.modules.get("vllm.v1.engine.exceptions")
+    if exceptions is None:
         return False
-    return isinstance(exc, EngineDeadError) or isinstance(exc.__cause__, EngineDeadError)
+    dead = exceptions.EngineDeadError
+    return isinstance(exc, dead) or isinstance(exc.__cause__, dead)
 
 
 class VllmBackend:

@@ -105,7 +105,9 @@ ENGINE = {"max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4, "max_num_seqs"
 def run_search(pytester, costs: Costs, engine=ENGINE, **capacity_values):
     pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
     config = write_config(pytester.path / "run", adapters=2, capacity={**CAPACITY, **capacity_values}, engine=engine)
-    return pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs)])
+    return pytester.runpytest(
+        "--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs, virtual_clock=True)]
+    )
 
 
 def test_an_engine_that_dies_midway_keeps_the_probes_that_finished(pytester, monkeypatch):

@@ -52,7 +52,7 @@ def check_churn_row(row: pd.Series) -> None:
 
 
 def test_a_load_cost_comes_out_in_the_load_column_and_stalls_requests_in_process(pytester):
-    row = run_churn(pytester, plugins=[StandIn(Costs(disk_load_ms=LOAD_MS, decode_ms_per_step=2))])
+    row = run_churn(pytester, plugins=[StandIn(Costs(disk_load_ms=LOAD_MS, decode_ms_per_step=2), virtual_clock=True)])
     check_churn_row(row)
     assert row["target"] == "inprocess" and math.isnan(row["failed"])
 

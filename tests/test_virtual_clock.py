@@ -25,9 +25,7 @@ def replayed(tmp_path, costs: Costs, trace=TRACE, virtual_clock: bool = True) ->
     config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
     spec = engine_specs(config.file, with_lora_off=False)[0]
     adapters = {a.name: a for a in config.adapters}
-    with StandInEngine(
-        config, spec, "cpu", None, costs=costs, weights={}, virtual_clock=virtual_clock
-    ) as engine:
+    with StandInEngine(config, spec, "cpu", None, costs=costs, weights={}, virtual_clock=virtual_clock) as engine:
         return engine.run(replay.replay(engine, trace, adapters))
 
 
