@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lorabench import clock
 from lorabench.adapters import Adapter
-from lorabench.clock import now
 from lorabench.records import AdapterRecord, Sample
 from lorabench.stats import percentile, summary
 from lorabench.trace import TraceRequest
@@ -103,7 +103,7 @@ async def replay(
     freeze = not gc.get_freeze_count() and gc.isenabled()
     # A virtual clock's timers fire exactly when due (lorabench.testing.virtual_clock): no early wake.
     early_wake_s = 0.0 if getattr(asyncio.get_running_loop(), "virtual", False) else EARLY_WAKE_S
-    start = now()
+    start = clock.now()
 
     async def serve(record: ReplayedRequest) -> None:
         """Started just before the request is due: its prompt is made, then it waits its
@@ -113,12 +113,12 @@ async def replay(
         prompt = synthetic_prompt(record.index, record.input_len, vocab_size, seed)
         params = engine.sampling_params(record.output_len, stream=True)
         due = start + record.scheduled_s
-        while early_wake_s and now() < due:
+        while early_wake_s and clock.now() < due:
             await asyncio.sleep(0)
-        record.sent_s = now() - start
+        record.sent_s = clock.now() - start
         async for out in engine.stream(prompt, params, adapters[record.adapter]):
-            at = now() - start
-            record.token_times.extend([at] * len(out.outputs[0].token_ids))
+            now = clock.now() - start
+            record.token_times.extend([now] * len(out.outputs[0].token_ids))
             if out.finished:
                 record.finished = True
                 finished += 1
@@ -134,12 +134,12 @@ async def replay(
             for sent, record in enumerate(records, 1):
                 # The event loop's timers wake up to a millisecond late: sleep to just before the
                 # send, and hand the request to its task, which yields to the loop until it is due.
-                wait = start + record.scheduled_s - early_wake_s - now()
+                wait = start + record.scheduled_s - early_wake_s - clock.now()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 in_flight.add(asyncio.create_task(serve(record)))
                 if progress is not None:
-                    progress(sent, finished, now() - start)
+                    progress(sent, finished, clock.now() - start)
             if progress is not None and records:
                 progress(len(records), finished, None)
             await in_flight.drain(drain_timeout_s)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from lorabench.clock import now
+from lorabench import clock
 from lorabench.config import EngineSpec
 from lorabench.engine import EngineDied
 from lorabench.testing.virtual_clock import block
@@ -171,7 +171,7 @@ class StandInLLM:
             block(self.costs.send_block_ms / 1000.0)
         weights = self.weights.get(lora_request.lora_name, "") if lora_request else "base"
         seed = hashlib.sha256(f"{lora_request and lora_request.lora_name}|{weights}|{prompt}".encode()).digest()
-        request = _Request(request_id, prompt, params, lora_request, seed, Metrics(now()))
+        request = _Request(request_id, prompt, params, lora_request, seed, Metrics(clock.now()))
         self.waiting.append(request)
         self.sent += 1
         if self._loop is None:
@@ -247,7 +247,7 @@ class StandInLLM:
     def _schedule(self) -> tuple[float, int]:
         """Admit waiting requests, first come first served; the milliseconds their prefill and
         adapter moves add to this step, and the prompt tokens it prefills."""
-        cost, scheduled, prompt_tokens = 0.0, now(), 0
+        cost, now, prompt_tokens = 0.0, clock.now(), 0
         active = self._running_adapters()
         for request in list(self.waiting):
             if len(self.running) >= self.max_num_seqs:
@@ -257,7 +257,7 @@ class StandInLLM:
                 continue
             self.waiting.remove(request)
             self.running.append(request)
-            request.metrics.scheduled_ts = scheduled
+            request.metrics.scheduled_ts = now
             prompt_tokens += len(request.prompt)
             cost += self.costs.prefill_ms_per_token * len(request.prompt)
             if lora is not None:
