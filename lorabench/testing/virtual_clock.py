@@ -20,7 +20,7 @@ from typing import Any
 START_S = 1000.0
 
 
-class _Selector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _Selector(selectors.DefaultSelector):
     """Polls without waiting; when nothing is ready and the loop would wait for a timer, its
     loop's clock jumps to that timer instead."""
 
@@ -56,7 +56,8 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
     def advance_to_next_timer(self) -> None:
         """To the earliest pending timer's time, exactly: the loop asked to wait for it."""
-        pending = [h.when() for h in self._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        # asyncio's own heap of timer handles (BaseEventLoop._scheduled), cancelled ones skipped.
+        pending = [h.when() for h in self._scheduled if not h.cancelled()]
         if pending:
             self._now = max(self._now, min(pending))
 
