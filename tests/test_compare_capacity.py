@@ -87,7 +87,7 @@ def test_a_case_with_any_unbracketed_build_is_judged_on_its_bounds_not_on_the_br
     )
 
 
-def test_the_bounds_in_markdown_and_json(tmp_path, capsys):
+def test_the_bounds_in_markdown_json_and_the_page(tmp_path, capsys):
     base = write_rows(tmp_path / "base.csv", at_least(40.0))
     new = write_rows(tmp_path / "new.csv", bracket(10.0, 10.5, capacity_max_rate=40.0))
     page = render_markdown(compare(load_run(base), load_run(new)))
@@ -96,6 +96,8 @@ def test_the_bounds_in_markdown_and_json(tmp_path, capsys):
     bound = json.loads(capsys.readouterr().out)["capacity_bounds"][0]
     assert bound["verdict"] == REGRESSED and bound["base_low"] == 40.0 and bound["base_high"] is None
     assert (bound["new_low"], bound["new_high"]) == (10.0, 10.5)
+    assert cli.main(["compare", base, new, "--report", str(tmp_path / "page")]) == 1
+    assert "CAPACITY REGRESSED: trace capacity loras2-rank16-cpu4" in (tmp_path / "page" / "index.html").read_text()
 
 
 def ab_session(folder, base_rows: list, new_rows: list, pairs: int = 3):
