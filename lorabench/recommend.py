@@ -95,9 +95,12 @@ def _peak_memory(builds: pd.DataFrame) -> float:
 
 
 def _memory(choice: Choice) -> str:
+    """Its KV cache and peak memory, or what is not known of them: a server whose /metrics
+    gives no cache size leaves ``kv_cache_tokens`` 0."""
+    kv = f"{choice.kv_cache_tokens:.0f} KV cache tokens" if choice.kv_cache_tokens > 0 else "KV cache not reported"
     if math.isnan(choice.peak_memory_mb):
-        return "memory not measured (URL target: lorabench sees only its own client's)"
-    return f"peak {choice.peak_memory_mb:.0f} MiB"
+        return f"{kv}, memory not measured (URL target: lorabench sees only its own client's)"
+    return f"{kv}, peak {choice.peak_memory_mb:.0f} MiB"
 
 
 def _line(shape: pd.DataFrame) -> str:
@@ -108,7 +111,7 @@ def _line(shape: pd.DataFrame) -> str:
         return head + f"not found: every search stopped before a probe passed ({', '.join(sorted(set(best.stops)))})"
     if best.mean == 0:
         return head + "no configuration met the SLOs at the lowest rate a probe can judge"
-    said = f"{head}choose {best.engine}: {_rate(best)}, {best.kv_cache_tokens:.0f} KV cache tokens, {_memory(best)}"
+    said = f"{head}choose {best.engine}: {_rate(best)}, {_memory(best)}"
     if len(choices) == 1:
         return said + " (the only configuration searched)"
     runner_up = choices[1]

@@ -42,6 +42,11 @@ def test_against_a_url_the_memory_is_said_not_measured():
     url = {"target": "url", "memory_source": "client", "peak_memory_mb": 612.0}
     line = recommend.for_session(capacity_rows(TWO, [10.0], **url) + capacity_rows(EIGHT, [20.0], **url))[0]
     assert "memory not measured (URL target" in line and "612" not in line and "peak" not in line
+    assert "1024 KV cache tokens" in line, "the server's own /metrics give its KV cache"
+    unreported = recommend.for_session(
+        capacity_rows(TWO, [10.0], **url) + capacity_rows(EIGHT, [20.0], **url, kv_cache_tokens=0)
+    )
+    assert "KV cache not reported" in unreported[0] and "0 KV cache tokens" not in unreported[0]
     # A server lorabench started (serve) is in its process tree: its memory is measured.
     serve = {"target": "serve", "memory_source": "rss", "peak_memory_mb": 3730.0}
     line = recommend.for_session(capacity_rows(TWO, [10.0], **serve) + capacity_rows(EIGHT, [20.0], **serve))[0]
