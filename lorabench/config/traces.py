@@ -15,7 +15,7 @@ from pathlib import Path
 from lorabench.config.schema import ConfigFile
 from lorabench.config.trace_sections import TraceShape
 from lorabench.traces.data import load as load_trace
-from lorabench.traces.transforms import replay_window, window
+from lorabench.traces.transforms import from_start, replay_window
 
 Limit = tuple[int | None, str]
 
@@ -98,13 +98,23 @@ def _check_imported(
     try:
         data = load_trace(file)
     except ValueError as exc:
-        return [f"{where}: {exc}: write it with `lorabench trace import`"]
+        return [f"{where}: {exc}"]
     problems = []
     if len(data.adapters) > configured:
         problems.append(
             f"{where}: {file.name} labels requests with {len(data.adapters)} adapters, only {configured} are "
             "configured (its i-th adapter replays as the config's i-th): add adapters or import with fewer"
         )
+    if not len(data):
+        return [*problems, f"{where}: {file.name} holds no request: write it again with more"]
+    rest = from_start(data, shape.start)
+    if not len(rest):
+        last = float(data.arrival_s[-1])
+        return [
+            *problems,
+            f"{path}: field '{field}.start' has bad value {shape.start:g}: {file.name}'s last request arrives at "
+            f"{last:g} s: start before it",
+        ]
     windows = []
     for rate in rates:
         try:
@@ -112,9 +122,6 @@ def _check_imported(
         except ValueError as exc:
             problems.append(f"{path}: field '{field}.rate' has bad value {rate:g}: {exc}")
     if not rates:
-        rest, _ = window(data, shape.start, None)
-        if not len(rest):
-            return [*problems, f"{path}: field '{field}.start' has bad value {shape.start:g}: the trace ends before it"]
         windows.append(("", rest))
         if min_rate is not None and len(rest) / duration <= min_rate:
             problems.append(
