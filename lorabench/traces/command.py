@@ -133,7 +133,7 @@ def _trace_import(args: argparse.Namespace) -> int:
     """Bad input is one line on stderr and exit status 2, never a traceback; what the import
     did that its user may not expect (labels folded together) is a warning line."""
     from lorabench.traces import data
-    from lorabench.traces.importer import import_trace, warnings
+    from lorabench.traces.importer import import_trace, import_warnings
     from lorabench.traces.sources import TraceInputError
 
     try:
@@ -143,7 +143,7 @@ def _trace_import(args: argparse.Namespace) -> int:
         return _failed("import", str(exc))
     except OSError as exc:
         return _failed("import", _unwritable(exc))
-    for line in warnings(imported.header):
+    for line in import_warnings(imported.header):
         print(f"lorabench trace import: warning: {line}", file=sys.stderr)
     print(f"wrote {len(imported)} requests ({imported.rate:.3f} req/s over {imported.duration_s:g} s) to {args.out}")
     return 0

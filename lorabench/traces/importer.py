@@ -178,7 +178,7 @@ def _label(data: TraceData, opts: ImportOptions, labels: list[str]) -> tuple[Tra
     return data, {"op": "label", "popularity": chosen, "adapters": opts.num_adapters, "seed": opts.seed}
 
 
-def warnings(header: dict[str, Any]) -> list[str]:
+def import_warnings(header: dict[str, Any]) -> list[str]:
     """What an import did that its user may not expect, for stderr: labels folded
     together onto shared adapters, or adapters left without a request."""
     step = header["transforms"][-1]
