@@ -11,7 +11,7 @@ import pytest
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file
 from lorabench.correctness import DigestBook
 from lorabench.device import Platform
-from lorabench.http.target import Target, target_of
+from lorabench.http.target import Target, chosen_target
 from lorabench.progress import RunProgress
 from lorabench.results import ResultWriter
 
@@ -57,9 +57,7 @@ class BenchState:
     @property
     def target(self) -> Target:
         """Where this session's requests go: --bench-target, else the config's ``target``."""
-        if self.target_option is not None:
-            return self.target_option
-        return target_of(self.file.target) if self.file is not None else Target()
+        return chosen_target(self.target_option, self.file.target if self.file is not None else None)
 
 
 STATE = pytest.StashKey[BenchState]()
