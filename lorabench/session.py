@@ -14,6 +14,7 @@ from lorabench.device import Platform
 from lorabench.http.target import Target, chosen_target
 from lorabench.progress import RunProgress
 from lorabench.results import ResultWriter
+from lorabench.wallclock import WallClock
 
 
 @dataclass
@@ -44,6 +45,8 @@ class BenchState:
     report: Path | None = None  # the page --bench-report wrote
     report_error: str | None = None  # why --bench-report wrote no page: one line of the summary
     progress: RunProgress | None = None
+    # Where the session's wall time goes (builds, measured work, warm-ups, the harness), from its start.
+    clock: WallClock = field(default_factory=WallClock)
 
     def read_file(self) -> ConfigFile | None:
         """The parsed config file, read once; problems are kept for the usage error."""
