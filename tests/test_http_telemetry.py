@@ -4,6 +4,9 @@ counters and gauges come from its own steps: the ground truth)."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -94,3 +97,35 @@ def test_the_online_row_and_timeline_fill_over_http(pytester, with_server_gauges
     assert received <= generated
     assert 0.7 * received <= steps["generation_tokens"].sum() <= received
     assert steps["steps"].sum() > 0
+
+
+def test_a_request_awaits_its_first_output_until_it_comes_or_its_stream_ends():
+    """The client's count of adapters waiting: a request counts from its send to its first
+    output, or to its stream's end (a failure, a cancel); base-model requests never count."""
+    awaiting = telemetry.Awaiting()
+
+    async def outputs(gate, n):
+        await gate.wait()
+        for i in range(n):
+            yield i
+
+    async def consume(adapter, gate, n):
+        return [o async for o in awaiting.track(adapter, outputs(gate, n))]
+
+    async def scenario():
+        gates = [asyncio.Event() for _ in range(4)]
+        a0, a1 = SimpleNamespace(name="a0"), SimpleNamespace(name="a1")
+        args = [(a0, gates[0], 2), (a0, gates[1], 0), (a1, gates[2], 1), (None, gates[3], 1)]
+        tasks = [asyncio.ensure_future(consume(*a)) for a in args]
+        await asyncio.sleep(0)
+        counts = [awaiting.adapters()]
+        gates[0].set()
+        await asyncio.sleep(0.01)
+        counts.append(awaiting.adapters())  # a0's second request still awaits
+        tasks[2].cancel()
+        gates[1].set()
+        gates[3].set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return counts + [awaiting.adapters()]
+
+    assert asyncio.run(scenario()) == [2, 2, 0]

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 
+from lorabench.adapters import Adapter
 from lorabench.http.client import Client
 from lorabench.http.metrics import COUNTERS, ServerState, server_state
 from lorabench.records import TimelineRecord
@@ -43,6 +46,34 @@ NO_METRICS = "the server's /metrics did not answer; no timeline recorded"
 def read(text: str) -> ServerState:
     """The gauges and counters a timeline needs, from one scrape; other lines are skipped unparsed."""
     return server_state("\n".join(line for line in text.splitlines() if line.startswith(GAUGES)))
+
+
+class Awaiting:
+    """This client's requests sent and not yet given an output, by adapter: which adapters wait
+    (``vllm:lora_requests_info`` cannot say, see ``lorabench.http.metrics``)."""
+
+    def __init__(self) -> None:
+        self.requests: Counter[str] = Counter()
+
+    def adapters(self) -> int:
+        """The distinct adapters with a request awaiting its first output."""
+        return sum(1 for n in self.requests.values() if n)
+
+    async def track(self, adapter: Adapter | None, outputs: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """``outputs`` of a request for ``adapter`` (an ``Adapter``, or None for the base
+        model), counted from the send until the first output or the end."""
+        name = adapter.name if adapter is not None else None
+        if name is not None:
+            self.requests[name] += 1
+        try:
+            async for output in outputs:
+                if name is not None:
+                    self.requests[name] -= 1
+                    name = None
+                yield output
+        finally:
+            if name is not None:
+                self.requests[name] -= 1
 
 
 class Scraper:
