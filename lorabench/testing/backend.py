@@ -14,7 +14,8 @@ from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.device import Platform
 from lorabench.engine import Engine, EngineDied
-from lorabench.testing.llm import KV_CACHE_TOKENS, VOCAB_SIZE, Costs, LoraRef, Params, StandInLLM
+from lorabench.testing.llm import VOCAB_SIZE, Costs, LoraRef, Params, StandInLLM
+from lorabench.testing.scheduler import BLOCK_SIZE
 from lorabench.workload import Prompt
 
 
@@ -40,7 +41,7 @@ class StandInEngine(Engine):
         return llm
 
     def _kv_cache_tokens(self) -> int:
-        return KV_CACHE_TOKENS
+        return self.costs.kv_blocks * BLOCK_SIZE
 
     async def _shutdown(self) -> None:
         # No sockets to let close first, unlike vLLM's: stop the step loop and go.
