@@ -3,10 +3,9 @@
 The first runs on an NPU node happen without us; when one goes wrong, the bundle is
 what we read. It holds the run's results, samples and digests, its engine logs and the
 config it ran (kept in the logs folder when the run starts), what ``lorabench doctor``
-says now, and the environment variables that change how vLLM runs. Only variables from
-a list of known names are written, so no token or key leaves the machine; the config's
-possible secrets are redacted, and the values of secret-named variables and arguments
-are replaced wherever a log printed them.
+says now, and the environment variables of the software stack that runs. It keeps every
+setting and hides credentials, told by their names and shapes (lorabench/redact.py), in
+the environment, the config and the logs alike.
 """
 
 from __future__ import annotations
@@ -16,43 +15,24 @@ import contextlib
 import io
 import json
 import os
-import re
 import tarfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import cast
 
 from lorabench.records import digests_path_for, replays_path_for, samples_path_for
+from lorabench.redact import redact_tree, scrub_text, secret_values
 from lorabench.results import CONFIG_COPY, CONFIG_SOURCE
 
-# What a bundle may say about the environment: settings of vLLM, CANN, the devices and lorabench.
-KNOWN_VARIABLES = (
-    "ASCEND_HOME_PATH",
-    "ASCEND_TOOLKIT_HOME",
-    "ASCEND_OPP_PATH",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "ASCEND_LAUNCH_BLOCKING",
-    "ASCEND_GLOBAL_LOG_LEVEL",
-    "ATB_HOME_PATH",
-    "CUDA_VISIBLE_DEVICES",
-    "LD_LIBRARY_PATH",
-    "PYTORCH_NPU_ALLOC_CONF",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "TORCH_DEVICE_BACKEND_AUTOLOAD",
-    "OMP_NUM_THREADS",
-    "VLLM_WORKER_MULTIPROC_METHOD",
-    "VLLM_CPU_KVCACHE_SPACE",
-    "VLLM_CPU_OMP_THREADS_BIND",
-    "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
-    "VLLM_LOGGING_LEVEL",
-    "VLLM_PLUGINS",
-    "HF_HUB_OFFLINE",
-    "LORABENCH_CACHE_DIR",
-    "LORABENCH_CPU_BINDING",
-    "LORABENCH_TIMELINE",
-)
-REDACTED = "(redacted)"
-SECRET_MIN_CHARS = 6
-_SECRET = re.compile(r"token|key|secret|password", re.IGNORECASE)
+# The families of variables that change how the stack runs (vLLM, vllm-ascend, CANN and
+# its collectives, torch, CUDA, Hugging Face's libraries, OpenMP, the loader, lorabench):
+# every one of them goes into a bundle, credentials hidden. The rest of a shell (HOME,
+# PATH, SSH_*, proxies) says nothing about a run.
+STACK_PREFIXES = (
+    "VLLM_", "ASCEND_", "ATB_", "HCCL_", "NPU_", "CUDA_", "NCCL_", "NVIDIA_", "TORCH_", "PYTORCH_",
+    "TRITON_", "GLOO_", "MASTER_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_", "TOKENIZERS_", "SAFETENSORS_",
+    "OMP_", "KMP_", "MKL_", "LD_", "LORABENCH_",
+)  # fmt: skip
 # Columns every lorabench result file has had.
 IDENTIFYING = ("run_id", "scenario", "engine_id")
 
@@ -88,7 +68,9 @@ def run_files(run: Path, logs: Path | None = None) -> tuple[list[Path], Path | N
 
 
 def environment() -> dict[str, str]:
-    return {name: os.environ[name] for name in KNOWN_VARIABLES if name in os.environ}
+    """This shell's variables of the stack's families, credentials hidden."""
+    stack = {name: value for name, value in sorted(os.environ.items()) if name.startswith(STACK_PREFIXES)}
+    return cast(dict[str, str], redact_tree(stack))
 
 
 def doctor_text(log_dir: Path | None) -> str:
@@ -104,7 +86,7 @@ def doctor_text(log_dir: Path | None) -> str:
     except Exception as exc:  # noqa: BLE001 - a bundle without the doctor's view is still a bundle
         return f"lorabench doctor failed: {type(exc).__name__}: {exc}\n"
     head = f"lorabench doctor: {doctor.describe_host(host)}\nconfig: {config or 'none found'}\n"
-    return head + "".join(f.line() + "\n" for f in findings)
+    return scrub_text(head + "".join(f.line() + "\n" for f in findings))
 
 
 def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:
@@ -115,45 +97,33 @@ def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:
 
 
 def redacted_config(path: Path) -> str:
-    """The config the run read, with what could be a secret left out: ``env`` values not on
-    the known list, and engine arguments named like a token, key, secret or password."""
+    """The config the run read, every setting kept, credentials hidden."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "(the config copy does not read as JSON: left out)\n"
-    env = data.get("env") if isinstance(data, dict) else None
-    if isinstance(env, dict):
-        data["env"] = {k: (v if k in KNOWN_VARIABLES or k.startswith("//") else REDACTED) for k, v in env.items()}
-    engine = data.get("engine") if isinstance(data, dict) else None
-    if isinstance(engine, dict):
-        data["engine"] = {k: (REDACTED if _SECRET.search(k) else v) for k, v in engine.items()}
-    return json.dumps(data, indent=2) + "\n"
+    return json.dumps(redact_tree(data), indent=2) + "\n"
 
 
-def secret_values(config_copy: Path | None) -> list[str]:
-    """Values that would be secrets if a log printed them: this environment's variables named
-    like a token, key, secret or password, and the config's ``env`` values and engine arguments
-    named so (an ``api_key`` a serve target passes, which vLLM logs among its arguments).
-    Short values are left alone: "1" is no secret, and replacing it would garble the logs."""
-    named: list[object] = [v for k, v in os.environ.items() if _SECRET.search(k) and k not in KNOWN_VARIABLES]
+def known_secrets(config_copy: Path | None) -> list[str]:
+    """Values that would be secrets if a log printed them, even where no name or shape
+    says so there: this shell's credential-named variables, and the config's ``env``
+    values and engine arguments named so (an ``api_key`` a serve target passes, which vLLM
+    logs among its arguments)."""
+    named: list[tuple[str, object]] = list(os.environ.items())
     try:
         data = json.loads(config_copy.read_text(encoding="utf-8")) if config_copy is not None else {}
     except (OSError, ValueError):
         data = {}
     for section in ("env", "engine"):
         part = data.get(section) if isinstance(data, dict) else None
-        named += [v for k, v in part.items() if _SECRET.search(k)] if isinstance(part, dict) else []
-    flat = [x for v in named for x in (v if isinstance(v, list) else [v]) if isinstance(x, (str, int))]
-    values = {str(x) for x in flat if len(str(x)) >= SECRET_MIN_CHARS}
-    return sorted(values, key=len, reverse=True)
+        named += list(part.items()) if isinstance(part, dict) else []
+    return secret_values(named)
 
 
 def _scrubbed(path: Path, secrets: list[str]) -> str:
-    """A log's text with every secret value replaced."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    for value in secrets:
-        text = text.replace(value, REDACTED)
-    return text
+    """A log's text with every credential hidden."""
+    return scrub_text(path.read_text(encoding="utf-8", errors="replace"), secrets)
 
 
 def _refuse_clobbering(out: Path, files: list[Path], log_dir: Path | None) -> None:
@@ -169,7 +139,7 @@ def write_bundle(run: Path, out: Path, logs: Path | None = None) -> tuple[list[s
     _refuse_clobbering(out, files, log_dir)
     missing = [] if log_dir is not None else ["no engine logs or config: no <run>.logs folder beside it (--logs DIR)"]
     stem = run.name.removesuffix(".logs").removesuffix(".csv")
-    secrets = secret_values(log_dir / CONFIG_COPY if log_dir is not None else None)
+    secrets = known_secrets(log_dir / CONFIG_COPY if log_dir is not None else None)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with tarfile.open(tmp, "w:gz") as tar:

@@ -10,7 +10,7 @@ fails its test.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,6 +25,7 @@ from lorabench.results import ResultWriter, utc_now
 from lorabench.scenarios import Context, Outcome, Scenario
 from lorabench.schema import ENGINE_ONLY, ResultRow
 from lorabench.schema_check import SchemaError, check_row
+from lorabench.wallclock import MEASURED, WallClock
 
 
 @dataclass
@@ -39,6 +40,7 @@ class BenchCase:
     test_id: str
     digests: DigestBook
     progress: Callable[[str], None] | None = None
+    clock: WallClock = field(default_factory=WallClock)
 
     def _engine_died(self, engine: Engine, exc: BaseException) -> NoReturn:
         engine.died = f"{self.test_id}: {type(exc).__name__}: {exc}"
@@ -74,12 +76,13 @@ class BenchCase:
             return
         self.writer.append_digests(records)
         state.digest_mismatches = self.digests.mismatches(records)
-        state.adapter_load_s = engine.measure_adapter_loads(adapters)
+        with self.clock.timing(MEASURED):
+            state.adapter_load_s = engine.measure_adapter_loads(adapters)
 
     def run(self, engine: Engine, **params: Any) -> ResultRow:
         """Run the case, write its row and samples to disk, and return the row."""
         keeper = _Keeper(self, engine)
-        ctx = Context(self.config, self.benchmark, self.digests, keeper, self.progress)
+        ctx = Context(self.config, self.benchmark, self.digests, keeper, self.progress, self.clock)
 
         def work() -> Outcome:
             self._prepare(engine)

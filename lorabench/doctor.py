@@ -18,16 +18,16 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lorabench import smi, stack
-from lorabench.doctor_host import Host, read_host
+from lorabench.doctor_host import FAIL, NOTE, OK, Finding, Host, describe_host, read_host
+from lorabench.http.target import URL, Target, chosen_target, parse_target
 
-__all__ = ["Finding", "Host", "diagnose", "main", "read_host"]
+__all__ = ["Finding", "Host", "describe_host", "diagnose", "main", "read_host"]
 
-OK, NOTE, FAIL = "ok", "note", "FAIL"
 START_METHOD = "VLLM_WORKER_MULTIPROC_METHOD"
 SET_ENV = "source /usr/local/Ascend/ascend-toolkit/set_env.sh"
 ATB_SET_ENV = "source /usr/local/Ascend/nnal/atb/set_env.sh"
@@ -35,16 +35,6 @@ ATB_SET_ENV = "source /usr/local/Ascend/nnal/atb/set_env.sh"
 DISK_FAIL_GIB, DISK_NOTE_GIB = 2.0, 20.0
 # vllm-ascend's AscendC LoRA kernels (bgmv/sgmv) cover ranks up to this one (docs/npu.md).
 ASCEND_KERNEL_MAX_RANK = 64
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: str
-    text: str
-    fix: str = ""
-
-    def line(self) -> str:
-        return f"{self.level:<4}  {self.text}" + (f" -- fix: {self.fix}" if self.fix else "")
 
 
 def check_stack(host: Host) -> list[Finding]:
@@ -208,9 +198,9 @@ def _existing(folder: Path) -> Path:
     return next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
 
 
-def check_config(path: Path | None, host: Host) -> tuple[list[Finding], list[Path], Any]:
-    """The config resolves (as the plugin would resolve it), and its ranks suit the kernels;
-    also the folders whose free space matters, and the config file as read (None when it did not resolve)."""
+def check_config(path: Path | None, host: Host, target: Target | None = None) -> tuple[list[Finding], list[Path], Any]:
+    """The config resolves (as the plugin would resolve it for ``target``), and its ranks suit the kernels;
+    also the folders whose free space matters, and the config as resolved (None when it did not resolve)."""
     from lorabench import builtin
     from lorabench.config import ConfigError, read_config_file, resolve_config
 
@@ -218,14 +208,17 @@ def check_config(path: Path | None, host: Host) -> tuple[list[Finding], list[Pat
     if path is None:
         return [Finding(NOTE, "no config checked", "lorabench doctor --config FILE")], folders, None
     try:
-        config = resolve_config(path, read_config_file(path), needs_lora=True)
+        file = read_config_file(path)
+        # A URL's server was started with engine arguments the local vLLM need not know (as in a run).
+        local = chosen_target(target, file.target).kind != URL
+        config = resolve_config(path, file, needs_lora=True, check_vllm_args=local)
     except ConfigError as exc:
         return [Finding(FAIL, problem, "see docs/configuration.md") for problem in exc.problems], folders, None
     except Exception as exc:  # noqa: BLE001 - a broken install or a full disk is a finding, not a traceback
         reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
         return [Finding(FAIL, f"{path} does not resolve: {reason}", "fix what it names, and run again")], folders, None
     folders += [config.model, *(a.path.parent for a in config.adapters[:1])]
-    return _ranks(path, config, host), folders, config.file
+    return _ranks(path, config, host), folders, config
 
 
 def _ranks(path: Path, config, host: Host) -> list[Finding]:
@@ -246,13 +239,18 @@ def _ranks(path: Path, config, host: Host) -> list[Finding]:
     return found
 
 
-def diagnose(host: Host, config: Path | None) -> list[Finding]:
+def diagnose(host: Host, config: Path | None, target: Target | None = None) -> list[Finding]:
     """Every finding, in the order they are printed. The devices and the start method are
-    checked with the config's ``env`` over the shell's, as its engines will see them."""
-    found = check_stack(host)
-    if host.device_type == "npu":
-        found += check_cann(host)
-    config_found, folders, file = check_config(config, host)
+    checked with the config's ``env`` over the shell's, as its engines will see them; with a
+    server at a URL as the target (``target``, else the config's), the server instead."""
+    config_found, folders, resolved = check_config(config, host, target)
+    file = resolved.file if resolved is not None else None
+    target = chosen_target(target, file.target if file is not None else None)
+    if target.kind == URL:
+        from lorabench import doctor_target
+
+        return doctor_target.at_url(resolved, target) + config_found + check_disk(folders)
+    found = check_stack(host) + (check_cann(host) if host.device_type == "npu" else [])
     env = {k: str(v) for k, v in file.env.items()} if file is not None else {}
     engine = (file.engine.model_extra or {}) if file is not None else {}
     engines = replace(host, environ={**host.environ, **env})
@@ -262,6 +260,7 @@ def diagnose(host: Host, config: Path | None) -> list[Finding]:
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="config file to resolve (default: config/common.json when it exists)")
+    parser.add_argument("--target", help="where a run's requests go, as --bench-target: inprocess, serve or a URL")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -269,12 +268,17 @@ def main(args: argparse.Namespace) -> int:
     if args.config and not config.is_file():
         print(f"lorabench doctor: --config {config}: no such file")
         return 2
+    try:
+        target = parse_target(args.target) if getattr(args, "target", None) else None
+    except ValueError as exc:
+        print(f"lorabench doctor: --target {args.target}: {exc}")
+        return 2
     host = read_host()
     if not torch_imported():
         # torch >= 2.5 imports torch-npu with itself unless told not to; this process needs neither.
         os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     print(f"lorabench doctor: {describe_host(host)}")
-    findings = diagnose(host, config if config.is_file() else None)
+    findings = diagnose(host, config if config.is_file() else None, target)
     for finding in findings:
         print(finding.line())
     stops = sum(f.level == FAIL for f in findings)
@@ -284,9 +288,3 @@ def main(args: argparse.Namespace) -> int:
 
 def torch_imported() -> bool:
     return "torch" in sys.modules
-
-
-def describe_host(host: Host) -> str:
-    kind = {"npu": "Ascend NPU", "cuda": "CUDA GPU", "cpu": "CPU"}.get(host.device_type, host.device_type)
-    platform = f"; vLLM's platform: {host.vllm_platform}" if host.vllm_platform else ""
-    return f"{host.device_type} host ({kind}{platform})"

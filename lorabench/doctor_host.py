@@ -1,4 +1,5 @@
-"""What ``lorabench doctor`` reads about the host, without importing vllm-ascend or torch-npu.
+"""What ``lorabench doctor`` reads about the host, without importing vllm-ascend or torch-npu,
+and the findings it makes of it.
 
 Which accelerator the host is set up for comes from the packages' metadata and the
 management tools on PATH: vllm-ascend, torch-npu or ``npu-smi`` make an Ascend host,
@@ -40,6 +41,21 @@ except BaseException as exc:
     found["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
 print("\\nMARK" + json.dumps(found))
 """.replace("MARK", _MARK)
+
+
+OK, NOTE, FAIL = "ok", "note", "FAIL"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the doctor's: ``ok``, ``note`` or ``FAIL`` (would stop a run), with its fix."""
+
+    level: str
+    text: str
+    fix: str = ""
+
+    def line(self) -> str:
+        return f"{self.level:<4}  {self.text}" + (f" -- fix: {self.fix}" if self.fix else "")
 
 
 @dataclass(frozen=True)
@@ -117,3 +133,9 @@ def read_host() -> Host:
     kind = host_kind(packages, probe.device_type)
     note = probe.why if probe.device_type != kind else ""
     return Host(packages, kind, environ, note, probe.device_type or "none")
+
+
+def describe_host(host: Host) -> str:
+    kind = {"npu": "Ascend NPU", "cuda": "CUDA GPU", "cpu": "CPU"}.get(host.device_type, host.device_type)
+    platform = f"; vLLM's platform: {host.vllm_platform}" if host.vllm_platform else ""
+    return f"{host.device_type} host ({kind}{platform})"

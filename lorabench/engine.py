@@ -136,6 +136,7 @@ class Engine(AdapterCache, Requests):
         if self.device_type == "cpu":
             self._unpin = processes.keep_off_worker_cpus(self._processes)
         self.kv_cache_tokens = self._kv_cache_tokens()
+        self.timeline.watch(self.llm)
         self.graph = graph.reported(self.llm.vllm_config, self._log_text())
         self.memory.update()
         return self

@@ -20,6 +20,7 @@ from lorabench.memory import MIB, DeviceNotReleased, tree_rss_bytes
 from lorabench.results import ResultWriter, provenance
 from lorabench.session import STATE, BenchState
 from lorabench.terminal import say
+from lorabench.wallclock import BUILDS
 
 
 def _state_for_run(config: pytest.Config) -> BenchState:
@@ -51,7 +52,8 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     eng: Engine = state.backend.engine(state.config, spec, state.platform.device_type, log_path)
     failure = None
     try:
-        eng.__enter__()
+        with state.clock.timing(BUILDS):
+            eng.__enter__()
     except Exception as exc:  # noqa: BLE001 - fail this configuration's cases, keep the session
         reason = str(exc) if isinstance(exc, EngineBuildError) else f"{type(exc).__name__}: {exc}"
         failure = f"engine configuration {spec.id} failed to build: {reason}"
@@ -62,7 +64,8 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         yield eng
     finally:
         try:
-            eng.close()
+            with state.clock.timing(BUILDS):
+                eng.close()
         except DeviceNotReleased as exc:
             state.unreleased = f"the device memory of {spec.id} was not released: {exc}"
         state.rss_after_teardown.append((spec.id, tree_rss_bytes() / MIB))
@@ -85,4 +88,5 @@ def lorabench(request: pytest.FixtureRequest, benchmark: Any) -> BenchCase:
         test_id=request.node.nodeid,
         digests=state.digests,
         progress=lambda line: say(request.config, line),
+        clock=state.clock,
     )

@@ -3,8 +3,9 @@ configuration with the highest capacity, and whether its lead over the next best
 
 A capacity is known only to the search's precision (the bracket between its highest
 passing and lowest failing rate), and builds of one configuration differ (see
-docs/compare.md). So a lead is called real only when every build of the best passed a
-rate at which every build of the next failed: beyond both.
+docs/compare.md). So a lead is called real only when each side has 2 builds or more and
+every build of the best passed a rate at which every build of the next failed: beyond
+both. The rule is docs/capacity.md's "The recommendation".
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from lorabench.capacity import BELOW_RANGE
+from lorabench.http.target import URL
 from lorabench.schema import CASE_KEY, ENGINE_KEY, ResultRow, engine_name
 
 SHAPE_KEY = [c for c in CASE_KEY if c not in ENGINE_KEY]
@@ -30,7 +32,7 @@ class Choice:
     overs: tuple[float, ...]  # NaN where no probe failed
     stops: tuple[str, ...]
     kv_cache_tokens: float
-    peak_memory_mb: float
+    peak_memory_mb: float  # NaN where the figure is not the configuration's (a URL target's client)
 
     @property
     def mean(self) -> float:
@@ -75,11 +77,30 @@ def _choices(shape: pd.DataFrame) -> list[Choice]:
                 overs=tuple(pd.to_numeric(builds["capacity_over_rps"], errors="coerce").astype(float)),
                 stops=stops,
                 kv_cache_tokens=float(builds["kv_cache_tokens"].mean()),
-                peak_memory_mb=float(builds["peak_memory_mb"].max()),
+                peak_memory_mb=_peak_memory(builds),
             )
         )
     known = sorted((c for c in choices if not math.isnan(c.mean)), key=lambda c: c.mean, reverse=True)
     return known + [c for c in choices if math.isnan(c.mean)]
+
+
+def _peak_memory(builds: pd.DataFrame) -> float:
+    """The builds' peak memory, or NaN where it is lorabench's own: against a server at a URL
+    the figure is the client's RSS (``memory_source`` ``client``), not the server's."""
+    client = builds["memory_source"].astype(str).eq("client") if "memory_source" in builds else False
+    url = builds["target"].astype(str).eq(URL) if "target" in builds else False
+    if (client | url).any():
+        return math.nan
+    return float(builds["peak_memory_mb"].max())
+
+
+def _memory(choice: Choice) -> str:
+    """Its KV cache and peak memory, or what is not known of them: a server whose /metrics
+    gives no cache size leaves ``kv_cache_tokens`` 0."""
+    kv = f"{choice.kv_cache_tokens:.0f} KV cache tokens" if choice.kv_cache_tokens > 0 else "KV cache not reported"
+    if math.isnan(choice.peak_memory_mb):
+        return f"{kv}, memory not measured (URL target: lorabench sees only its own client's)"
+    return f"{kv}, peak {choice.peak_memory_mb:.0f} MiB"
 
 
 def _line(shape: pd.DataFrame) -> str:
@@ -90,10 +111,7 @@ def _line(shape: pd.DataFrame) -> str:
         return head + f"not found: every search stopped before a probe passed ({', '.join(sorted(set(best.stops)))})"
     if best.mean == 0:
         return head + "no configuration met the SLOs at the lowest rate a probe can judge"
-    said = (
-        f"{head}choose {best.engine}: {_rate(best)}, "
-        f"{best.kv_cache_tokens:.0f} KV cache tokens, peak {best.peak_memory_mb:.0f} MiB"
-    )
+    said = f"{head}choose {best.engine}: {_rate(best)}, {_memory(best)}"
     if len(choices) == 1:
         return said + " (the only configuration searched)"
     runner_up = choices[1]
@@ -106,12 +124,17 @@ def _line(shape: pd.DataFrame) -> str:
 
 
 def _verdict(best: Choice, runner_up: Choice) -> str:
-    """A lead is real when every build of the best passed a rate at which every build of the
-    runner-up failed: beyond both the searches' precision and the builds' spread."""
+    """A lead is real when each side has 2 builds or more (one build says nothing of the
+    spread between builds) and every build of the best passed a rate at which every build
+    of the runner-up failed: beyond both the searches' precision and the builds' spread.
+    A runner-up build that failed no rate has no upper bound, so nothing is beyond it."""
+    builds = min(len(best.capacities), len(runner_up.capacities))
+    if builds < 2:
+        return f"{builds} build: lead not tested (a lead needs 2 builds a side: capacity.builds or --bench-builds 2)"
+    if any(math.isnan(o) for o in runner_up.overs):
+        return f"not shown: a build of {runner_up.engine} failed no rate probed, so its capacity has no upper bound"
     if max(runner_up.overs) <= min(best.capacities):
         return "a real lead: every build of it passed a rate every build of the other failed"
-    if len(best.capacities) < 2 or len(runner_up.capacities) < 2:
-        return "not shown: the searches' brackets overlap (one build each: --bench-builds 2 gives the spread too)"
     return "not shown: within the searches' precision and the spread between builds"
 
 

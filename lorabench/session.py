@@ -11,9 +11,10 @@ import pytest
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, read_config_file
 from lorabench.correctness import DigestBook
 from lorabench.device import Platform
-from lorabench.http.target import Target, target_of
+from lorabench.http.target import Target, chosen_target
 from lorabench.progress import RunProgress
 from lorabench.results import ResultWriter
+from lorabench.wallclock import WallClock
 
 
 @dataclass
@@ -44,6 +45,8 @@ class BenchState:
     report: Path | None = None  # the page --bench-report wrote
     report_error: str | None = None  # why --bench-report wrote no page: one line of the summary
     progress: RunProgress | None = None
+    # Where the session's wall time goes (builds, measured work, warm-ups, the harness), from its start.
+    clock: WallClock = field(default_factory=WallClock)
 
     def read_file(self) -> ConfigFile | None:
         """The parsed config file, read once; problems are kept for the usage error."""
@@ -57,9 +60,7 @@ class BenchState:
     @property
     def target(self) -> Target:
         """Where this session's requests go: --bench-target, else the config's ``target``."""
-        if self.target_option is not None:
-            return self.target_option
-        return target_of(self.file.target) if self.file is not None else Target()
+        return chosen_target(self.target_option, self.file.target if self.file is not None else None)
 
 
 STATE = pytest.StashKey[BenchState]()

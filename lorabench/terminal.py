@@ -37,6 +37,8 @@ def summary_lines(state: BenchState) -> list[str]:
         builds = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.built)
         what = f"connections to {state.target.url}" if at_url else "engine builds"
         lines.append(f"{what}: {len(state.built)} ({builds})")
+    if state.progress is not None:  # benchmark cases ran
+        lines.append(state.clock.line())
     if state.rss_after_teardown and not at_url:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")

@@ -64,6 +64,13 @@ class Recorder:
         self._t0: float | None = None
         self._open: list[Any] | None = None
         self._last_state: tuple[float, int, int, int, int] = IDLE
+        # The engine's front end (vLLM's AsyncLLM, or the stand-in): its requests' states.
+        self.front_end: Any = None
+
+    def watch(self, front_end: Any) -> None:
+        """Read which requests still await their first output from ``front_end`` (``watch``
+        is called once the engine is built)."""
+        self.front_end = front_end
 
     def factories(self, logger_class: type | None = None) -> list[Callable[..., Any]]:
         """What an engine is built with: a factory that vLLM (or the stand-in) calls as
@@ -107,7 +114,7 @@ class Recorder:
         """One engine step: its state and counts, merged into the open record or starting one."""
         now = self.clock() - self._t0
         if scheduler_stats is not None:
-            self._last_state = _state(scheduler_stats)
+            self._last_state = _state(scheduler_stats, self.front_end)
         counts = _counts(iteration_stats) if iteration_stats is not None else (0, 0, 0)
         record = self._open
         if record is not None and now - record[0] < BUCKET_S:
@@ -129,15 +136,25 @@ class Recorder:
         self._open = None
 
 
-def _state(stats: Any) -> tuple[float, int, int, int, int]:
-    """What a step's ``SchedulerStats`` says, in ``TimelineRecord``'s order of the state fields."""
+def _state(stats: Any, front_end: Any) -> tuple[float, int, int, int, int]:
+    """What a step's ``SchedulerStats`` says, in ``TimelineRecord``'s order of the state fields.
+    Waiting requests are the scheduler's and those it deferred for a LoRA slot: vLLM 0.32 counts
+    the deferred apart (``num_skipped_waiting_reqs``; its ``/metrics`` adds them). The adapters
+    waiting are read from the front end, whose own adapter counts never have one waiting."""
     return (
         float(stats.kv_cache_usage),
         int(stats.num_running_reqs),
-        int(stats.num_waiting_reqs),
+        int(stats.num_waiting_reqs) + int(getattr(stats, "num_skipped_waiting_reqs", 0)),
         sum(1 for n in stats.running_lora_adapters.values() if n),
-        sum(1 for n in stats.waiting_lora_adapters.values() if n),
+        adapters_awaiting(front_end.output_processor.request_states.values()),
     )
+
+
+def adapters_awaiting(requests: Any) -> int:
+    """Distinct adapters with a request that has had no output yet: waiting to be scheduled (or
+    in a prefill that lasts steps), as vLLM's front end holds its requests' states (``RequestState``:
+    ``lora_name``, ``is_prefilling`` until the first output)."""
+    return len({r.lora_name for r in requests if r.is_prefilling and r.lora_name})
 
 
 def _counts(stats: Any) -> tuple[int, int, int]:

@@ -15,10 +15,11 @@ output lengths, drawn from:
 - **lengths**: integers uniform on ``[low, high]``, or ``longtail``: a Pareto law of
   shape 1.5 truncated to ``[low, high]`` (most requests short, a few long).
 
-A trace file is JSON lines: a header with the parameters and adapter names, then one
-request per line. The same parameters and seed give the same file, byte for byte. This
-is version 1 of the format; version 2 holds imported traces (``lorabench.traces``), with
-the same request lines.
+A trace file is JSON lines: a header with the parameters, the adapter names and the
+number of requests, then one request per line. The same parameters and seed give the
+same file, byte for byte. This is version 1 of the format; version 2 holds imported
+traces (``lorabench.traces``), with the same request lines; ``lorabench.traces.data``
+reads both.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+
+from lorabench.traces.files import write_whole
 
 FORMAT = "lorabench-trace/1"
 LONGTAIL_SHAPE = 1.5
@@ -121,29 +124,22 @@ def generate(params: TraceParams, adapters: Sequence[str]) -> list[TraceRequest]
 
 
 def write(path: Path, params: TraceParams, adapters: Sequence[str], requests: Sequence[TraceRequest]) -> None:
-    header = {"format": FORMAT, "params": asdict(params), "adapters": list(adapters[: params.num_adapters])}
+    """The trace as version 1, whole or not at all; its header counts the requests, which
+    ``lorabench.traces.data.load`` checks."""
+    header = {
+        "format": FORMAT,
+        "params": asdict(params),
+        "adapters": list(adapters[: params.num_adapters]),
+        "requests": len(requests),
+    }
     lines = [json.dumps(header, sort_keys=True)]
     lines += [json.dumps(asdict(r), sort_keys=True) for r in requests]
-    Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_whole(Path(path), ["\n".join(lines) + "\n"])
 
 
 def params_from_header(header: dict) -> TraceParams:
     raw = header["params"]
     return TraceParams(**{**raw, "input_range": tuple(raw["input_range"]), "output_range": tuple(raw["output_range"])})
-
-
-def read(path: Path) -> tuple[TraceParams, list[str], list[TraceRequest]]:
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        header = json.loads(lines[0])
-        if header.get("format") != FORMAT:
-            raise ValueError(f"not a {FORMAT} file")
-        params = params_from_header(header)
-        requests = [TraceRequest(**json.loads(line)) for line in lines[1:] if line.strip()]
-    except (OSError, IndexError, KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not a readable lorabench trace ({exc})") from None
-    return params, header["adapters"], requests
 
 
 def histogram(values: np.ndarray, bins: int = 8, width: int = 40) -> list[str]:

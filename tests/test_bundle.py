@@ -1,4 +1,4 @@
-"""``lorabench bundle``: a run's files in one archive, known settings only, bad input exits 2."""
+"""``lorabench bundle``: a run's files in one archive, settings kept and credentials hidden, bad input exits 2."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import tarfile
 import pytest
 
 from lorabench.cli import main
+from lorabench.redact import is_secret_name, redact_tree, scrub_text
 from lorabench.results import ResultWriter
 from tests.helpers import make_row, make_sample
 
@@ -43,7 +44,7 @@ def members(path) -> dict[str, str]:
         return {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}
 
 
-def test_a_bundle_holds_the_run_and_only_known_settings(run, tmp_path, monkeypatch, capsys):
+def test_a_bundle_holds_the_run_and_hides_its_secrets(run, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     monkeypatch.setenv("MY_API_KEY", "key-of-mine")
@@ -73,6 +74,93 @@ def test_a_bundle_holds_the_run_and_only_known_settings(run, tmp_path, monkeypat
     assert kept["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "(redacted)"}
     assert kept["engine"]["hf_token"] == "(redacted)" and kept["engine"]["max_loras"] == [1, 2]
     assert f"{stem}/doctor.txt" in capsys.readouterr().out
+
+
+def test_a_bundle_keeps_settings_named_like_secrets_and_hides_credentials(tmp_path, tiny_config, monkeypatch):
+    """Finding 9 of issue 27: ``tokenizer`` and ``max_num_batched_tokens`` matched a name
+    pattern for secrets, so the model path and 131072 became '(redacted)' in every log, and
+    every variable off a fixed list (VLLM_USE_V1) in the config and the environment."""
+    monkeypatch.setenv("VLLM_USE_V1", "1")
+    monkeypatch.setenv("HF_TOKEN", "hf_abc")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    engine = {"tokenizer": "/models/x", "max_num_batched_tokens": 131072, "api_key": "served-key-1"}
+    writer = ResultWriter(tmp_path / "results", None, "abc12345", False)
+    writer.keep_config(tiny_config(env={"VLLM_USE_V1": "1", "HF_TOKEN": "hf_abc"}, engine=engine))
+    writer.append(make_row(), [make_sample()])
+    log = (
+        "INFO vllm serve --tokenizer /models/x --api-key served-key-1 --max-num-batched-tokens 131072\n"
+        "INFO non-default args: {'tokenizer': '/models/x', 'max_num_batched_tokens': 131072}\n"
+        "DEBUG env HF_TOKEN=hf_abc VLLM_USE_V1=1\n"
+        "DEBUG request headers: Authorization: Bearer x\n"
+        "INFO pulling from https://user:pw@host/models/x\n"
+    )
+    (writer.log_dir / "serve-build0.log").write_text(log)
+    out = tmp_path / "b.tar.gz"
+    assert main(["bundle", str(writer.path), "--out", str(out)]) == 0
+    files = members(out)
+    stem = writer.path.stem
+    kept = files[f"{stem}/logs/serve-build0.log"]
+    assert "--tokenizer /models/x" in kept and "--max-num-batched-tokens 131072" in kept
+    assert "{'tokenizer': '/models/x', 'max_num_batched_tokens': 131072}" in kept
+    assert "HF_TOKEN=(redacted) VLLM_USE_V1=1" in kept and "--api-key (redacted)" in kept
+    assert "Authorization: (redacted)" in kept and "https://(redacted)@host/models/x" in kept
+    everything = "".join(files.values())
+    assert "hf_abc" not in everything and "served-key-1" not in everything and "pw@" not in everything
+    assert "Bearer x" not in everything
+    config = json.loads(files[f"{stem}/logs/config.json"])
+    assert config["env"] == {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_USE_V1": "1", "HF_TOKEN": "(redacted)"}
+    assert config["engine"]["tokenizer"] == "/models/x" and config["engine"]["max_num_batched_tokens"] == 131072
+    assert config["engine"]["api_key"] == "(redacted)"
+    environment = json.loads(files[f"{stem}/environment.json"])
+    assert environment["VLLM_USE_V1"] == "1" and environment["TOKENIZERS_PARALLELISM"] == "false"
+    assert environment["HF_TOKEN"] == "(redacted)"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "WANDB_API_KEY", "hf_token", "api_key", "apiKey"]
+    + ["Authorization", "X-Api-Key", "DB_PASSWORD", "client_secret", "token", "--api-key"],
+)
+def test_credential_names_are_secret(name):
+    assert is_secret_name(name)
+    assert scrub_text(f"{name}=abcdef1 next=1") == f"{name}=(redacted) next=1"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["tokenizer", "max_num_batched_tokens", "VLLM_USE_V1", "VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD", "HF_TOKEN_PATH"]
+    + ["TOKENIZERS_PARALLELISM", "max_tokens", "skip_tokenizer_init", "cache_key"],
+)
+def test_settings_are_not_secret(name):
+    assert not is_secret_name(name)
+    assert scrub_text(f"{name}=/models/abcdef1") == f"{name}=/models/abcdef1"
+
+
+@pytest.mark.parametrize(
+    ("text", "scrubbed"),
+    [
+        ("token hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345 used", "token (redacted) used"),
+        ("key sk-proj-abcdefghijklmnop1234", "key (redacted)"),
+        ('-H "Authorization: Basic dXNlcjpwdw=="', '-H "Authorization: (redacted)"'),
+        ("headers={'Authorization': 'Bearer abc'}", "headers={'Authorization': '(redacted)'}"),
+        ("sent Bearer abc.def", "sent Bearer (redacted)"),
+        ("git clone https://ghp_abc@github.com/o/r", "git clone https://(redacted)@github.com/o/r"),
+        ("HF_HUB_DISABLE_IMPLICIT_TOKEN=1 the hf_config", "HF_HUB_DISABLE_IMPLICIT_TOKEN=1 the hf_config"),
+        ("GET /v1/models?token=abc&x=1", "GET /v1/models?token=(redacted)&x=1"),
+    ],
+)
+def test_credentials_are_told_by_their_shape(text, scrubbed):
+    assert scrub_text(text) == scrubbed
+
+
+def test_a_config_keeps_every_setting(tmp_path):
+    config = {"engine": {"tokenizer": "/m", "hf_token": "hf_q", "enforce_eager": True}, "env": {"VLLM_API_KEY": "k"}}
+    config["urls"] = ["https://u:p@h/x"]
+    assert redact_tree(config) == {
+        "engine": {"tokenizer": "/m", "hf_token": "(redacted)", "enforce_eager": True},
+        "env": {"VLLM_API_KEY": "(redacted)"},
+        "urls": ["https://(redacted)@h/x"],
+    }
 
 
 def test_a_run_that_finished_nothing_is_bundled_from_its_logs_folder(tmp_path):

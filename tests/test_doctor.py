@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lorabench import doctor, doctor_host, smi, stack
+from lorabench.http.target import parse_target
 from tests.helpers import ROOT
 
 NPU_SMI = """\
@@ -353,3 +354,62 @@ def test_a_doctor_that_imports_torch_later_keeps_torch_npu_out(npu_host, monkeyp
     monkeypatch.setattr(doctor, "torch_imported", lambda: False)
     doctor.main(argparse.Namespace(config=None))
     assert os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
+
+
+@pytest.fixture
+def full_card(npu_host, tmp_path, monkeypatch):
+    """The fake node of finding 10 (issue 27): its one card is full, held by the server being
+    benchmarked; the disk is left out of the findings."""
+    (tmp_path / "bin" / "npu-smi").write_text(
+        f"#!/bin/sh\ncat <<'EOF'\n{NPU_SMI.replace('3072 / 64512', '64512 / 64512')}EOF\n"
+    )
+    monkeypatch.setattr(doctor, "check_disk", lambda folders: [])
+    monkeypatch.setattr(doctor, "read_host", lambda: npu_host())
+    return npu_host
+
+
+def test_a_url_target_passes_on_a_node_whose_device_memory_the_server_holds(full_card, tmp_path, capsys):
+    from lorabench.testing import write_config
+    from lorabench.testing.server import StandInServer
+
+    config = str(write_config(tmp_path / "run", adapters=3))
+    assert doctor.main(argparse.Namespace(config=config, target=None)) == 1  # in process: no room for an engine
+    assert "card 0 has 0.0 GiB free; the engine asks for 0.9" in capsys.readouterr().out
+    with StandInServer(["a0", "a1", "a2"]) as server:
+        assert doctor.main(argparse.Namespace(config=config, target=server.url)) == 0
+    out = capsys.readouterr().out
+    assert f"ok    target {server.url}: the server builds the engine, not this process, so this host's device" in out
+    assert f"ok    {server.url} serves the config's 3 adapters and runs loras2-rank8-cpu4" in out
+    assert "card 0 910B3" not in out and "CANN toolkit" not in out and "nothing found that would stop a run" in out
+
+
+def test_the_configs_url_target_counts_too_and_a_server_must_be_one_of_its_configurations(full_card, tmp_path):
+    from lorabench.testing import write_config
+    from lorabench.testing.server import StandInServer
+
+    with StandInServer(["a0", "a1", "a2"]) as server:
+        path = write_config(tmp_path / "run", adapters=3, target={"url": server.url}, engine={"max_loras": [1, 2]})
+        findings = doctor.diagnose(full_card(), path)
+        assert failures(findings) == []
+        assert any("runs loras2-rank8-cpu4 (select it with -k loras2-rank8-cpu4)" in f.text for f in findings)
+        path = write_config(tmp_path / "run", adapters=3, target={"url": server.url}, engine={"max_loras": 4})
+        (line,) = failures(doctor.diagnose(full_card(), path))
+        assert f"loras4-rank8-cpu4: {server.url} runs max_loras 2 (its /server_info), not 4" in line
+    with StandInServer(["a0", "zz"]) as server:
+        (line,) = failures(doctor.diagnose(full_card(), path, parse_target(server.url)))
+        assert "does not serve the adapters a1, a2 (its /v1/models lists: a0, zz)" in line
+
+
+def test_a_url_target_that_does_not_answer_fails_and_a_bad_one_exits_2(full_card, tmp_path, capsys):
+    from lorabench.http.serve import free_port
+    from lorabench.testing import write_config
+
+    config = str(write_config(tmp_path / "run", adapters=3))
+    url = f"http://127.0.0.1:{free_port()}"
+    assert doctor.main(argparse.Namespace(config=config, target=url)) == 1
+    assert f"FAIL  {url} does not answer /health -- fix: start the server" in capsys.readouterr().out
+    assert doctor.main(argparse.Namespace(config=config, target="http://h:1/v1")) == 2
+    assert capsys.readouterr().out == (
+        "lorabench doctor: --target http://h:1/v1: 'http://h:1/v1' has a path: give the server's root, "
+        "http://host:port (lorabench adds /v1/...)\n"
+    )

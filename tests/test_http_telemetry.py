@@ -4,6 +4,10 @@ counters and gauges come from its own steps: the ground truth)."""
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -31,21 +35,21 @@ vllm:request_success_total{engine="0",finished_reason="length",model_name="m"} 9
 
 def test_a_scrape_is_one_record_whose_counts_are_the_counters_increase():
     before = telemetry.read(EXPOSITION.replace("120.0", "100.0").replace("700.0", "640.0"))
-    record = telemetry._record(1.5, telemetry.read(EXPOSITION), before)
+    record = telemetry._record(1.5, telemetry.read(EXPOSITION), before, 3)
     assert (record.t_s, record.kv_usage, record.running, record.waiting) == (1.5, 0.25, 3, 1)
-    assert (record.adapters_running, record.adapters_waiting) == (2, 1)
+    assert (record.adapters_running, record.adapters_waiting) == (2, 3), "the adapters waiting: the client's count"
     assert (record.steps, record.generation_tokens, record.preemptions, record.prompt_tokens) == (20, 60, 0, 0)
-    assert telemetry._record(0.1, telemetry.read(EXPOSITION), None).steps == 0, "no baseline: no increase"
+    assert telemetry._record(0.1, telemetry.read(EXPOSITION), None, 0).steps == 0, "no baseline: no increase"
 
 
 @pytest.mark.parametrize(
     ("running", "waiting", "expected"),
-    [("2.0", "0.0", (2, 0)), ("0.0", "3.0", (0, 3)), ("1.0", "1.0", (1, 1)), ("3.0", "2.0", (2, 2))],
+    [("2.0", "0.0", 2), ("0.0", "3.0", 0), ("1.0", "1.0", 1), ("3.0", "2.0", 2)],
 )
 def test_vllm_names_every_adapter_in_flight_in_both_labels_and_the_requests_bound_them(running, waiting, expected):
-    """vLLM 0.32 keeps an entry for each adapter with a request in flight and writes the names
-    (not the counts) into both labels: with no request waiting, no adapter waits, and no more
-    adapters run (or wait) than requests do, nor run than max_lora allows."""
+    """vLLM 0.32 keeps an entry for each adapter with a request that had an output and writes
+    the names (not the counts) into both labels: no more adapters run than requests do, nor
+    than max_lora allows."""
     text = (
         EXPOSITION.replace("3.0", running)
         .replace('model_name="m"} 1.0', f'model_name="m"}} {waiting}')
@@ -56,9 +60,8 @@ def test_vllm_names_every_adapter_in_flight_in_both_labels_and_the_requests_boun
     )
     state = telemetry.read(text)
     assert (state.running, state.waiting, state.max_lora) == (int(float(running)), int(float(waiting)), 2)
-    assert state.adapter_counts() == expected
-    record = telemetry._record(0.5, state, None)
-    assert (record.adapters_running, record.adapters_waiting) == expected
+    assert state.running_adapters() == expected
+    assert telemetry._record(0.5, state, None, 0).adapters_running == expected
 
 
 @pytest.mark.parametrize("with_server_gauges", [True, False])
@@ -87,8 +90,43 @@ def test_the_online_row_and_timeline_fill_over_http(pytester, with_server_gauges
     gaps = steps["t_s"].diff().dropna()
     assert len(steps) >= 2 * 2.0 and gaps.max() <= 0.5, "at least twice a second"
     assert (steps["running"] > 0).mean() > 0.5 and row["kv_usage_max"] == steps["kv_usage"].max() > 0
-    assert row["waiting_p99"] >= 0 and row["preemptions"] == 0 and row["adapters_waiting_max"] >= 0
+    measured = steps[steps["t_s"] >= row["trace_warmup_s"]]
+    assert row["waiting_p99"] == pytest.approx(np.percentile(measured["waiting"], 99))
+    assert row["preemptions"] == measured["preemptions"].sum() == 0
+    assert row["adapters_waiting_max"] == measured["adapters_waiting"].max() <= 3
     received = pd.read_csv(samples_path_for(csv))["output_tokens"].sum()
     assert received <= generated
     assert 0.7 * received <= steps["generation_tokens"].sum() <= received
     assert steps["steps"].sum() > 0
+
+
+def test_a_request_awaits_its_first_output_until_it_comes_or_its_stream_ends():
+    """The client's count of adapters waiting: a request counts from its send to its first
+    output, or to its stream's end (a failure, a cancel); base-model requests never count."""
+    awaiting = telemetry.Awaiting()
+
+    async def outputs(gate, n):
+        await gate.wait()
+        for i in range(n):
+            yield i
+
+    async def consume(adapter, gate, n):
+        return [o async for o in awaiting.track(adapter, outputs(gate, n))]
+
+    async def scenario():
+        gates = [asyncio.Event() for _ in range(4)]
+        a0, a1 = SimpleNamespace(name="a0"), SimpleNamespace(name="a1")
+        args = [(a0, gates[0], 2), (a0, gates[1], 0), (a1, gates[2], 1), (None, gates[3], 1)]
+        tasks = [asyncio.ensure_future(consume(*a)) for a in args]
+        await asyncio.sleep(0)
+        counts = [awaiting.adapters()]
+        gates[0].set()
+        await asyncio.sleep(0.01)
+        counts.append(awaiting.adapters())  # a0's second request still awaits
+        tasks[2].cancel()
+        gates[1].set()
+        gates[3].set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return counts + [awaiting.adapters()]
+
+    assert asyncio.run(scenario()) == [2, 2, 0]

@@ -1,6 +1,7 @@
 """The engine timeline of online replays and each adapter's usage: recorded from the stat
 loggers the engine calls each step, written beside the samples, summed up in the row and
-drawn by the report. The stand-in's own stats are the ground truth."""
+drawn by the report. Here the records are checked against the stats the stand-in handed its
+loggers (the plumbing); tests/test_contention.py plants contention and checks the true counts."""
 
 from __future__ import annotations
 
@@ -28,14 +29,32 @@ ONLINE = {
 }
 
 
-def scheduler(kv=0.0, running=0, waiting=0, adapters_running=(), adapters_waiting=()):
+def scheduler(kv=0.0, running=0, waiting=0, adapters_running=(), deferred=0):
+    """A step's stats as vLLM 0.32 makes them: ``deferred`` requests (waiting for a LoRA slot)
+    apart from ``waiting``, and its front end's adapter entries, none of them waiting."""
     return SimpleNamespace(
         kv_cache_usage=kv,
         num_running_reqs=running,
         num_waiting_reqs=waiting,
+        num_skipped_waiting_reqs=deferred,
         running_lora_adapters=dict.fromkeys(adapters_running, 1),
-        waiting_lora_adapters=dict.fromkeys(adapters_waiting, 1),
+        waiting_lora_adapters=dict.fromkeys(adapters_running, 0),
     )
+
+
+class FrontEnd:
+    """vLLM's ``AsyncLLM`` as the recorder reads it: its requests' states (``RequestState``)."""
+
+    def __init__(self):
+        self.output_processor = SimpleNamespace(request_states={})
+
+    def awaiting(self, *adapters):
+        """Requests for ``adapters`` (None: the base model) with no output yet, and nothing else."""
+        states = self.output_processor.request_states
+        states.clear()
+        for n, name in enumerate(adapters):
+            states[f"r{n}"] = SimpleNamespace(lora_name=name, is_prefilling=True)
+        states["done"] = SimpleNamespace(lora_name="z", is_prefilling=False)
 
 
 def iteration(preempted=0, prompt=0, generated=0):
@@ -52,14 +71,16 @@ class Clock:
 
 def test_steps_within_50_ms_merge_into_one_record_and_only_a_replay_records():
     clock = Clock()
-    recorder = timeline.Recorder(clock)
+    recorder, front_end = timeline.Recorder(clock), FrontEnd()
+    recorder.watch(front_end)
     (factory,) = recorder.factories()
     logger = factory(None, 0)
     logger.record(scheduler_stats=scheduler(kv=0.9), iteration_stats=iteration(generated=5))  # not recording
     recorder.start(clock.now)
     for dt, kv, running, waiting, adapters in ((0.01, 0.2, 2, 5, "ab"), (0.03, 0.5, 1, 7, "a"), (0.07, 0.1, 0, 0, "")):
         clock.now = 100.0 + dt
-        stats = scheduler(kv, running, waiting, adapters_running=adapters, adapters_waiting=adapters[:1])
+        front_end.awaiting(*adapters[:1])
+        stats = scheduler(kv, running, waiting, adapters_running=adapters)
         logger.record(scheduler_stats=stats, iteration_stats=iteration(preempted=1, prompt=10, generated=running))
     logger.record(scheduler_stats=None, iteration_stats=iteration(generated=3))  # stats without the scheduler's
     first, second = recorder.stop()
@@ -76,6 +97,20 @@ def test_steps_within_50_ms_merge_into_one_record_and_only_a_replay_records():
         "adapters_waiting_max": 0,
     }
     assert timeline.summarize(recorder.rows, warmup_s=1.0) == {}
+
+
+def test_waiting_counts_the_requests_deferred_for_a_slot_and_their_adapters_from_the_front_end():
+    """vLLM 0.32 counts requests deferred for a LoRA slot apart from the scheduler's waiting
+    ones, and its front end's adapter counts never have one waiting: the recorder adds the
+    deferred in, and counts the distinct adapters of the requests with no output yet."""
+    recorder, front_end = timeline.Recorder(Clock()), FrontEnd()
+    recorder.watch(front_end)
+    (factory,) = recorder.factories()
+    recorder.start(0.0)
+    front_end.awaiting("a1", "a1", "a2", None)
+    factory(None, 0).record(scheduler_stats=scheduler(0.5, 2, 1, ["a0"], deferred=3), iteration_stats=iteration())
+    (record,) = recorder.stop()
+    assert (record.running, record.waiting, record.adapters_running, record.adapters_waiting) == (2, 4, 1, 2)
 
 
 def test_stats_that_no_longer_read_stop_the_recording_and_never_reach_vllm():
@@ -149,7 +184,10 @@ def test_the_timeline_follows_the_stand_ins_stats_and_sums_up_in_the_row(online_
     (row,) = pd.read_csv(csv).to_dict("records")
     steps = pd.read_csv(files["timeline"])
     (engine,) = plugin.engines
-    truth = [(s.kv_cache_usage, s.num_running_reqs, s.num_waiting_reqs) for s, _ in engine.stats_sent]
+    truth = [
+        (s.kv_cache_usage, s.num_running_reqs, s.num_waiting_reqs + s.num_skipped_waiting_reqs)
+        for s, _ in engine.stats_sent
+    ]
     recorded = list(zip(steps["kv_usage"], steps["running"], steps["waiting"]))
     # Before the replay, the build's digests took steps of their own: the replay's are the last.
     assert len(truth) > len(recorded) > 10 and (steps["steps"] == 1).all()

@@ -72,9 +72,6 @@ def test_same_parameters_and_seed_give_the_same_bytes(tmp_path):
     other = TraceParams(num_adapters=4, rate=10, alpha=0.5, cv=1.5, duration=60, seed=8)
     trace.write(tmp_path / "c", other, ADAPTERS, trace.generate(other, ADAPTERS))
     assert (tmp_path / "a").read_bytes() != (tmp_path / "c").read_bytes()
-    read_params, adapters, requests = trace.read(tmp_path / "a")
-    assert read_params == params and adapters == ADAPTERS[:4]
-    assert requests == trace.generate(params, ADAPTERS)
 
 
 @pytest.mark.parametrize(
@@ -123,6 +120,3 @@ def test_cli_generate_and_stats(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "rate: " in text and "(asked 20)" in text and "inter-arrival CV" in text
     assert "top adapter share" in text and "input lengths (longtail" in text
-    (tmp_path / "bad.jsonl").write_text("{}\n")
-    with pytest.raises(SystemExit, match="not a readable lorabench trace"):
-        cli.main(["trace", "stats", str(tmp_path / "bad.jsonl")])

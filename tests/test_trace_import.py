@@ -3,9 +3,6 @@ the adapter labels, byte-identical output, and bad input as one line with exit s
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +13,6 @@ from lorabench import cli
 from lorabench.trace import adapter_shares
 from lorabench.traces import data
 from lorabench.traces.sources import _datetime_seconds
-from lorabench.traces.transforms import hashed_label
 
 TRACES = Path(__file__).parent / "data" / "traces"
 
@@ -89,7 +85,8 @@ def test_any_csv_with_named_columns_unit_and_labels(tmp_path):
     )
     assert trace.arrival_s.tolist()[:3] == [0.0, 0.75, 0.75] and trace.input_len[0] == 12
     users = [row["user"] for row in csv.DictReader((TRACES / "requests.csv").read_text().splitlines())]
-    assert {(u, a) for u, a in zip(users, trace.adapter.tolist())} == {(u, hashed_label(u, 3)) for u in users}
+    # By request count: alice 4, bob 3, carol 2, dave 1; the fourth goes round to adapter 0.
+    assert dict(zip(users, trace.adapter.tolist())) == {"alice": 0, "bob": 1, "carol": 2, "dave": 0}
 
 
 def test_window_and_clip_are_counted(tmp_path, capsys):
@@ -109,6 +106,21 @@ def test_window_and_clip_are_counted(tmp_path, capsys):
     assert cli.main(["trace", "stats", str(out)]) == 0
     text = capsys.readouterr().out
     assert "7 rows outside" in text and "1 rows without output" in text and "clipped to 512 tokens" in text
+
+
+def test_a_window_past_the_end_is_refused_with_the_length_that_fits(tmp_path, capsys):
+    """The trace's last request is 20.2083 s after its first: a window to 110 s would say
+    1 req/s of a trace whose requests all arrive in its first 0.7 s."""
+    out = tmp_path / "w.jsonl"
+    assert run("azure", TRACES / "azure_code.csv", "--out", out, "--start", 10, "--duration", 100, "--rate", 1) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and not out.exists()
+    assert "--start 10 --duration 100 runs to 110 s, past the trace's last request at 20.2083 s" in captured.err
+    assert "give --duration 10.208 or less, or leave --duration out" in captured.err
+    assert run("azure", TRACES / "azure_code.csv", "--out", out, "--start", 10, "--duration", 10.208, "--rate", 1) == 0
+    fitted = data.load(out)
+    # The requests from 10 s to 20.208 s (the last one, at 20.2083 s, just outside), at 1 req/s.
+    assert len(fitted) == 6 and fitted.duration_s == pytest.approx(6.0) and fitted.arrival_s[-1] < 6.0
 
 
 def test_clipping_keeps_the_output_and_shortens_the_input(tmp_path):
@@ -170,26 +182,49 @@ def test_round_robin_takes_turns(tmp_path):
     assert counts.tolist() == [15, 15, 14, 14, 14, 14, 14]
 
 
-def test_a_session_stays_on_one_adapter(tmp_path):
-    source = bursty_csv(tmp_path / "s.csv", rows=4000, sessions=150)
-    trace = imported(tmp_path, "csv", source, *CSV_COLUMNS, "--label-column", "session", "--adapters", 6)
-    sessions = [row["session"] for row in csv.DictReader(source.read_text().splitlines())]
+def sessions_and_adapters(tmp_path: Path, sessions: int, adapters: int, rows: int = 4000) -> dict[str, set[int]]:
+    source = bursty_csv(tmp_path / "s.csv", rows=rows, sessions=sessions)
+    trace = imported(tmp_path, "csv", source, *CSV_COLUMNS, "--label-column", "session", "--adapters", adapters)
+    names = [row["session"] for row in csv.DictReader(source.read_text().splitlines())]
     adapters_of: dict[str, set[int]] = {}
-    for session, adapter in zip(sessions, trace.adapter.tolist()):
+    for session, adapter in zip(names, trace.adapter.tolist()):
         adapters_of.setdefault(session, set()).add(adapter)
+    return adapters_of
+
+
+def test_a_session_stays_on_one_adapter_and_folded_sessions_spread(tmp_path, capsys):
+    adapters_of = sessions_and_adapters(tmp_path, 150, 6)
     assert len(adapters_of) == 150 and all(len(a) == 1 for a in adapters_of.values())
-    assert len(set(trace.adapter.tolist())) == 6
+    sessions_per_adapter = np.bincount([min(a) for a in adapters_of.values()])
+    assert sessions_per_adapter.tolist() == [25] * 6, "dealt round-robin by rank"
+    err = capsys.readouterr().err
+    assert "warning: column 'session' has 150 labels for 6 adapters: folded by request count" in err
+    header = data.load(tmp_path / "out.jsonl").header
+    assert header["transforms"][-1] == {"op": "label", "label_column": "session", "labels": 150, "adapters": 6}
 
 
-def test_the_session_hash_is_the_same_in_every_process():
-    code = "from lorabench.traces.transforms import hashed_label; print([hashed_label(str(s), 8) for s in range(20)])"
-    outputs = {
-        subprocess.run(
-            [sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True
-        ).stdout
-        for seed in ("1", "2")
-    }
-    assert outputs == {str([hashed_label(str(s), 8) for s in range(20)]) + "\n"}
+def test_no_more_labels_than_adapters_gives_each_its_own(tmp_path, capsys):
+    """Twelve tenants on twelve adapters use twelve (hashing them put five pairs together)."""
+    adapters_of = sessions_and_adapters(tmp_path, 12, 12, rows=600)
+    assert sorted(min(a) for a in adapters_of.values()) == list(range(12))
+    assert all(len(a) == 1 for a in adapters_of.values()) and capsys.readouterr().err == ""
+    trace = data.load(tmp_path / "out.jsonl")
+    counts = np.bincount(trace.adapter)
+    busiest = trace.header["transforms"][-1]["adapter_labels"]
+    assert (np.diff(counts) <= 0).all(), "the busiest label on adapter 0"
+    assert sorted(busiest) == sorted(adapters_of) and adapters_of[busiest[0]] == {0}
+
+
+def test_fewer_labels_than_adapters_warn_and_stats_name_the_idle_ones(tmp_path, capsys):
+    out = tmp_path / "m.jsonl"
+    options = ("--label-column", "Model", "--adapters", 4)
+    assert run("burstgpt", TRACES / "burstgpt.csv", "--out", out, *options) == 0
+    assert "'Model' has 2 labels for 4 adapters: 2 adapters get no request" in capsys.readouterr().err
+    assert cli.main(["trace", "stats", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "adapter shares: adapter-0 66.7%, adapter-1 33.3%\n" in text, "no idle adapter listed at 0 %"
+    assert "adapters without a request: 2 of 4: adapter-2, adapter-3" in text
+    assert "column 'Model', 2 labels, each its own adapter, busiest first: 'ChatGPT', 'GPT-4'" in text
 
 
 def test_same_input_and_options_give_the_same_bytes(tmp_path):

@@ -104,6 +104,11 @@ def test_imported_suites_resolve_and_expand(two_traces):
         ({"rate": [1], "duration": 4}, ("--max-model-len", 4096), "import it again with --max-model-len 128"),
         ({"rate": [1], "duration": 4, "trace": "traces/none.jsonl"}, (), "none.jsonl: not a readable lorabench"),
         ({"rate": [1], "duration": 1}, (), "'online.warmup_s' has bad value 1.0: it leaves nothing of suite 't'"),
+        (
+            {"rate": [1], "duration": 4, "start": 300},
+            (),
+            "field 'online.suites[0].start' has bad value 300: burstgpt.jsonl's last request arrives at 215 s",
+        ),
     ],
 )
 def test_bad_imported_suites(tiny_config, tmp_path, suite, options, expected):
@@ -122,6 +127,20 @@ def test_a_replay_window_has_the_rate_asked(tmp_path, rate):
     assert window.input_len.tolist() == trace.input_len[first : first + len(window)].tolist()
     source_gaps, gaps = np.diff(trace.arrival_s[first : first + len(window)]), np.diff(window.arrival_s)
     assert np.allclose(gaps, source_gaps * (gaps.sum() / source_gaps.sum()), atol=1e-5), "bursts keep their shape"
+
+
+def test_a_capacity_search_counts_the_requests_its_replay_can_use(tmp_path):
+    """From ``start`` in the trace's time, as the replay takes them: a trace imported from
+    3 s on starts 0.052 s in, and a probe from 0.05 s has all 10 of its requests."""
+    from lorabench.config.expand import ImportedCase
+    from lorabench.scenarios.capacity_probes import CapacityCase
+
+    path = import_to(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--start", 3)
+    case = CapacityCase(ImportedCase("moon", path, rate=1.0, duration=5.0, start=0.05))
+    assert case.shape.data.arrival_s[0] == pytest.approx(0.052) and len(case.shape.data) == 10
+    assert case.available() == 10 and len(replay_window(case.shape.data, 0.05, 5.0, 10 / 5.0)) == 10
+    with pytest.raises(ValueError, match="has 10 requests"):
+        replay_window(case.shape.data, 0.05, 5.0, 11 / 5.0)
 
 
 def test_stats_of_an_imported_trace_and_its_plot(tmp_path, capsys):

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lorabench.compare.capacity import collapses
+from lorabench.compare.capacity import CapacityBound, capacity_verdicts
 from lorabench.compare.churn import failed_operations
 from lorabench.compare.load import METRICS, CompareError, Run, case_of
 from lorabench.compare.noise import (
@@ -97,6 +97,8 @@ class Comparison:
     digest_changes: list[tuple[str, str, str, str]] = field(default_factory=list)
     # Cases whose capacity fell below the search's range on the new side (compare.capacity).
     capacity_collapses: list[str] = field(default_factory=list)
+    # Cases whose capacity is a bound on either side, judged on the intervals (compare.capacity).
+    capacity_bounds: list[CapacityBound] = field(default_factory=list)
     # Churn cases whose new side failed loads or unloads (compare.churn).
     churn_failures: list[str] = field(default_factory=list)
 
@@ -106,8 +108,8 @@ class Comparison:
 
     @property
     def failed(self) -> bool:
-        """A regression, an adapter that answers differently, a capacity gone or a failed churn
-        operation: what fails a gate."""
+        """A regression (a capacity bound's included), an adapter that answers differently, a
+        capacity gone or a failed churn operation: what fails a gate."""
         return bool(self.reasons())
 
     def reasons(self) -> str:
@@ -116,6 +118,7 @@ class Comparison:
             (len(self.regressions), "regression", "regressions"),
             (len(self.digest_changes), "changed adapter output", "changed adapter outputs"),
             (len(self.capacity_collapses), "capacity collapsed", "capacities collapsed"),
+            (sum(b.change < 0 for b in self.capacity_bounds), "capacity bound regressed", "capacity bounds regressed"),
             (len(self.churn_failures), "churn case with failed operations", "churn cases with failed operations"),
         )
         return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
@@ -189,9 +192,16 @@ def compare(
     result.warnings = _warnings(base, new, findings)
     result.notes = _notes(by_run, noise, noise_from)
     result.digest_changes = digest_changes(base, new)
-    result.capacity_collapses = collapses(base, new)
+    result.capacity_collapses, result.capacity_bounds = capacity_verdicts(
+        base, new, capacity_threshold(threshold, per_metric)
+    )
     result.churn_failures = failed_operations(base, new)
     return result
+
+
+def capacity_threshold(threshold: float, per_metric: dict[str, float] | None) -> float:
+    """The threshold capacity bounds are judged with: capacity_rps's own, else the default."""
+    return (per_metric or {}).get("capacity_rps", threshold)
 
 
 def _notes(by_run: bool, noise: dict[str, Noise], noise_from: Run | None) -> list[str]:

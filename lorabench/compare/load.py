@@ -1,7 +1,8 @@
 """Reading result files into runs: one side of a comparison, one or several runs pooled.
 
-Cases are matched on their key (``lorabench.schema.CASE_KEY``), never on file order or
-test id; a file that holds several runs (a fixed output) is read as its latest run.
+Cases are matched on their key (``lorabench.schema.CASE_KEY``, less ``capacity_max_rate``:
+``MATCH_KEY``), never on file order or test id; a file that holds several runs (a fixed
+output) is read as its latest run.
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ from lorabench.schema import CASE_KEY, COMPARED, ENGINE_KEY, OLDER_FILES, OPTION
 METRICS = COMPARED
 # What every lorabench result file has had.
 CORE_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "output_tokens_per_s")
-REQUIRED_KEY = tuple(c for c in CASE_KEY if c not in OPTIONAL_COLUMNS)
+# A search's max_rate bounds what it can find, not what it measures: searches under
+# different ones are matched, and where one stopped at its max_rate the capacity is judged
+# as the bound it is (compare.capacity).
+MATCH_KEY = tuple(c for c in CASE_KEY if c != "capacity_max_rate")
+REQUIRED_KEY = tuple(c for c in MATCH_KEY if c not in OPTIONAL_COLUMNS)
 KEY_SEP = "\x1f"  # joins a case's key values into one index label
+PASSED = "_capacity_passed"  # every build's capacity_rps as the file has it, bound or not
 
 
 class CompareError(Exception):
@@ -77,7 +83,7 @@ def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
         for c in (*CASE_KEY, *ENGINE_KEY)
     }
     added: dict[str, Any] = {c: OLDER_FILES.get(c, "") for c in missing}
-    added["_key"] = [KEY_SEP.join(map(_norm, row)) for row in zip(*(values[c] for c in CASE_KEY))]
+    added["_key"] = [KEY_SEP.join(map(_norm, row)) for row in zip(*(values[c] for c in MATCH_KEY))]
     # The engine configuration a row ran on, as recorded (older files built online
     # cases on engines of their own, named "...-online-buildN"); builds of one are the
     # independent draws of the noise.
@@ -89,7 +95,7 @@ def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def case_of(key: str) -> dict[str, str]:
-    return dict(zip(CASE_KEY, key.split(KEY_SEP)))
+    return dict(zip(MATCH_KEY, key.split(KEY_SEP)))
 
 
 def _read(path: Path) -> pd.DataFrame:
@@ -102,12 +108,16 @@ def _read(path: Path) -> pd.DataFrame:
 
 
 def bracketed_only(rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` with the capacity of every search that did not bracket its SLO edge blanked:
-    stopped by a limit or by the end of its range, a capacity is a bound, not a measurement."""
+    """``rows`` (every build's, keyed) with the capacity blanked in every case where a search
+    of this side did not bracket its SLO edge: stopped by a limit or by the end of its range,
+    a capacity is a bound, not a measurement, and such a case is judged on its bounds
+    (``compare.capacity``), which read the rate as passed from ``PASSED``."""
     if "search_stop" not in rows or "capacity_rps" not in rows:
         return rows
     unbracketed = rows["search_stop"].notna() & (rows["search_stop"] != BRACKETED)
-    return rows.assign(capacity_rps=rows["capacity_rps"].where(~unbracketed, np.nan))
+    bounded = unbracketed.groupby(rows["_key"]).transform("any").to_numpy(dtype=bool)
+    kept = pd.DataFrame({PASSED: rows["capacity_rps"]}, index=rows.index)
+    return pd.concat([rows.assign(capacity_rps=rows["capacity_rps"].where(~bounded, np.nan)), kept], axis=1)
 
 
 def _load_one(path: Path, rows: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -120,8 +130,7 @@ def _load_one(path: Path, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     if rows.empty:
         raise CompareError(f"{path}: has no result rows")
     # Metrics measured only by newer versions: nothing to compare.
-    rows = bracketed_only(rows.assign(**{metric: np.nan for metric in METRICS if metric not in rows}))
-    rows = _keyed(rows)
+    rows = _keyed(rows.assign(**{metric: np.nan for metric in METRICS if metric not in rows}))
     # Which rows stay is decided on the columns that decide it, by position in the order
     # sort_values("timestamp") gives, and the rows are taken once: each step taking every
     # column was most of a file's load.
@@ -178,7 +187,7 @@ def load_run(paths: Path | Sequence[Path], rows: Sequence[pd.DataFrame] | None =
     if len(tables) != len(paths):
         raise ValueError(f"{len(tables)} tables of rows for {len(paths)} paths")
     frames = [_with_run(_load_one(p, table), i) for i, (p, table) in enumerate(zip(paths, tables))]
-    all_rows = pd.concat(frames, ignore_index=True)
+    all_rows = bracketed_only(pd.concat(frames, ignore_index=True))
     columns = [c for c in all_rows.columns if c != "_key"]
     # Metrics averaged, the rest as last recorded: two aggregations, not one a column (a third of the time).
     grouped = all_rows.groupby("_key")

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lorabench.compare.analysis import Comparison, Finding, digest_changes, judge, shared_cases
-from lorabench.compare.capacity import collapses
+from lorabench.compare.analysis import Comparison, Finding, capacity_threshold, digest_changes, judge, shared_cases
+from lorabench.compare.capacity import capacity_verdicts
 from lorabench.compare.churn import failed_operations
 from lorabench.compare.load import CompareError, Run, case_of, load_run
 from lorabench.compare.noise import Noise, case_run_means, detectable, t_sf
@@ -169,7 +169,8 @@ def compare_paired_runs(
     if len(order) < 3:
         result.warnings.append(_few_pairs_warning(len(order)))
     result.digest_changes = digest_changes(base, new)
-    result.capacity_collapses = collapses(base, new)
+    verdicts = capacity_verdicts(base, new, capacity_threshold(threshold, per_metric))
+    result.capacity_collapses, result.capacity_bounds = verdicts
     result.churn_failures = failed_operations(base, new)
     return result
 

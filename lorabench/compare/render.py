@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from lorabench.compare.analysis import IMPROVED, NOT_SIGNIFICANT, REGRESSED, TOO_FEW, WITHIN, Comparison, Finding
+from lorabench.compare.capacity import CapacityBound
 from lorabench.compare.load import METRICS, rank_medians
 from lorabench.compare.noise import UNTESTABLE_PCT
 from lorabench.compare.paired import PAIRS
@@ -116,11 +117,27 @@ def _untestable(c: Comparison) -> list[str]:
 
 def _summary_line(c: Comparison) -> str:
     counts = {v: sum(f.verdict == v for f in c.findings) for v in (REGRESSED, IMPROVED, NOT_SIGNIFICANT, TOO_FEW)}
+    bounds = [sum(b.change == change for b in c.capacity_bounds) for change in (-1, 1, 0)]
     return (
         f"{len({tuple(f.case.values()) for f in c.findings})} cases compared: {counts[REGRESSED]} regressed, "
         f"{counts[IMPROVED]} improved, {counts[NOT_SIGNIFICANT]} past the threshold but not significant, "
         f"{counts[TOO_FEW]} past the threshold with too few builds to test"
+        + (
+            f"; capacity bounds: {bounds[0]} regressed, {bounds[1]} improved, {bounds[2]} not shown"
+            if any(bounds)
+            else ""
+        )
     )
+
+
+def bound_line(b: CapacityBound) -> str:
+    """A capacity judged on its bounds, with both sides' intervals and the verdict's reason."""
+    head = {-1: "CAPACITY REGRESSED", 1: "capacity improved", 0: "capacity not shown"}[b.change]
+    return f"{head}: {b.case['workload']} {case_label(b.case)}: base {b.base}, new {b.new}: {b.why}"
+
+
+def bound_lines(c: Comparison) -> list[str]:
+    return [bound_line(b) for b in c.capacity_bounds]
 
 
 def failure_lines(c: Comparison) -> list[str]:
@@ -145,7 +162,7 @@ def render_text(c: Comparison) -> str:
     lines = preamble(c)
     for workload, findings in _ordered(c):
         lines += ["", f"workload: {workload}", *_table([cells(f) for f in findings])]
-    lines += ["", *_unmatched(c), *failure_lines(c), _summary_line(c)]
+    lines += ["", *_unmatched(c), *bound_lines(c), *failure_lines(c), _summary_line(c)]
     return "\n".join(lines)
 
 
@@ -154,7 +171,7 @@ def render_markdown(c: Comparison) -> str:
     for workload, findings in _ordered(c):
         lines += ["", f"### {workload}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         lines += ["| " + " | ".join(cells(f)) + " |" for f in findings]
-    lines += ["", *(f"- {u}" for u in (*_unmatched(c), *failure_lines(c))), "", _summary_line(c)]
+    lines += ["", *(f"- {u}" for u in (*_unmatched(c), *bound_lines(c), *failure_lines(c))), "", _summary_line(c)]
     return "\n".join(lines)
 
 
@@ -164,6 +181,19 @@ def _records(c: Comparison) -> list[dict[str, Any]]:
 
 def render_csv(c: Comparison) -> str:
     return pd.DataFrame(_records(c)).to_csv(index=False)
+
+
+def _bound_record(b: CapacityBound) -> dict[str, Any]:
+    """A capacity bound for JSON: each side's ends (null where unbounded), as said and judged."""
+    ends = {f"{side}_{end}": getattr(getattr(b, side), end) for side in ("base", "new") for end in ("low", "high")}
+    return {
+        **b.case,
+        **{k: v if np.isfinite(v) else None for k, v in ends.items()},
+        "base": str(b.base),
+        "new": str(b.new),
+        "verdict": {-1: REGRESSED, 1: IMPROVED, 0: "not shown"}[b.change],
+        "why": b.why,
+    }
 
 
 def render_json(c: Comparison) -> str:
@@ -183,6 +213,7 @@ def render_json(c: Comparison) -> str:
             "regressions": len(c.regressions),
             "digest_changes": [dict(zip(("model", "adapter", "base", "new"), d)) for d in c.digest_changes],
             "capacity_collapses": c.capacity_collapses,
+            "capacity_bounds": [_bound_record(b) for b in c.capacity_bounds],
             "churn_failures": c.churn_failures,
         },
         indent=2,

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from lorabench.config.schema import ConfigFile
 from lorabench.config.trace_sections import TraceShape
+from lorabench.traces.data import TraceData
 from lorabench.traces.data import load as load_trace
-from lorabench.traces.transforms import replay_window, window
+from lorabench.traces.transforms import from_start, replay_window
 
 Limit = tuple[int | None, str]
 
@@ -90,31 +91,52 @@ def _check_imported(
     min_rate: float | None,
 ) -> list[str]:
     """The file reads, its adapters map onto the config's first N (by position: the
-    trace's i-th onto the config's i-th), every rate's window exists and its requests
-    fit the model (the whole trace from ``start`` when no rate is given: a capacity
-    search's, whose probes at ``min_rate`` must find ``min_rate * duration`` requests)."""
+    trace's i-th onto the config's i-th), ``start`` is before its last request, every
+    rate's window exists and its requests fit the model (the whole trace from ``start``
+    when no rate is given: a capacity search's, whose probes at ``min_rate`` must find
+    ``min_rate * duration`` requests)."""
     file = (path.parent / shape.trace).resolve()
     where = f"{path}: field '{field}.trace'"
     try:
         data = load_trace(file)
     except ValueError as exc:
-        return [f"{where}: {exc}: write it with `lorabench trace import`"]
+        return [f"{where}: {exc}"]
     problems = []
     if len(data.adapters) > configured:
         problems.append(
             f"{where}: {file.name} labels requests with {len(data.adapters)} adapters, only {configured} are "
             "configured (its i-th adapter replays as the config's i-th): add adapters or import with fewer"
         )
-    windows = []
+    if not len(data):
+        return [*problems, f"{where}: {file.name} holds no request: write it again with more"]
+    if shape.start > data.arrival_s[-1]:
+        return [
+            *problems,
+            f"{path}: field '{field}.start' has bad value {shape.start:g}: {file.name}'s last request arrives at "
+            f"{data.arrival_s[-1]:g} s: start before it",
+        ]
+    return problems + _check_windows(path, field, shape, data, limit, rates, duration, min_rate)
+
+
+def _check_windows(
+    path: Path,
+    field: str,
+    shape: TraceShape,
+    data: TraceData,
+    limit: Limit,
+    rates: Sequence[float],
+    duration: float,
+    min_rate: float | None,
+) -> list[str]:
+    """Each rate's window exists and fits the model; without rates, the trace from ``start`` on."""
+    problems, windows = [], []
     for rate in rates:
         try:
             windows.append((f" at rate {rate:g}", replay_window(data, shape.start, duration, rate)))
         except ValueError as exc:
             problems.append(f"{path}: field '{field}.rate' has bad value {rate:g}: {exc}")
     if not rates:
-        rest, _ = window(data, shape.start, None)
-        if not len(rest):
-            return [*problems, f"{path}: field '{field}.start' has bad value {shape.start:g}: the trace ends before it"]
+        rest = from_start(data, shape.start)
         windows.append(("", rest))
         if min_rate is not None and len(rest) / duration <= min_rate:
             problems.append(
@@ -126,7 +148,7 @@ def _check_imported(
         longest = int((kept.input_len + kept.output_len).max())
         if limit[0] is not None and longest > limit[0]:
             problems.append(
-                f"{where}: the longest request{said}, {longest} tokens, exceeds {limit[1]} = {limit[0]}: "
-                f"import it again with --max-model-len {limit[0]}"
+                f"{path}: field '{field}.trace': the longest request{said}, {longest} tokens, exceeds "
+                f"{limit[1]} = {limit[0]}: import it again with --max-model-len {limit[0]}"
             )
     return problems

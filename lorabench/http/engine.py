@@ -36,7 +36,7 @@ from lorabench.http.client import Client, RequestFailed
 from lorabench.http.lora_api import RuntimeApiMissing, RuntimeLoras, server_paths
 from lorabench.http.metrics import ServerState, server_state
 from lorabench.http.target import URL, Target
-from lorabench.http.telemetry import Scraper
+from lorabench.http.telemetry import Awaiting, Scraper
 from lorabench.workload import SYNTHETIC_TOKEN_LIMIT, Prompt
 
 # Seconds between two scrapes of /metrics while waiting for the server to be idle.
@@ -108,8 +108,10 @@ class HttpEngine(RuntimeLoras, Engine):
         self._churned: dict[str, str] = {}
         # The server's LoRA knobs where it says them (a URL server in vLLM's dev mode), else None.
         self.server_lora: dict | None = None
-        # The online timeline from the server's /metrics, scraped while a replay runs.
-        self.timeline = Scraper(lambda: self.client)  # type: ignore[assignment]
+        # The online timeline from the server's /metrics, scraped while a replay runs, with the
+        # adapters of this client's requests awaiting a first token.
+        self.awaiting = Awaiting()
+        self.timeline = Scraper(lambda: self.client, self.awaiting.adapters)  # type: ignore[assignment]
 
     def __enter__(self) -> HttpEngine:
         self.loop = asyncio.new_event_loop()
@@ -217,7 +219,7 @@ class HttpEngine(RuntimeLoras, Engine):
 
     def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[HttpOutput]:
         model = adapter.name if adapter is not None else self.base_model
-        return self._stream(model, prompt, params)
+        return self.awaiting.track(adapter, self._stream(model, prompt, params))
 
     async def _stream(self, model: str, prompt: Prompt, params: HttpParams) -> AsyncIterator[HttpOutput]:
         """Deltas as they arrive; the finishing one is held until the stream ends, so that the

@@ -6,11 +6,13 @@ a gauge whose labels name adapters (comma-separated) and the configured ``max_lo
 gauge carries labels (``model_name``, ``engine``); a server with several engines (data
 parallel) has one sample per engine, summed here.
 
-The adapter labels say less than their names: vLLM 0.32 keeps an entry per adapter with any
-request in flight and writes the entries' names, not their counts, into both labels, so an
-adapter whose requests all run is named among the waiting ones too (seen on the CPU build:
-2 adapters "waiting" while no request waited). ``ServerState.adapter_counts`` bounds them by
-the request gauges.
+The adapter labels say less than their names: vLLM 0.32's front end keeps an entry per
+adapter once one of its requests has had an output, until its requests finish, and writes
+the entries' names, not their counts, into both labels. So an adapter whose requests all run
+is named among the waiting ones too (seen on the CPU build: 2 adapters "waiting" while no
+request waited), and one whose requests all wait for a slot is named in neither.
+``ServerState.running_adapters`` bounds the running ones by the request gauges; which
+adapters wait, only the client knows (``lorabench.http.telemetry``).
 """
 
 from __future__ import annotations
@@ -42,13 +44,11 @@ class ServerState:
     prompt_tokens: int = 0
     generation_tokens: int = 0
 
-    def adapter_counts(self) -> tuple[int, int]:
-        """Adapters with a request running, and with one waiting: the labels' names, of which
-        no more can be in a state than requests are (none waits while no request waits), nor
-        more run than the server's adapter slots. Exact where no request waits, or none runs;
-        where requests both run and wait, a bound."""
-        running = min(len(self.adapters_running), self.running or 0, self.max_lora or len(self.adapters_running))
-        return running, min(len(self.adapters_waiting), self.waiting or 0)
+    def running_adapters(self) -> int:
+        """Adapters with a request running: the label's names, of which no more can run than
+        requests do, nor than the server's adapter slots. Exact where no request waits (every
+        named adapter has one running); where requests both run and wait, a bound."""
+        return min(len(self.adapters_running), self.running or 0, self.max_lora or len(self.adapters_running))
 
 
 # The counters a timeline record sums, by the ServerState field they add to.

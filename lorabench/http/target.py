@@ -50,3 +50,11 @@ def target_of(value: Any) -> Target:
     if isinstance(value, str):
         return Target(value)
     return Target(URL, check_url(value.url))
+
+
+def chosen_target(option: Target | None, configured: Any | None) -> Target:
+    """Where a run's requests go: ``--bench-target`` (``lorabench doctor --target``) over the
+    config's ``target`` field, else in process."""
+    if option is not None:
+        return option
+    return target_of(configured) if configured is not None else Target()

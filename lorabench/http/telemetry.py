@@ -3,9 +3,10 @@ the records an in-process replay's ``lorabench.timeline.Recorder`` writes, so th
 capacity rows' timeline columns and the report's timeline figures fill over HTTP too.
 
 A client sees the server's gauges only when it asks, so a record is one scrape, not one
-engine step: its state (KV cache in use, requests running and waiting, adapters running and
-waiting from ``vllm:lora_requests_info`` as ``ServerState.adapter_counts`` bounds them) is
-the gauges' at that moment, and its counts (``steps``, preemptions, prompt and generated
+engine step: its state (KV cache in use, requests running and waiting, adapters running from
+``vllm:lora_requests_info`` as ``ServerState.running_adapters`` bounds them) is the gauges' at
+that moment, adapters waiting are those this client's requests await a first token for, and
+its counts (``steps``, preemptions, prompt and generated
 tokens) are the counters' increase since the previous scrape (since ``start`` for the
 first). What happened between two scrapes and did not last till one (a short burst of
 waiting requests) is missed: ``PERIOD_S`` is 0.25 s.
@@ -18,10 +19,13 @@ millisecond of parsing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 
+from lorabench.adapters import Adapter
 from lorabench.clock import now
 from lorabench.http.client import Client
 from lorabench.http.metrics import COUNTERS, ServerState, server_state
@@ -44,12 +48,45 @@ def read(text: str) -> ServerState:
     return server_state("\n".join(line for line in text.splitlines() if line.startswith(GAUGES)))
 
 
+class Awaiting:
+    """This client's requests sent and not yet given an output, by adapter: which adapters wait
+    (``vllm:lora_requests_info`` cannot say, see ``lorabench.http.metrics``)."""
+
+    def __init__(self) -> None:
+        self.requests: Counter[str] = Counter()
+
+    def adapters(self) -> int:
+        """The distinct adapters with a request awaiting its first output."""
+        return sum(1 for n in self.requests.values() if n)
+
+    async def track(self, adapter: Adapter | None, outputs: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """``outputs`` of a request for ``adapter`` (an ``Adapter``, or None for the base
+        model), counted from the send until the first output or the end."""
+        name = adapter.name if adapter is not None else None
+        if name is not None:
+            self.requests[name] += 1
+        try:
+            async for output in outputs:
+                if name is not None:
+                    self.requests[name] -= 1
+                    name = None
+                yield output
+        finally:
+            if name is not None:
+                self.requests[name] -= 1
+
+
 class Scraper:
     """An HTTP engine's timeline, with the ``Recorder``'s interface that replays use: ``start``
     and ``stop`` around a replay (on its clock), ``rows``, and ``why_none``."""
 
-    def __init__(self, client: Callable[[], Client | None], clock: Callable[[], float] = now) -> None:
-        self.client, self.clock = client, clock
+    def __init__(
+        self,
+        client: Callable[[], Client | None],
+        awaiting: Callable[[], int],
+        clock: Callable[[], float] = now,
+    ) -> None:
+        self.client, self.awaiting, self.clock = client, awaiting, clock
         self.why_none: str | None = None
         self.rows: list[TimelineRecord] = []
         self._t0: float | None = None
@@ -93,23 +130,23 @@ class Scraper:
             if state.running is None:
                 self.why_none = NO_GAUGES
                 return
-            self.rows.append(_record(self.clock() - t0, state, before))
+            self.rows.append(_record(self.clock() - t0, state, before, self.awaiting()))
             self.why_none, before = None, state
 
 
-def _record(t_s: float, state: ServerState, before: ServerState | None) -> TimelineRecord:
-    """One scrape as a timeline record: the gauges, and the counters' increase since ``before``."""
+def _record(t_s: float, state: ServerState, before: ServerState | None, adapters_waiting: int) -> TimelineRecord:
+    """One scrape as a timeline record: the gauges, the counters' increase since ``before``, and
+    the adapters this client's requests await a first token for (the labels cannot say it)."""
     counts = {
         f: getattr(state, f) - (getattr(before, f) if before is not None else getattr(state, f))
         for f in COUNTERS.values()
     }
-    adapters_running, adapters_waiting = state.adapter_counts()
     return TimelineRecord(
         t_s=t_s,
         kv_usage=state.kv_usage or 0.0,
         running=state.running or 0,
         waiting=state.waiting or 0,
-        adapters_running=adapters_running,
+        adapters_running=state.running_adapters(),
         adapters_waiting=adapters_waiting,
         **counts,
     )

@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 
 from lorabench.compare import Comparison, plot
-from lorabench.compare.render import HEADER, MARKS, cells, preamble
+from lorabench.compare.render import HEADER, MARKS, bound_lines, cells, failure_lines, preamble
 
 
 def write_comparison_report(c: Comparison, out: Path) -> Path:
@@ -21,11 +21,8 @@ def write_comparison_report(c: Comparison, out: Path) -> Path:
         for f in sorted(c.findings, key=lambda f: -f.worse_pct)
     )
     notes = "".join(f"<li>{html.escape(line)}</li>" for line in preamble(c))
-    changed = "".join(
-        f"<li>OUTPUT CHANGED: adapter {html.escape(a)} ({html.escape(m)}): "
-        f"{html.escape(b)} &rarr; {html.escape(n)}</li>"
-        for m, a, b, n in c.digest_changes
-    )
+    # Capacity bounds, changed outputs, collapses, failed churn operations: as the text says them.
+    changed = "".join(f"<li>{html.escape(line)}</li>" for line in (*bound_lines(c), *failure_lines(c)))
     page = out / "index.html"
     page.write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>lorabench comparison</title><style>"

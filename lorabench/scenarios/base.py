@@ -8,11 +8,13 @@ the engine dies.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lorabench.records import Sample
+from lorabench.wallclock import MEASURED, WARMUPS, WallClock
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,10 +50,27 @@ class Context:
     keep: Callable[[str, Sequence[Any], Mapping[str, Any]], Path]
     # Writes a line to the terminal while the case runs (progress of a long replay).
     progress: Callable[[str], None] | None = None
+    # The session's split of its wall time (lorabench.wallclock).
+    clock: WallClock = field(default_factory=WallClock)
 
     def time(self, work: Callable[[], None], *, rounds: int = 1, warmup_rounds: int = 0) -> None:
-        """Run ``work`` as pytest-benchmark's pedantic mode does: warm-up rounds first."""
-        self.benchmark.pedantic(work, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
+        """Run ``work`` as pytest-benchmark's pedantic mode does: warm-up rounds first. The
+        last ``rounds`` calls are the session's measured work, the calls before them its
+        warm-ups (with ``--benchmark-disable`` pedantic calls it once, unwarmed)."""
+        took: list[float] = []
+
+        def timed() -> None:
+            start = time.perf_counter()
+            try:
+                work()
+            finally:
+                took.append(time.perf_counter() - start)
+
+        try:
+            self.benchmark.pedantic(timed, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
+        finally:
+            self.clock.add(WARMUPS, sum(took[:-rounds]))
+            self.clock.add(MEASURED, sum(took[-rounds:]))
 
 
 @dataclass

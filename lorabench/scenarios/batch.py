@@ -15,6 +15,7 @@ from lorabench.measure import measure_round, summarize
 from lorabench.records import Sample
 from lorabench.scenarios.base import Context, Outcome, Parametrization
 from lorabench.schema import PER_REQUEST_METRICS, PERCENTILES
+from lorabench.wallclock import MEASURED, WARMUPS
 from lorabench.workload import Batch, build_batch
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ def baseline_e2e_ms(ctx: Context, engine: Engine, batch: Batch) -> float:
             start = engine.loop.time()
             engine.generate(prompts, adapters, m.output_len)
             times.append((engine.loop.time() - start) * 1000.0)
+        ctx.clock.add(WARMUPS, sum(times[: m.warmup_rounds]) / 1000.0)
+        ctx.clock.add(MEASURED, sum(times[m.warmup_rounds :]) / 1000.0)
         engine.state.baselines[key] = statistics.fmean(times[m.warmup_rounds :])
     return engine.state.baselines[key]
 

@@ -47,7 +47,7 @@ class CapacityCase:
         """The requests a probe may replay: an imported trace's from its start on; no end to a synthetic shape's."""
         if not isinstance(self.shape, ImportedCase):
             return math.inf
-        return float(len(transforms.window(self.shape.data, self.shape.start, None)[0]))
+        return float(len(transforms.from_start(self.shape.data, self.shape.start)))
 
     def max_rate(self, block: CapacityBlock) -> float | None:
         """The highest rate to probe: the config's, and for an imported trace the rate at

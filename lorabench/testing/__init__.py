@@ -6,7 +6,10 @@ It keeps what the scenarios rely on in vLLM, and nothing else:
 - a step loop: every running request gets one token a step; a request scheduled in a step
   does its prefill there and gets its first token at the step's end;
 - at most ``max_num_seqs`` running requests, with at most ``max_loras`` distinct adapters
-  among them; the rest wait, first come first served, as vLLM's scheduler does;
+  among them; the rest wait, first come first served, as vLLM's scheduler does, those
+  skipped for a LoRA slot counted as deferred (``lorabench.testing.scheduler``);
+- a KV cache of ``Costs.kv_blocks`` blocks of 16 tokens: a request waits until its blocks
+  fit, and a running request that needs a block none has free preempts the latest admitted;
 - an LRU CPU cache of ``max_cpu_loras`` adapters (``add_lora``, ``list_loras``,
   ``remove_lora``) and LRU device slots for ``max_loras`` of them; an ``add_lora`` runs
   between two steps and holds the next back, as vLLM's engine core does, for its

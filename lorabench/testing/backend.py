@@ -14,7 +14,8 @@ from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.device import Platform
 from lorabench.engine import Engine, EngineDied
-from lorabench.testing.llm import KV_CACHE_TOKENS, VOCAB_SIZE, Costs, LoraRef, Params, StandInLLM
+from lorabench.testing.llm import VOCAB_SIZE, Costs, LoraRef, Params, StandInLLM
+from lorabench.testing.scheduler import BLOCK_SIZE
 from lorabench.testing.virtual_clock import VirtualClockLoop
 from lorabench.workload import Prompt
 
@@ -45,7 +46,7 @@ class StandInEngine(Engine):
         return VirtualClockLoop() if self.virtual_clock else super().new_loop()
 
     def _kv_cache_tokens(self) -> int:
-        return KV_CACHE_TOKENS
+        return self.costs.kv_blocks * BLOCK_SIZE
 
     async def _shutdown(self) -> None:
         # No sockets to let close first, unlike vLLM's: stop the step loop and go.

@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 from lorabench import clock
 from lorabench.config import EngineSpec
 from lorabench.engine import EngineDied
+from lorabench.testing.scheduler import KV_BLOCKS, BlockPool, Request, schedule, stats
 from lorabench.testing.virtual_clock import block
 
 VOCAB_SIZE = 1000
-# The KV cache the stand-in reports its usage against, in tokens (it admits requests regardless).
-KV_CACHE_TOKENS = 4096
 # The steps whose stats the stand-in keeps, the last ones: enough for a test, and few enough
 # that they die young. A real engine's client keeps none; 10,000 steps' (60,000 objects) reached
 # the collector's oldest generation and its passes blocked a replay's loop for 15 ms and more.
@@ -41,6 +40,8 @@ class Costs:
     send_block_ms: float = 0.0
     # An aborted request stays in the engine (and in its steps) this long before it is dropped.
     abort_ms: float = 0.0
+    # The KV cache, in blocks of 16 tokens (lorabench.testing.scheduler): not a cost, the capacity.
+    kv_blocks: int = KV_BLOCKS
 
 
 @dataclass(frozen=True)
@@ -79,19 +80,6 @@ class Output:
     metrics: Metrics
 
 
-@dataclass(eq=False)
-class _Request:
-    id: str
-    prompt: list[int]
-    params: Params
-    lora: LoraRef | None
-    seed: bytes
-    metrics: Metrics
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-    tokens: list[int] = field(default_factory=list)
-    finished: bool = False
-
-
 class StandInLLM:
     """The part of vLLM's ``AsyncLLM`` that lorabench's ``Engine`` calls."""
 
@@ -108,8 +96,13 @@ class StandInLLM:
         self.max_cpu_loras = spec.max_cpu_loras or 0
         self.cpu: OrderedDict[int, LoraRef] = OrderedDict()
         self.slots: OrderedDict[int, None] = OrderedDict()
-        self.waiting: deque[_Request] = deque()
-        self.running: list[_Request] = []
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.deferred: set[Request] = set()  # waiting requests skipped for a LoRA slot
+        self.kv = BlockPool(costs.kv_blocks)
+        # The requests in the engine by id, as vLLM's front end holds them (output_processor.request_states).
+        self.requests: dict[str, Request] = {}
+        self.output_processor = SimpleNamespace(request_states=self.requests)
         self.dead: str | None = None
         self.die_after: int | None = None
         self.sent = 0
@@ -157,6 +150,7 @@ class StandInLLM:
             request.queue.put_nowait(EngineDied(reason))
         self.waiting.clear()
         self.running.clear()
+        self.requests.clear()
 
     def shutdown(self) -> None:
         if self._loop is not None:
@@ -171,8 +165,11 @@ class StandInLLM:
             block(self.costs.send_block_ms / 1000.0)
         weights = self.weights.get(lora_request.lora_name, "") if lora_request else "base"
         seed = hashlib.sha256(f"{lora_request and lora_request.lora_name}|{weights}|{prompt}".encode()).digest()
-        request = _Request(request_id, prompt, params, lora_request, seed, Metrics(clock.now()))
+        if self.kv.blocks_for(len(prompt) + params.max_tokens) > self.kv.total:
+            raise ValueError(f"{len(prompt)} + {params.max_tokens} tokens do not fit the stand-in's KV cache")
+        request = Request(request_id, prompt, params, lora_request, seed, Metrics(clock.now()))
         self.waiting.append(request)
+        self.requests[request_id] = request
         self.sent += 1
         if self._loop is None:
             self._loop = asyncio.get_running_loop().create_task(self._steps())
@@ -194,12 +191,15 @@ class StandInLLM:
             elif not request.finished:
                 self._drop(request)
 
-    def _drop(self, request: _Request) -> None:
-        """An aborted request leaves the engine (it may have finished meanwhile)."""
+    def _drop(self, request: Request) -> None:
+        """A request leaves the engine, aborted or finished, and frees its blocks."""
         if request in self.waiting:
             self.waiting.remove(request)
         if request in self.running:
             self.running.remove(request)
+        self.deferred.discard(request)
+        self.kv.free(request)
+        self.requests.pop(request.id, None)
 
     async def _steps(self) -> None:
         loop = asyncio.get_running_loop()
@@ -211,7 +211,7 @@ class StandInLLM:
                 due = None
                 continue
             async with self._core:
-                cost, prompt_tokens = self._schedule()
+                cost, prompt_tokens = schedule(self)
                 in_step = {r.lora.lora_int_id for r in self.running if r.lora}
                 cost += self.costs.decode_ms_per_step + self.costs.lora_ms_per_adapter * len(in_step)
                 # Steps keep to their schedule: the loop wakes a sleep up to a millisecond late (its
@@ -223,47 +223,15 @@ class StandInLLM:
                 due = start + cost / 1000.0
                 await asyncio.sleep(max(0.0, due - loop.time()))
                 generated = len(self.running)
-                self._emit(loop.time())
+                preempted = self._emit(loop.time())
             if self.loggers:
-                self._report(prompt_tokens, generated)
+                self._report(stats(self, prompt_tokens, generated, preempted))
 
-    def _report(self, prompt_tokens: int, generated: int) -> None:
-        """The step's stats to every stat logger, after its outputs, as vLLM's front end does:
-        KV usage is the tokens running requests hold over ``KV_CACHE_TOKENS``; nothing is preempted."""
-        scheduler = SimpleNamespace(
-            kv_cache_usage=sum(len(r.prompt) + len(r.tokens) for r in self.running) / KV_CACHE_TOKENS,
-            num_running_reqs=len(self.running),
-            num_waiting_reqs=len(self.waiting),
-            running_lora_adapters=Counter(r.lora.lora_name for r in self.running if r.lora),
-            waiting_lora_adapters=Counter(r.lora.lora_name for r in self.waiting if r.lora),
-        )
-        iteration = SimpleNamespace(
-            num_preempted_reqs=0, num_prompt_tokens=prompt_tokens, num_generation_tokens=generated
-        )
-        self.stats_sent.append((scheduler, iteration))
+    def _report(self, step: tuple[Any, Any]) -> None:
+        """The step's stats to every stat logger, after its outputs, as vLLM's front end does."""
+        self.stats_sent.append(step)
         for logger in self.loggers:
-            logger.record(scheduler_stats=scheduler, iteration_stats=iteration, engine_idx=0)
-
-    def _schedule(self) -> tuple[float, int]:
-        """Admit waiting requests, first come first served; the milliseconds their prefill and
-        adapter moves add to this step, and the prompt tokens it prefills."""
-        cost, now, prompt_tokens = 0.0, clock.now(), 0
-        active = self._running_adapters()
-        for request in list(self.waiting):
-            if len(self.running) >= self.max_num_seqs:
-                break
-            lora = request.lora
-            if lora is not None and lora.lora_int_id not in active and len(active) >= self.max_loras:
-                continue
-            self.waiting.remove(request)
-            self.running.append(request)
-            request.metrics.scheduled_ts = now
-            prompt_tokens += len(request.prompt)
-            cost += self.costs.prefill_ms_per_token * len(request.prompt)
-            if lora is not None:
-                cost += self._to_slot(lora, active)
-                active.add(lora.lora_int_id)
-        return cost, prompt_tokens
+            logger.record(scheduler_stats=step[0], iteration_stats=step[1], engine_idx=0)
 
     def _to_slot(self, lora: LoraRef, active: set[int]) -> float:
         cost = 0.0 if lora.lora_int_id in self.cpu else self.costs.disk_load_ms
@@ -301,8 +269,11 @@ class StandInLLM:
             del self.cpu[victim]
             self.slots.pop(victim, None)
 
-    def _emit(self, now: float) -> None:
+    def _emit(self, now: float) -> int:
+        """A token to every running request; the preemptions their outputs report."""
+        preempted = 0
         for request in list(self.running):
+            preempted, request.preemptions = preempted + request.preemptions, 0
             index = len(request.tokens)
             digest = hashlib.sha256(request.seed + index.to_bytes(4, "little")).digest()
             request.tokens.append(int.from_bytes(digest[:4], "little") % VOCAB_SIZE)
@@ -311,8 +282,9 @@ class StandInLLM:
             request.metrics.last_token_ts = now
             request.finished = len(request.tokens) >= request.params.max_tokens
             if request.finished:
-                self.running.remove(request)
+                self._drop(request)
             if request.params.stream or request.finished:
                 tokens = request.tokens[-1:] if request.params.stream else list(request.tokens)
                 output = Output(request.id, request.prompt, [Completion(tokens)], request.finished, request.metrics)
                 request.queue.put_nowait(output)
+        return preempted

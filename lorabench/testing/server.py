@@ -26,16 +26,16 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from aiohttp import web
 
 from lorabench.config import EngineSpec
-from lorabench.testing.llm import KV_CACHE_TOKENS, Costs, LoraRef, Params, StandInLLM
+from lorabench.testing.llm import Costs, LoraRef, Params, StandInLLM
 
 BASE = "stand-in-base"
 VERSION = "0.0.0-stand-in"
-BLOCK_SIZE = 16
 
 
 class StandInServer:
@@ -76,6 +76,11 @@ class StandInServer:
         self._ids = itertools.count()
         # vLLM's counters, from the stand-in's steps: steps, preemptions, prompt and generated tokens.
         self.totals: Counter[str] = Counter()
+        # The last step's SchedulerStats: vLLM's Prometheus logger sets its gauges from each step's.
+        self.last = SimpleNamespace(
+            kv_cache_usage=0.0, num_running_reqs=0, num_waiting_reqs=0, num_skipped_waiting_reqs=0,
+            running_lora_adapters={}, waiting_lora_adapters={},
+        )  # fmt: skip
 
     def __enter__(self) -> StandInServer:
         self._thread.start()
@@ -90,7 +95,7 @@ class StandInServer:
 
     async def _start(self) -> None:
         weights = dict.fromkeys(self.adapters, "")
-        self.llm = StandInLLM(self.costs, self.spec, self.max_num_seqs, weights, [lambda *_: _Counters(self.totals)])
+        self.llm = StandInLLM(self.costs, self.spec, self.max_num_seqs, weights, [lambda *_: _Counters(self)])
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions", self._completions)
@@ -120,21 +125,25 @@ class StandInServer:
         return web.json_response({"object": "list", "data": data})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        llm = self.llm
-        held = sum(len(r.prompt) + len(r.tokens) for r in llm.running)
-        running = ",".join(sorted({r.lora.lora_name for r in llm.running if r.lora}))
-        waiting = ",".join(sorted({r.lora.lora_name for r in llm.waiting if r.lora}))
+        """The gauges as vLLM 0.32's Prometheus logger sets them from the last step's stats:
+        waiting requests with the deferred ones added, and ``lora_requests_info`` with the
+        front end's adapter entries' names in both labels (labels sorted, as prometheus_client
+        writes them)."""
+        last, kv = self.last, self.llm.kv
+        waiting = last.num_waiting_reqs + last.num_skipped_waiting_reqs
         labels = f'engine="0",model_name="{BASE}"'
         lines = [
             "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
             "# TYPE vllm:kv_cache_usage_perc gauge",
-            f"vllm:kv_cache_usage_perc{{{labels}}} {held / KV_CACHE_TOKENS}",
-            f"vllm:num_requests_running{{{labels}}} {len(llm.running)}",
-            f"vllm:num_requests_waiting{{{labels}}} {len(llm.waiting)}",
-            f'vllm:lora_requests_info{{max_lora="{llm.max_loras}",running_lora_adapters="{running}",'
-            f'waiting_lora_adapters="{waiting}"}} 1.7e+09',
-            f'vllm:cache_config_info{{block_size="{BLOCK_SIZE}",engine="0",'
-            f'num_gpu_blocks="{KV_CACHE_TOKENS // BLOCK_SIZE}"}} 1.0',
+            f"vllm:kv_cache_usage_perc{{{labels}}} {last.kv_cache_usage}",
+            f"vllm:num_requests_running{{{labels}}} {last.num_running_reqs}",
+            f"vllm:num_requests_waiting{{{labels}}} {waiting}",
+            f'vllm:num_requests_waiting_by_reason{{{labels},reason="capacity"}} {last.num_waiting_reqs}',
+            f'vllm:num_requests_waiting_by_reason{{{labels},reason="deferred"}} {last.num_skipped_waiting_reqs}',
+            f'vllm:lora_requests_info{{max_lora="{self.llm.max_loras}",'
+            f'running_lora_adapters="{",".join(last.running_lora_adapters)}",'
+            f'waiting_lora_adapters="{",".join(last.waiting_lora_adapters)}"}} 1.7e+09',
+            f'vllm:cache_config_info{{block_size="{kv.block_size}",engine="0",num_gpu_blocks="{kv.total}"}} 1.0',
             f"vllm:iteration_tokens_total_count{{{labels}}} {self.totals['steps']}",
             f"vllm:num_preemptions_total{{{labels}}} {self.totals['preemptions']}",
             f"vllm:prompt_tokens_total{{{labels}}} {self.totals['prompt_tokens']}",
@@ -215,13 +224,15 @@ class StandInServer:
 
 
 class _Counters:
-    """A stat logger that sums the stand-in's steps into the server's counters, as vLLM's
-    Prometheus logger does."""
+    """A stat logger that keeps the last step's stats and sums the steps into the server's
+    counters, as vLLM's Prometheus logger does."""
 
-    def __init__(self, totals: Counter[str]) -> None:
-        self.totals = totals
+    def __init__(self, server: StandInServer) -> None:
+        self.server, self.totals = server, server.totals
 
     def record(self, scheduler_stats: Any = None, iteration_stats: Any = None, **_: Any) -> None:
+        if scheduler_stats is not None:
+            self.server.last = scheduler_stats
         if iteration_stats is not None:
             self.totals["steps"] += 1
             self.totals["preemptions"] += iteration_stats.num_preempted_reqs

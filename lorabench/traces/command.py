@@ -22,6 +22,20 @@ def _range(text: str) -> tuple[int, int]:
     return low, high
 
 
+class _BadInput(ValueError):
+    """Input a subcommand cannot use: one line on stderr, exit status 2."""
+
+
+def _failed(action: str, message: str) -> int:
+    """Bad input, as every ``lorabench trace`` subcommand reports it: one line, exit 2."""
+    print(f"lorabench trace {action}: {message}", file=sys.stderr)
+    return 2
+
+
+def _unwritable(exc: OSError) -> str:
+    return f"{exc.filename}: {exc.strerror}: check the path and its permissions"
+
+
 def _adapter_names(args: argparse.Namespace) -> list[str]:
     if args.adapters:
         from lorabench.adapters import read_adapters_file
@@ -29,11 +43,12 @@ def _adapter_names(args: argparse.Namespace) -> list[str]:
         try:
             return [a.name for a in read_adapters_file(Path(args.adapters))]
         except ValueError as exc:
-            raise SystemExit(f"lorabench: --adapters: {exc}") from None
+            raise _BadInput(f"--adapters: {exc}") from None
     return [f"adapter-{i}" for i in range(args.num_adapters)]
 
 
 def _trace_generate(args: argparse.Namespace) -> int:
+    """A trace with no request is refused: its file would say a rate it does not hold."""
     from lorabench import trace
 
     params = trace.TraceParams(
@@ -47,12 +62,21 @@ def _trace_generate(args: argparse.Namespace) -> int:
         duration=args.duration,
         seed=args.seed,
     )
-    names = _adapter_names(args)
     try:
+        names = _adapter_names(args)
         requests = trace.generate(params, names)
+        if not requests:
+            raise _BadInput(
+                f"no request arrives in --duration {args.duration:g} s at --rate {args.rate:g} (seed {args.seed}): "
+                "raise either"
+            )
+        trace.write(Path(args.out), params, names, requests)
+    except _BadInput as exc:
+        return _failed("generate", str(exc))
     except ValueError as exc:
-        raise SystemExit(f"lorabench: cannot generate the trace: {exc}") from None
-    trace.write(Path(args.out), params, names, requests)
+        return _failed("generate", f"cannot generate the trace: {exc}")
+    except OSError as exc:
+        return _failed("generate", _unwritable(exc))
     print(f"wrote {len(requests)} requests to {args.out}")
     return 0
 
@@ -63,12 +87,15 @@ def _trace_stats(args: argparse.Namespace) -> int:
     try:
         loaded = data.load(Path(args.file))
     except ValueError as exc:
-        raise SystemExit(f"lorabench: {exc}") from None
+        return _failed("stats", str(exc))
     print(summary.describe(loaded))
     if args.plot:
         from lorabench.report.trace_figures import draw_trace
 
-        print(f"plot: {draw_trace(loaded, Path(args.plot), title=Path(args.file).name)}")
+        try:
+            print(f"plot: {draw_trace(loaded, Path(args.plot), title=Path(args.file).name)}")
+        except OSError as exc:
+            return _failed("stats", _unwritable(exc))
     return 0
 
 
@@ -103,23 +130,21 @@ def _import_options(args: argparse.Namespace) -> Any:
 
 
 def _trace_import(args: argparse.Namespace) -> int:
-    """Bad input is one line on stderr and exit status 2, never a traceback."""
+    """Bad input is one line on stderr and exit status 2, never a traceback; what the import
+    did that its user may not expect (labels folded together) is a warning line."""
     from lorabench.traces import data
-    from lorabench.traces.importer import import_trace
+    from lorabench.traces.importer import import_trace, import_warnings
     from lorabench.traces.sources import TraceInputError
 
     try:
         imported = import_trace(_import_options(args))
         data.write(Path(args.out), imported)
     except TraceInputError as exc:
-        print(f"lorabench trace import: {exc}", file=sys.stderr)
-        return 2
+        return _failed("import", str(exc))
     except OSError as exc:
-        print(
-            f"lorabench trace import: {exc.filename}: {exc.strerror}: check the path and its permissions",
-            file=sys.stderr,
-        )
-        return 2
+        return _failed("import", _unwritable(exc))
+    for line in import_warnings(imported.header):
+        print(f"lorabench trace import: warning: {line}", file=sys.stderr)
     print(f"wrote {len(imported)} requests ({imported.rate:.3f} req/s over {imported.duration_s:g} s) to {args.out}")
     return 0
 
@@ -180,7 +205,9 @@ def _add_trace_import(traces: Any) -> None:
     labels.add_argument("--popularity", help="powerlaw:ALPHA, zipf:ALPHA, uniform (default) or round-robin")
     labels.add_argument("--seed", type=int, default=0, help="seed of the popularity draw")
     labels.add_argument(
-        "--label-column", help="hash this column's values onto the N adapters instead (one session, one adapter)"
+        "--label-column",
+        help="give each of this column's values its own adapter instead (folded by request count when there are "
+        "more values than N; one session, one adapter)",
     )
     labels.add_argument("--adapter-names", help="adapters.json whose first N names label the adapters")
     imp.set_defaults(func=_trace_import)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import numpy as np
 
 from lorabench.trace import FORMAT as SYNTHETIC_FORMAT
 from lorabench.trace import TraceRequest
+from lorabench.traces.files import write_whole
 
 IMPORTED_FORMAT = "lorabench-trace/2"
 # Arrival times are written to the microsecond, as `trace generate` writes them.
@@ -82,15 +84,18 @@ def _header_fields(header: Any) -> tuple[list[str], float]:
     raise ValueError(f"format {header.get('format')!r} is neither {SYNTHETIC_FORMAT} nor {IMPORTED_FORMAT}")
 
 
-def read_header(path: Path) -> dict[str, Any]:
-    """The header alone: what a config check needs without reading a million requests."""
-    try:
-        with Path(path).open(encoding="utf-8") as f:
-            header = json.loads(f.readline())
-        _header_fields(header)
-    except (OSError, KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not a readable lorabench trace ({exc})") from None
-    return header
+def _check_count(path: Path, header: dict[str, Any], found: int) -> None:
+    """A file whose request lines are not as many as its header says was cut short or
+    changed after it was written. Synthetic files written before the count was added
+    have none, and are read as they are."""
+    expected = header.get("requests")
+    if expected is None or expected == found:
+        return
+    again = "generate" if header.get("format") == SYNTHETIC_FORMAT else "import"
+    raise ValueError(
+        f"{path}: the header says {expected} requests and the file holds {found}: it was cut short or changed "
+        f"after it was written; write it again with `lorabench trace {again}`"
+    )
 
 
 def load(path: Path) -> TraceData:
@@ -113,7 +118,11 @@ def load(path: Path) -> TraceData:
                     outputs.append(r["output_len"])
     except (OSError, KeyError, TypeError, ValueError) as exc:
         where = f"line {number}: " if number > 1 else ""
-        raise ValueError(f"{path}: not a readable lorabench trace ({where}{type(exc).__name__}: {exc})") from None
+        raise ValueError(
+            f"{path}: not a readable lorabench trace ({where}{type(exc).__name__}: {exc}): "
+            "write it with `lorabench trace import` or `lorabench trace generate`"
+        ) from None
+    _check_count(path, header, len(arrival))
     return TraceData(
         header=header,
         adapters=adapters,
@@ -126,9 +135,10 @@ def load(path: Path) -> TraceData:
 
 
 def write(path: Path, data: TraceData) -> None:
-    """Write ``data`` as version 2: its header (source, transforms) completed with the
-    adapters, the duration and the count. The lines are those ``json.dumps(...,
-    sort_keys=True)`` writes, built by hand because that is a third of the import's time."""
+    """Write ``data`` as version 2, whole or not at all (``files.write_whole``): its header
+    (source, transforms) completed with the adapters, the duration and the count. The
+    lines are those ``json.dumps(..., sort_keys=True)`` writes, built by hand because that
+    is a third of the import's time."""
     header = {
         **data.header,
         "format": IMPORTED_FORMAT,
@@ -138,14 +148,15 @@ def write(path: Path, data: TraceData) -> None:
     }
     names = [json.dumps(a) for a in data.adapters]
     arrivals = np.round(data.arrival_s, TIME_DECIMALS)
-    with Path(path).open("w", encoding="utf-8", newline="\n") as f:
-        f.write(json.dumps(header, sort_keys=True) + "\n")
+
+    def chunks() -> Iterator[str]:
+        yield json.dumps(header, sort_keys=True) + "\n"
         for start in range(0, len(data), _CHUNK):
             part = slice(start, start + _CHUNK)
             columns = (arrivals[part], data.adapter[part], data.input_len[part], data.output_len[part])
-            f.write(
-                "".join(
-                    f'{{"adapter": {names[a]}, "arrival_s": {t!r}, "input_len": {i}, "output_len": {o}}}\n'
-                    for t, a, i, o in zip(*(c.tolist() for c in columns))
-                )
+            yield "".join(
+                f'{{"adapter": {names[a]}, "arrival_s": {t!r}, "input_len": {i}, "output_len": {o}}}\n'
+                for t, a, i, o in zip(*(c.tolist() for c in columns))
             )
+
+    write_whole(path, chunks())

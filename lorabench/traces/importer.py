@@ -10,9 +10,9 @@ give the same bytes.
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -97,16 +97,17 @@ def _check(opts: ImportOptions) -> Columns:
     return replace(columns, label=opts.label_column)
 
 
-def _read(path: Path, fmt: str, columns: Columns, num_adapters: int) -> tuple[TraceData, int]:
-    """Every row as arrays, labels hashed onto adapters as they come; and the row count."""
+def _read(path: Path, fmt: str, columns: Columns) -> tuple[TraceData, list[str], int]:
+    """Every row as arrays, a label column's values as ids in order of first appearance
+    (in ``adapter``, until they are folded onto adapters); the labels; the row count."""
     arrival, inputs, outputs, labels = array("d"), array("q"), array("q"), array("i")
-    label_of = lru_cache(maxsize=1 << 16)(lambda value: tf.hashed_label(value, num_adapters))
+    ids: dict[str, int] = {}
     for _, t, i, o, label in read_rows(path, fmt, columns):
         arrival.append(t)
         inputs.append(i)
         outputs.append(o)
         if label is not None:
-            labels.append(label_of(label))
+            labels.append(ids.setdefault(label, len(ids)))
     if not arrival:
         raise TraceInputError(f"{path}: no requests in the file: is it the {fmt} trace?")
     n = len(arrival)
@@ -119,7 +120,12 @@ def _read(path: Path, fmt: str, columns: Columns, num_adapters: int) -> tuple[Tr
         output_len=np.frombuffer(outputs, dtype=np.int64),
         duration_s=0.0,
     )
-    return data, n
+    return data, list(ids), n
+
+
+def _at_most(seconds: float) -> str:
+    """``seconds`` rounded down to the millisecond, as an option's value that fits."""
+    return f"{math.floor(seconds * 1000) / 1000:.3f}".rstrip("0").rstrip(".")
 
 
 def _cut(data: TraceData, opts: ImportOptions, steps: list[dict[str, Any]]) -> TraceData:
@@ -128,7 +134,15 @@ def _cut(data: TraceData, opts: ImportOptions, steps: list[dict[str, Any]]) -> T
     if moved:
         steps.append({"op": "sort", "rows_out_of_order": moved})
     span = float(data.arrival_s[-1] - data.arrival_s[0])
-    data, outside = tf.window(data, opts.start, opts.duration)
+    try:
+        data, outside = tf.window(data, opts.start, opts.duration)
+    except ValueError:
+        room = f"--duration {_at_most(span - opts.start)} or less, or " if span - opts.start >= 0.001 else ""
+        raise TraceInputError(
+            f"{opts.source}: --start {opts.start:g} --duration {opts.duration:g} runs to {opts.start + opts.duration:g}"
+            f" s, past the trace's last request at {span:g} s from its first: give {room}leave --duration out "
+            "to keep the trace to its end"
+        ) from None
     if opts.start or opts.duration is not None:
         steps.append({"op": "window", "start_s": opts.start, "duration_s": opts.duration, "rows_outside": outside})
     if not len(data):
@@ -144,7 +158,47 @@ def _cut(data: TraceData, opts: ImportOptions, steps: list[dict[str, Any]]) -> T
     return data
 
 
-def _shape(data: TraceData, opts: ImportOptions, steps: list[dict[str, Any]]) -> TraceData:
+def _label(data: TraceData, opts: ImportOptions, labels: list[str]) -> tuple[TraceData, dict[str, Any]]:
+    """Each request's adapter from its label (``transforms.fold_labels``) or drawn by the
+    popularity policy; and the step that says how."""
+    if opts.label_column is not None:
+        adapter, ranked = tf.fold_labels(data.adapter, opts.num_adapters)
+        step: dict[str, Any] = {
+            "op": "label",
+            "label_column": opts.label_column,
+            "labels": len(ranked),
+            "adapters": opts.num_adapters,
+        }
+        if len(ranked) <= opts.num_adapters:
+            step["adapter_labels"] = [labels[i] for i in ranked.tolist()]
+        return replace(data, adapter=adapter), step
+    chosen = opts.popularity or "uniform"
+    policy, alpha = parse_popularity(chosen)
+    data = replace(data, adapter=tf.popularity(len(data), opts.num_adapters, policy, alpha, opts.seed))
+    return data, {"op": "label", "popularity": chosen, "adapters": opts.num_adapters, "seed": opts.seed}
+
+
+def import_warnings(header: dict[str, Any]) -> list[str]:
+    """What an import did that its user may not expect, for stderr: labels folded
+    together onto shared adapters, or adapters left without a request."""
+    step = header["transforms"][-1]
+    if "label_column" not in step:
+        return []
+    column, labels, adapters = step["label_column"], step["labels"], step["adapters"]
+    if labels > adapters:
+        return [
+            f"column {column!r} has {labels} labels for {adapters} adapters: folded by request count, the label "
+            f"ranked r (from 0) on adapter r mod {adapters}; --adapters {labels} gives each its own"
+        ]
+    if labels < adapters:
+        return [
+            f"column {column!r} has {labels} labels for {adapters} adapters: {adapters - labels} adapters get no "
+            f"request; --adapters {labels} gives each label its own with none idle"
+        ]
+    return []
+
+
+def _shape(data: TraceData, opts: ImportOptions, labels: list[str], steps: list[dict[str, Any]]) -> TraceData:
     """Clip, scale time and label."""
     if opts.max_model_len is not None:
         data, clipped = tf.clip(data, opts.max_model_len)
@@ -156,22 +210,17 @@ def _shape(data: TraceData, opts: ImportOptions, steps: list[dict[str, Any]]) ->
             raise TraceInputError(f"{opts.source}: --rate {opts.rate:g}: {exc}: give a --duration") from None
         data = tf.scale_time(data, factor)
         steps.append({"op": "time_scale", "factor": factor, "rate": opts.rate})
-    if opts.label_column is not None:
-        steps.append({"op": "label", "hash_column": opts.label_column, "adapters": opts.num_adapters})
-    else:
-        chosen = opts.popularity or "uniform"
-        policy, alpha = parse_popularity(chosen)
-        data = replace(data, adapter=tf.popularity(len(data), opts.num_adapters, policy, alpha, opts.seed))
-        steps.append({"op": "label", "popularity": chosen, "adapters": opts.num_adapters, "seed": opts.seed})
+    data, step = _label(data, opts, labels)
+    steps.append(step)
     return data
 
 
 def import_trace(opts: ImportOptions) -> TraceData:
     """The trace ``opts`` ask for, its header saying where it came from and how."""
     columns = _check(opts)
-    data, rows = _read(opts.source, opts.fmt, columns, opts.num_adapters)
+    data, labels, rows = _read(opts.source, opts.fmt, columns)
     steps: list[dict[str, Any]] = []
-    data = _shape(_cut(data, opts, steps), opts, steps)
+    data = _shape(_cut(data, opts, steps), opts, labels, steps)
     names = list(opts.adapter_names or (f"adapter-{i}" for i in range(opts.num_adapters)))[: opts.num_adapters]
     source = {
         "format": opts.fmt,

@@ -60,11 +60,35 @@ def _length_lines(name: str, values: np.ndarray) -> list[str]:
 
 
 def _share_lines(data: TraceData) -> list[str]:
+    """The busiest adapters' shares; adapters with no request are named apart, not
+    listed at 0 % as if they were part of the mix."""
     counts = np.bincount(data.adapter, minlength=len(data.adapters))
-    order = np.argsort(-counts, kind="stable")[:TOP_ADAPTERS]
+    used = np.count_nonzero(counts)
+    order = np.argsort(-counts, kind="stable")[: min(TOP_ADAPTERS, used)]
     shown = ", ".join(f"{data.adapters[i]} {counts[i] / len(data):.1%}" for i in order)
-    more = f" (top {TOP_ADAPTERS} of {len(data.adapters)})" if len(data.adapters) > TOP_ADAPTERS else ""
-    return [f"adapter shares{more}: {shown}"]
+    more = f" (top {TOP_ADAPTERS} of {used})" if used > TOP_ADAPTERS else ""
+    lines = [f"adapter shares{more}: {shown}"]
+    idle = [data.adapters[i] for i in np.flatnonzero(counts == 0)]
+    if idle:
+        named = ", ".join(idle[:TOP_ADAPTERS]) + (", ..." if len(idle) > TOP_ADAPTERS else "")
+        lines.append(f"adapters without a request: {len(idle)} of {len(data.adapters)}: {named}")
+    return lines
+
+
+def _label_step(step: dict[str, Any]) -> str:
+    if "hash_column" in step:
+        # Files imported before labels were ranked: values hashed, so some may share an adapter.
+        return f"adapters: column {step['hash_column']!r} hashed onto {step['adapters']}"
+    column, labels, adapters = step["label_column"], step["labels"], step["adapters"]
+    if labels > adapters:
+        return (
+            f"adapters: column {column!r}, {labels} labels folded onto {adapters} adapters by request count "
+            f"(the label ranked r on adapter r mod {adapters})"
+        )
+    shown = ", ".join(map(repr, step["adapter_labels"][:TOP_ADAPTERS]))
+    more = ", ..." if labels > TOP_ADAPTERS else ""
+    idle = f"; {adapters - labels} adapters without one" if labels < adapters else ""
+    return f"adapters: column {column!r}, {labels} labels, each its own adapter, busiest first: {shown}{more}{idle}"
 
 
 def describe_step(step: dict[str, Any]) -> str:
@@ -81,8 +105,8 @@ def describe_step(step: dict[str, Any]) -> str:
     if op == "time_scale":
         asked = f" for {step['rate']:g} req/s" if step["rate"] is not None else ""
         return f"time scaled by {step['factor']:.6g}{asked}"
-    if "hash_column" in step:
-        return f"adapters: column {step['hash_column']!r} hashed onto {step['adapters']}"
+    if "popularity" not in step:
+        return _label_step(step)
     return f"adapters: {step['popularity']} over {step['adapters']}, seed {step['seed']}"
 
 

@@ -7,7 +7,6 @@ keeps the order of arrival.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 
 import numpy as np
@@ -29,8 +28,18 @@ def sort_by_arrival(data: TraceData) -> tuple[TraceData, int]:
 def window(data: TraceData, start: float, duration: float | None) -> tuple[TraceData, int]:
     """The requests in ``[start, start + duration)`` seconds from the first request, moved
     so the window starts at 0; without ``duration``, everything from ``start`` on, and the
-    trace lasts until its last request. Also: how many requests fell outside."""
+    trace lasts until its last request. Also: how many requests fell outside.
+
+    A window that ends after the last request is refused (``ValueError``): the trace
+    would claim ``duration`` seconds of traffic where the source has none, and its rate
+    (and any time scale for a rate) would be wrong by the missing part."""
     first = float(data.arrival_s[0]) if len(data) else 0.0
+    end = float(data.arrival_s[-1]) - first if len(data) else 0.0
+    if duration is not None and start + duration > end:
+        raise ValueError(
+            f"the window [{start:g}, {start + duration:g}) s runs past the trace's last request, "
+            f"{end:g} s after its first"
+        )
     relative = data.arrival_s - (first + start)
     keep = relative >= 0
     if duration is not None:
@@ -89,11 +98,26 @@ def popularity(num_requests: int, num_adapters: int, policy: str, alpha: float, 
     return (np.arange(num_requests) % num_adapters).astype(np.int32)
 
 
-def hashed_label(value: str, num_adapters: int) -> int:
-    """The adapter of a label value (a session, a model): the same value always lands on the
-    same adapter, in every run and on every machine (Python's ``hash`` is salted per process)."""
-    digest = hashlib.blake2b(value.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % num_adapters
+def fold_labels(label: np.ndarray, num_adapters: int) -> tuple[np.ndarray, np.ndarray]:
+    """Adapter indices for requests labelled ``label`` (ids from 0, in order of first
+    appearance in the source), and the label ids by rank.
+
+    Labels are ranked by their number of requests, most first (ties: the first to appear
+    first); the label ranked ``r`` goes to adapter ``r % num_adapters``. So with no more
+    labels than adapters each label has its own adapter, the busiest on adapter 0 as the
+    popularity laws put it; with more, they are dealt round-robin by rank, which spreads
+    the load, and every request of a label stays on one adapter."""
+    counts = np.bincount(label)
+    ranked = np.argsort(-counts, kind="stable")[: np.count_nonzero(counts)]
+    adapter_of = np.zeros(len(counts), dtype=np.int32)
+    adapter_of[ranked] = np.arange(len(ranked)) % num_adapters
+    return adapter_of[label], ranked
+
+
+def from_start(data: TraceData, start: float) -> TraceData:
+    """The requests arriving at ``start`` seconds of the trace's time or after, times
+    unchanged: what a replay that starts there can use."""
+    return data.select(slice(int(np.searchsorted(data.arrival_s, start, side="left")), None))
 
 
 def replay_window(data: TraceData, start: float, duration: float, rate: float) -> TraceData:
@@ -103,16 +127,16 @@ def replay_window(data: TraceData, start: float, duration: float, rate: float) -
     need = round(rate * duration)
     if need < 1:
         raise ValueError(f"rate {rate:g} req/s over {duration:g} s is less than one request: raise either")
-    first = int(np.searchsorted(data.arrival_s, start, side="left"))
-    available = len(data) - first
+    rest = from_start(data, start)
+    available = len(rest)
     if available < need:
         raise ValueError(
             f"from {start:g} s on the trace has {available} requests, and {duration:g} s at {rate:g} req/s needs "
             f"{need}: lower the rate or the duration, or import a longer window"
         )
     # The window ends where the next request would arrive, or where the trace ends.
-    end = float(data.arrival_s[first + need]) if available > need else max(data.duration_s, float(data.arrival_s[-1]))
+    end = float(rest.arrival_s[need]) if available > need else max(data.duration_s, float(data.arrival_s[-1]))
     factor = duration / (end - start) if end > start else 1.0
-    part = data.select(slice(first, first + need))
+    part = rest.select(slice(0, need))
     arrivals = np.round((part.arrival_s - start) * factor, TIME_DECIMALS)
     return replace(part, arrival_s=arrivals, duration_s=duration)

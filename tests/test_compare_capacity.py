@@ -1,0 +1,122 @@
+"""Capacities that are bounds in a comparison: a search that stopped at max_rate, below
+min_rate or at a limit knows an interval, and compare, ab and the session's compare gate
+judge the intervals: a regression only where the new one lies wholly below the base one by
+more than the threshold, "cannot tell" where they overlap."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+
+from lorabench import capacity, cli
+from lorabench.compare import compare_pairs, load_run
+from lorabench.compare.analysis import REGRESSED, compare
+from lorabench.compare.paired import pair_file
+from lorabench.compare.render import bound_line, render_markdown
+from lorabench.compare.select import run_comparison
+from tests.test_capacity import capacity_rows, write_rows
+
+ENGINE = {"max_loras": 2}
+
+
+def at_least(rate: float, builds: int = 1, **values) -> list:
+    """Searches that passed every rate up to ``max_rate`` (``rate``): capacity at least that."""
+    stop = {"search_stop": capacity.ABOVE_RANGE, "capacity_max_rate": rate, **values}
+    return capacity_rows(ENGINE, [rate] * builds, over=None, **stop)
+
+
+def bracket(low: float, high: float, builds: int = 1, **values) -> list:
+    """Searches that bracketed their SLO edge between ``low`` and ``high``."""
+    return capacity_rows(ENGINE, [low] * builds, over=high / low, **values)
+
+
+def test_a_base_of_at_least_40_against_a_new_bracket_of_10_fails_compare(tmp_path, capsys):
+    base = write_rows(tmp_path / "base.csv", at_least(40.0))
+    new = write_rows(tmp_path / "new.csv", bracket(10.0, 10.5, capacity_max_rate=40.0))
+    assert cli.main(["compare", base, new]) == 1
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("CAPACITY REGRESSED"))
+    assert "base at least 40 req/s, new between 10 and 10.5 req/s: at least 74% lower" in line
+    assert "capacity bounds: 1 regressed, 0 improved, 0 not shown" in out
+
+
+def test_a_new_search_stopped_at_a_lower_max_rate_cannot_tell(tmp_path, capsys):
+    base = write_rows(tmp_path / "base.csv", bracket(10.0, 10.5, builds=2))
+    new = write_rows(tmp_path / "new.csv", at_least(8.0, builds=2))
+    result = compare(load_run(base), load_run(new))
+    assert not result.failed and [b.change for b in result.capacity_bounds] == [0]
+    assert "cannot tell: new search stopped at max_rate 8" in bound_line(result.capacity_bounds[0])
+    assert "base between 10 and 10.5 req/s, new at least 8 req/s" in bound_line(result.capacity_bounds[0])
+    assert cli.main(["compare", base, new]) == 0
+
+
+def test_bounds_apart_by_the_threshold_are_judged_both_ways_and_nearer_ones_are_not(tmp_path):
+    base = load_run(write_rows(tmp_path / "base.csv", at_least(8.0)))
+    below = capacity_rows(ENGINE, [None], search_stop=capacity.BELOW_RANGE)
+    below = load_run(write_rows(tmp_path / "below.csv", [replace(row, capacity_over_rps=0.5) for row in below]))
+    # Below min_rate (under 0.5) on the base side, a bracket [4, 4.4) on the new: improved.
+    improved = compare(below, load_run(write_rows(tmp_path / "higher.csv", bracket(4.0, 4.4))))
+    assert [b.change for b in improved.capacity_bounds] == [1] and not improved.failed
+    assert "base below 0.5 req/s, new between 4 and 4.4 req/s: at least 700% higher" in bound_line(
+        improved.capacity_bounds[0]
+    )
+    # Below min_rate on the new side, against a base that passed a rate: a collapse, named once.
+    collapsed = compare(base, below)
+    assert len(collapsed.capacity_collapses) == 1 and not collapsed.capacity_bounds and collapsed.failed
+    # A new bracket [7.6, 8) under a base of at least 8: wholly below, but by less than 10 %.
+    near = compare(base, load_run(write_rows(tmp_path / "near.csv", bracket(7.6, 7.9, capacity_max_rate=8.0))))
+    assert [b.change for b in near.capacity_bounds] == [0] and not near.failed
+    assert "apart by less than the threshold (10%)" in bound_line(near.capacity_bounds[0])
+    strict = run_comparison(str(tmp_path / "base.csv"), str(tmp_path / "near.csv"), thresholds=["capacity_rps=1%"])
+    assert strict.failed and strict.reasons() == "1 capacity bound regressed"
+
+
+def test_a_case_with_any_unbracketed_build_is_judged_on_its_bounds_not_on_the_bracketed_builds(tmp_path):
+    base = write_rows(tmp_path / "base.csv", bracket(20.0, 21.0, builds=3))
+    # Two builds bracketed lower, one passed everything up to max_rate 40: the hull reaches to inf.
+    mixed = [*bracket(15.0, 15.8, builds=2), *at_least(40.0)]
+    mixed = [replace(row, build=b, engine_id=f"loras2-rank16-cpu4-build{b}") for b, row in enumerate(mixed)]
+    result = compare(load_run(base), load_run(write_rows(tmp_path / "mixed.csv", mixed)))
+    assert "capacity_rps" not in {f.metric for f in result.findings}
+    assert [b.change for b in result.capacity_bounds] == [0] and not result.failed
+    assert "new between 15 and" not in bound_line(result.capacity_bounds[0]) and "new at least 15 req/s" in bound_line(
+        result.capacity_bounds[0]
+    )
+
+
+def test_the_bounds_in_markdown_json_and_the_page(tmp_path, capsys):
+    base = write_rows(tmp_path / "base.csv", at_least(40.0))
+    new = write_rows(tmp_path / "new.csv", bracket(10.0, 10.5, capacity_max_rate=40.0))
+    page = render_markdown(compare(load_run(base), load_run(new)))
+    assert "- CAPACITY REGRESSED: " in page and "base at least 40 req/s, new between 10 and 10.5 req/s" in page
+    assert cli.main(["compare", base, new, "--format", "json"]) == 1
+    bound = json.loads(capsys.readouterr().out)["capacity_bounds"][0]
+    assert bound["verdict"] == REGRESSED and bound["base_low"] == 40.0 and bound["base_high"] is None
+    assert (bound["new_low"], bound["new_high"]) == (10.0, 10.5)
+    assert cli.main(["compare", base, new, "--report", str(tmp_path / "page")]) == 1
+    assert "CAPACITY REGRESSED: trace capacity loras2-rank16-cpu4" in (tmp_path / "page" / "index.html").read_text()
+
+
+def ab_session(folder, base_rows: list, new_rows: list, pairs: int = 3):
+    """An A/B session's pair files: each pair's turns carry the given rows."""
+    for side, rows in (("base", base_rows), ("new", new_rows)):
+        (folder / side).mkdir(parents=True)
+        for pair in range(pairs):
+            slot = 2 * pair + (side == "new")
+            turn = [replace(r, run_id=f"{side}-{pair}", timestamp=f"2026-11-23T10:{slot:02d}:00Z") for r in rows]
+            frame = pd.read_csv(write_rows(folder / "x.csv", turn)).assign(ab_pair=pair)
+            frame.to_csv(pair_file(folder / side, pair), index=False)
+    return folder / "base", folder / "new"
+
+
+@pytest.mark.parametrize(
+    ("new_rows", "change"), [(bracket(10.0, 10.5, capacity_max_rate=40.0), -1), (at_least(40.0), 0)]
+)
+def test_ab_and_the_session_gate_judge_the_bounds_as_compare_does(tmp_path, new_rows, change):
+    base, new = ab_session(tmp_path, at_least(40.0), new_rows)
+    for result in (compare_pairs(base, new, threshold=0.1, alpha=0.05), run_comparison(str(base), str(new))):
+        assert [b.change for b in result.capacity_bounds] == [change]
+        assert result.failed == (change < 0)

@@ -1,0 +1,53 @@
+"""The recommendation's verdict on a lead: it needs 2 builds a side, a runner-up build with
+no failing rate is never beaten whatever order its builds come in, and a URL target's
+memory is not the configuration's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from lorabench import recommend
+from tests.test_capacity import capacity_rows
+
+TWO, EIGHT = {"max_loras": 2}, {"max_loras": 8}
+
+
+def with_overs(rows: list, overs: list) -> list:
+    """``rows`` with each build's lowest failing rate set (None: the build failed no rate)."""
+    return [replace(row, capacity_over_rps=over) for row, over in zip(rows, overs)]
+
+
+@pytest.mark.parametrize("overs", [[9.0, None], [None, 9.0]], ids=["failing-first", "open-first"])
+def test_a_runner_up_build_that_failed_no_rate_is_never_beaten_whatever_the_order(overs):
+    # loras8 passed 10 on both builds; loras2's one build failed 9, the other failed nothing.
+    runner_up = with_overs(capacity_rows(TWO, [5.0, 8.0]), overs)
+    line = recommend.for_session(capacity_rows(EIGHT, [10.0, 10.2]) + runner_up)[0]
+    assert "choose loras8-rank16-cpu4" in line and "a real lead" not in line
+    assert "not shown: a build of loras2-rank16-cpu4 failed no rate probed" in line
+
+
+def test_a_lead_needs_two_builds_a_side():
+    # Brackets [10, 10.5) and [20, 21) are far apart, but one build a side says nothing of the spread.
+    single = recommend.for_session(capacity_rows(TWO, [10.0], over=1.05) + capacity_rows(EIGHT, [20.0]))[0]
+    assert "1 build: lead not tested" in single and "a real lead" not in single
+    lopsided = recommend.for_session(capacity_rows(TWO, [10.0], over=1.05) + capacity_rows(EIGHT, [20.0, 20.5]))[0]
+    assert "1 build: lead not tested" in lopsided
+    both = recommend.for_session(capacity_rows(TWO, [10.0, 10.1], over=1.05) + capacity_rows(EIGHT, [20.0, 20.5]))[0]
+    assert "a real lead" in both
+
+
+def test_against_a_url_the_memory_is_said_not_measured():
+    url = {"target": "url", "memory_source": "client", "peak_memory_mb": 612.0}
+    line = recommend.for_session(capacity_rows(TWO, [10.0], **url) + capacity_rows(EIGHT, [20.0], **url))[0]
+    assert "memory not measured (URL target" in line and "612" not in line and "peak" not in line
+    assert "1024 KV cache tokens" in line, "the server's own /metrics give its KV cache"
+    unreported = recommend.for_session(
+        capacity_rows(TWO, [10.0], **url) + capacity_rows(EIGHT, [20.0], **url, kv_cache_tokens=0)
+    )
+    assert "KV cache not reported" in unreported[0] and "0 KV cache tokens" not in unreported[0]
+    # A server lorabench started (serve) is in its process tree: its memory is measured.
+    serve = {"target": "serve", "memory_source": "rss", "peak_memory_mb": 3730.0}
+    line = recommend.for_session(capacity_rows(TWO, [10.0], **serve) + capacity_rows(EIGHT, [20.0], **serve))[0]
+    assert "peak 3730 MiB" in line
