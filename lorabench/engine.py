@@ -15,6 +15,7 @@ import gc
 import itertools
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 import psutil
 
 from lorabench import graph, processes
+from lorabench.clock import now
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.device import Platform, detect_platform
 from lorabench.engine_adapters import AdapterCache
@@ -116,7 +118,7 @@ class Engine(AdapterCache, Requests):
         self.memory.start()
         self._log_start = self.log_path.stat().st_size if self.log_path is not None and self.log_path.is_file() else 0
         before = processes.children()
-        self.loop = asyncio.new_event_loop()
+        self.loop = self.new_loop()
         try:
             start = time.perf_counter()
             with processes.output_to(self.log_path):
@@ -138,6 +140,10 @@ class Engine(AdapterCache, Requests):
         self.graph = graph.reported(self.llm.vllm_config, self._log_text())
         self.memory.update()
         return self
+
+    def new_loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the engine serves on: a new one of asyncio's (the stand-in may run a virtual clock)."""
+        return asyncio.new_event_loop()
 
     def provenance(self) -> dict[str, Any]:
         """Provenance columns this engine knows better than the session does: none in process."""
@@ -241,25 +247,26 @@ class Engine(AdapterCache, Requests):
         of one measurement must not take the next one's first steps. The seconds waited and the
         requests still unfinished then (0 once idle); both None where the engine cannot tell,
         which is not waited on."""
-        started = time.perf_counter()
+        started = now()
         left = self.unfinished_requests()
         if left is None:
             return None, None
-        while left and time.perf_counter() - started < timeout_s:
+        while left and now() - started < timeout_s:
             await asyncio.sleep(IDLE_POLL_S)
             left = self.unfinished_requests()
-        return time.perf_counter() - started, left
+        return now() - started, left
 
 
 def is_engine_dead(exc: BaseException) -> bool:
     """Whether ``exc`` means the engine core is gone (killed, crashed, out of memory)."""
     if isinstance(exc, EngineDied):
         return True
-    try:
-        from vllm.v1.engine.exceptions import EngineDeadError
-    except ImportError:
+    # Only an imported vLLM raises its error: asking needs no import (seconds, on a stand-in).
+    exceptions = sys.modules.get("vllm.v1.engine.exceptions")
+    if exceptions is None:
         return False
-    return isinstance(exc, EngineDeadError) or isinstance(exc.__cause__, EngineDeadError)
+    dead = exceptions.EngineDeadError
+    return isinstance(exc, dead) or isinstance(exc.__cause__, dead)
 
 
 class VllmBackend:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,9 +43,9 @@ class AdapterCache:
         it is removed first if it is cached, so the load always reads the disk."""
         if adapter.name in self.cached_adapters():
             self.remove_adapter(adapter)
-        start = time.perf_counter()
+        start = self.loop.time()
         self.run(self.llm.add_lora(self.lora_request(adapter)))
-        return time.perf_counter() - start
+        return self.loop.time() - start
 
     def measure_adapter_loads(self, adapters: Sequence[Adapter]) -> float:
         """Mean seconds of one adapter's load from disk, over every adapter, each timed alone."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lorabench import clock
 from lorabench.adapters import Adapter
 from lorabench.records import AdapterRecord, Sample
 from lorabench.stats import percentile, summary
@@ -101,7 +101,9 @@ async def replay(
     finished = 0
     # Asked before the clock starts: the answer walks every frozen object (18 ms for 200,000).
     freeze = not gc.get_freeze_count() and gc.isenabled()
-    start = time.perf_counter()
+    # A virtual clock's timers fire exactly when due (lorabench.testing.virtual_clock): no early wake.
+    early_wake_s = 0.0 if getattr(asyncio.get_running_loop(), "virtual", False) else EARLY_WAKE_S
+    start = clock.now()
 
     async def serve(record: ReplayedRequest) -> None:
         """Started just before the request is due: its prompt is made, then it waits its
@@ -111,11 +113,11 @@ async def replay(
         prompt = synthetic_prompt(record.index, record.input_len, vocab_size, seed)
         params = engine.sampling_params(record.output_len, stream=True)
         due = start + record.scheduled_s
-        while time.perf_counter() < due:
+        while early_wake_s and clock.now() < due:
             await asyncio.sleep(0)
-        record.sent_s = time.perf_counter() - start
+        record.sent_s = clock.now() - start
         async for out in engine.stream(prompt, params, adapters[record.adapter]):
-            now = time.perf_counter() - start
+            now = clock.now() - start
             record.token_times.extend([now] * len(out.outputs[0].token_ids))
             if out.finished:
                 record.finished = True
@@ -132,12 +134,12 @@ async def replay(
             for sent, record in enumerate(records, 1):
                 # The event loop's timers wake up to a millisecond late: sleep to just before the
                 # send, and hand the request to its task, which yields to the loop until it is due.
-                wait = start + record.scheduled_s - EARLY_WAKE_S - time.perf_counter()
+                wait = start + record.scheduled_s - early_wake_s - clock.now()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 in_flight.add(asyncio.create_task(serve(record)))
                 if progress is not None:
-                    progress(sent, finished, time.perf_counter() - start)
+                    progress(sent, finished, clock.now() - start)
             if progress is not None and records:
                 progress(len(records), finished, None)
             await in_flight.drain(drain_timeout_s)

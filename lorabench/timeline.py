@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import inspect
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from lorabench.clock import now
 from lorabench.records import TIMELINE_FIELDS, TimelineRecord
 from lorabench.stats import percentile
 
@@ -57,7 +57,7 @@ class Recorder:
     or changed); ``rows`` holds the last replay's records.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, clock: Callable[[], float] = now) -> None:
         self.clock = clock
         self.why_none: str | None = None
         self.rows: list[TimelineRecord] = []

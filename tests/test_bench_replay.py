@@ -7,9 +7,12 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_replay.py"
 
 
+@pytest.mark.realtime
 def test_a_short_replay_reports_send_lag_memory_collections_and_the_cpu(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_replay", SCRIPT)
     module = importlib.util.module_from_spec(spec)

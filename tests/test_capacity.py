@@ -145,7 +145,9 @@ def test_a_search_on_the_stand_in_finds_its_service_rate_and_keeps_every_probe(p
     pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
     engine = {"max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4, "max_num_seqs": 1}
     config = write_config(pytester.path / "run", adapters=2, capacity=CAPACITY, engine=engine)
-    result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs)])
+    result = pytester.runpytest(
+        "--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs, virtual_clock=True)]
+    )
     result.assert_outcomes(passed=1)
     (csv,) = result_files(pytester.path / "run" / "results")
     (row,) = pd.read_csv(csv).to_dict("records")

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
+import types
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from lorabench import capacity
-from lorabench.engine import IDLE_POLL_S, Engine
+from lorabench.engine import IDLE_POLL_S, Engine, EngineDied, is_engine_dead
 from lorabench.records import replays_path_for, samples_path_for
 from lorabench.scenarios import capacity_probes
 from lorabench.testing import Costs, StandIn, write_config
@@ -105,7 +107,9 @@ ENGINE = {"max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4, "max_num_seqs"
 def run_search(pytester, costs: Costs, engine=ENGINE, **capacity_values):
     pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
     config = write_config(pytester.path / "run", adapters=2, capacity={**CAPACITY, **capacity_values}, engine=engine)
-    return pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs)])
+    return pytester.runpytest(
+        "--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs, virtual_clock=True)]
+    )
 
 
 def test_an_engine_that_dies_midway_keeps_the_probes_that_finished(pytester, monkeypatch):
@@ -189,3 +193,20 @@ def test_the_wait_for_an_idle_engine_is_bounded_and_skipped_where_it_cannot_tell
     assert asyncio.run(Engine.wait_idle(Busy(None), 10)) == (None, None)  # type: ignore[arg-type]
     waited, left = asyncio.run(Engine.wait_idle(Busy(0), 10))  # type: ignore[arg-type]
     assert left == 0 and waited < 10
+
+
+def test_an_engine_death_is_told_from_vllms_error_without_importing_vllm(monkeypatch):
+    """A search that fails on a stand-in asks whether the engine died: vLLM's error can only
+    be raised where vLLM is imported, and importing it to ask took seconds."""
+    name = "vllm.v1.engine.exceptions"
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    assert not is_engine_dead(ValueError("a bug")) and name not in sys.modules
+    assert is_engine_dead(EngineDied("gone"))
+
+    class EngineDeadError(Exception):
+        pass
+
+    monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(EngineDeadError=EngineDeadError))
+    caused = RuntimeError("stream failed")
+    caused.__cause__ = EngineDeadError()
+    assert is_engine_dead(EngineDeadError()) and is_engine_dead(caused) and not is_engine_dead(ValueError())

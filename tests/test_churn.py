@@ -52,11 +52,12 @@ def check_churn_row(row: pd.Series) -> None:
 
 
 def test_a_load_cost_comes_out_in_the_load_column_and_stalls_requests_in_process(pytester):
-    row = run_churn(pytester, plugins=[StandIn(Costs(disk_load_ms=LOAD_MS, decode_ms_per_step=2))])
+    row = run_churn(pytester, plugins=[StandIn(Costs(disk_load_ms=LOAD_MS, decode_ms_per_step=2), virtual_clock=True)])
     check_churn_row(row)
     assert row["target"] == "inprocess" and math.isnan(row["failed"])
 
 
+@pytest.mark.realtime
 def test_churn_over_the_runtime_load_api_of_a_server(pytester):
     names = ["a0", "a1", "a2", "a3"]
     with StandInServer(names, Costs(disk_load_ms=LOAD_MS, decode_ms_per_step=2), max_cpu_loras=8) as server:
@@ -72,6 +73,7 @@ def test_churn_over_the_runtime_load_api_of_a_server(pytester):
     assert served == set(names), "every alias is dropped after the replay; the server's names stay"
 
 
+@pytest.mark.realtime
 def test_churn_skips_with_the_fix_on_a_server_without_the_runtime_api(pytester):
     pytester.makepyfile(test_multilora_churn=(ROOT / "bench" / "test_multilora_churn.py").read_text())
     config = write_config(pytester.path / "run", adapters=4, churn=CHURN)

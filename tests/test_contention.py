@@ -6,7 +6,6 @@ server, one record a scrape), where the columns mean the same."""
 from __future__ import annotations
 
 import asyncio
-import time
 from contextlib import ExitStack
 from types import SimpleNamespace
 
@@ -23,7 +22,8 @@ from lorabench.testing import Costs, StandIn, write_config
 from lorabench.testing.llm import LoraRef, Params, StandInLLM
 from lorabench.testing.server import StandInServer
 
-TARGETS = ["in_process", "http"]
+# In process on a virtual clock; over HTTP on real sockets, on the wall clock.
+TARGETS = ["in_process", pytest.param("http", marks=pytest.mark.realtime)]
 # Between two sends: over HTTP, concurrent requests may reach the server in any order.
 STAGGER_S = 0.01
 
@@ -38,7 +38,7 @@ def run_planted(tmp_path, target, costs, max_loras, requests):
             server = stack.enter_context(StandInServer(["a0", "a1", "a2"], costs, max_loras=max_loras))
             engine = HttpEngine(config, spec, "remote", None, Target(URL, server.url))
         else:
-            engine = StandIn(costs).engine(config, spec, "cpu", None)
+            engine = StandIn(costs, virtual_clock=True).engine(config, spec, "cpu", None)
         with engine:
             return send_recording(engine, config.adapters, requests)
 
@@ -54,7 +54,7 @@ def send_recording(engine, adapters, requests):
             outputs = [o async for o in engine.stream([7] * prompt_len, params, adapters[index])]
             return sum(len(o.outputs[0].token_ids) for o in outputs)
 
-        engine.timeline.start(time.perf_counter())
+        engine.timeline.start(asyncio.get_running_loop().time())  # the clock the timeline records on
         try:
             return await asyncio.gather(*(one(n, *request) for n, request in enumerate(requests)))
         finally:

@@ -107,7 +107,9 @@ def test_eager_and_graph_rows_on_the_stand_in_have_their_own_keys(pytester):
 
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
     config = write_config(pytester.path / "run", engine={"enforce_eager": [True, False]})
-    result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(Costs())])
+    result = pytester.runpytest(
+        "--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(Costs(), virtual_clock=True)]
+    )
     result.assert_outcomes(passed=2)
     (csv,) = result_files(pytester.path / "run" / "results")
     rows = pd.read_csv(csv).set_index("enforce_eager")

@@ -7,6 +7,7 @@ rate, and no probe above it may pass."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from lorabench import capacity
 from lorabench.records import replays_path_for, samples_path_for
@@ -30,6 +31,7 @@ FILLED = (
 )
 
 
+@pytest.mark.realtime
 def test_a_search_over_http_brackets_the_servers_rate_and_passes_no_probe_above_it(pytester):
     pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
     config = write_config(pytester.path / "run", adapters=2, capacity=CAPACITY, engine=ENGINE)

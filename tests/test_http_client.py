@@ -43,6 +43,7 @@ def test_sse_lines_and_chunks_parse_as_vllm_sends_them():
         chunk_of({"error": {"message": "boom"}})
 
 
+@pytest.mark.realtime
 def test_a_stream_gives_every_token_once_and_finishes():
     with StandInServer(ADAPTERS) as server:
         chunks = collect(server.url, "a1", max_tokens=5)
@@ -56,6 +57,7 @@ def test_a_stream_gives_every_token_once_and_finishes():
     assert body["prompt"] == [5, 6, 7] and body["ignore_eos"] and body["stream"] and body["return_token_ids"]
 
 
+@pytest.mark.realtime
 def test_an_unknown_adapter_an_error_status_and_a_broken_stream_raise():
     with StandInServer(ADAPTERS, failures={2: "500", 3: "drop"}) as server:
         with pytest.raises(RequestFailed, match="404.*does not exist"):
@@ -67,6 +69,7 @@ def test_an_unknown_adapter_an_error_status_and_a_broken_stream_raise():
         assert len(collect(server.url, "a0")) == 5, "the server goes on serving"
 
 
+@pytest.mark.realtime
 def test_metrics_are_read_from_prometheus_text():
     text = "\n".join(
         [
@@ -106,6 +109,7 @@ def test_adapters_are_discovered_from_v1_models(tmp_path):
     assert served_adapters([]) == (None, set())
 
 
+@pytest.mark.realtime
 def test_the_http_engine_counts_failures_and_times_on_its_own_clock(tmp_path):
     path = write_config(tmp_path, adapters=3)
     config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
@@ -167,6 +171,7 @@ def test_a_port_is_free_once_nothing_listens_there_whatever_its_closed_connectio
     assert port_free(port), "only its closed connections (TIME_WAIT) are left: a new server can bind"
 
 
+@pytest.mark.realtime
 def test_waiting_for_an_idle_server_reads_its_request_gauges(tmp_path):
     """A server counts requests until its engine drops them: the wait for idle is on /metrics.
     Two long requests still running keep it busy until the wait runs out; cancelled, they go."""

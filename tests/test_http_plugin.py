@@ -34,6 +34,7 @@ def bench(pytester):
     return run
 
 
+@pytest.mark.realtime
 def test_batch_and_online_cases_run_against_a_url_and_leave_engine_only_columns_blank(bench):
     with StandInServer(["a0", "a1", "a2"], Costs(decode_ms_per_step=2)) as server:
         result, rows = bench("--bench-target", server.url, online=ONLINE)
@@ -50,6 +51,7 @@ def test_batch_and_online_cases_run_against_a_url_and_leave_engine_only_columns_
     assert {b["model"] for b in digests} == {"stand-in-base", "a0", "a1", "a2"}, "greedy digests over the API"
 
 
+@pytest.mark.realtime
 def test_failed_requests_are_counted_and_the_replay_goes_on(bench):
     # Request 1 is the build's first token, 2-5 the digests (the base model and three adapters),
     # 6-8 the trace's adapters served once before its timing; the trace starts at 9.
@@ -60,6 +62,7 @@ def test_failed_requests_are_counted_and_the_replay_goes_on(bench):
     assert row["failed"] == 2 and row["unfinished"] == 2 and row["slo_attainment"] < 1
 
 
+@pytest.mark.realtime
 def test_a_server_without_the_configs_adapters_fails_its_cases_with_the_names(bench):
     with StandInServer(["a0", "zz"]) as server:
         result, rows = bench("--bench-target", server.url, "-k", "multilora")
@@ -68,6 +71,7 @@ def test_a_server_without_the_configs_adapters_fails_its_cases_with_the_names(be
     assert rows is None
 
 
+@pytest.mark.realtime
 def test_k_picks_the_servers_configuration_from_a_config_that_lists_several(bench):
     with StandInServer(["a0", "a1", "a2"]) as server:
         result, rows = bench("--bench-target", server.url, "-k", "multilora and loras2", engine={"max_loras": [1, 2]})
@@ -75,6 +79,7 @@ def test_k_picks_the_servers_configuration_from_a_config_that_lists_several(benc
     assert list(rows["max_loras"]) == [2] and list(rows["target"]) == ["url"]
 
 
+@pytest.mark.realtime
 def test_a_server_started_with_other_max_loras_fails_its_build_rather_than_mislabel_rows(bench):
     with StandInServer(["a0", "a1", "a2"], max_loras=4, dev_mode=False) as server:
         result, rows = bench("--bench-target", server.url, "-k", "multilora", engine={"max_loras": 2})
@@ -101,6 +106,7 @@ def test_targets_are_refused_before_anything_starts(bench, pytester):
     result.stderr.fnmatch_lines(["*target*ftp://x*http://host:port*"])
 
 
+@pytest.mark.realtime
 def test_the_config_names_the_target_too(bench, pytester):
     with StandInServer(["a0", "a1", "a2"]) as server:
         result, rows = bench("-k", "multilora and not online", target={"url": server.url})
@@ -109,6 +115,7 @@ def test_the_config_names_the_target_too(bench, pytester):
     assert json.loads((pytester.path / "run" / "stand-in.json").read_text())["target"] == {"url": server.url}
 
 
+@pytest.mark.realtime
 def test_a_cases_adapters_are_served_one_token_each_before_its_timing(bench):
     """Nothing over HTTP loads an adapter back into the CPU cache but a request: before a
     case's timing each of its adapters gets one untimed token (adapter_load_ms's aliases may
@@ -124,6 +131,7 @@ def test_a_cases_adapters_are_served_one_token_each_before_its_timing(bench):
     assert max(warm) < min(timed), "served before the timing starts"
 
 
+@pytest.mark.realtime
 def test_the_summary_calls_a_urls_builds_connections_and_reports_no_engine_memory(bench):
     with StandInServer(["a0", "a1", "a2"]) as server:
         result, _ = bench("--bench-target", server.url, "-k", "multilora and not online")

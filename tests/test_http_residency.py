@@ -45,6 +45,7 @@ def within(value: float, expected: float, tolerance: tuple[float, float]) -> boo
     return expected + tolerance[0] <= value <= expected + tolerance[1]
 
 
+@pytest.mark.realtime
 def test_the_tiers_and_the_load_cost_come_out_over_the_runtime_api(bench):
     names = ["a0", "a1", "a2"]
     with StandInServer(names, Costs(disk_load_ms=DISK_MS, slot_load_ms=SLOT_MS)) as server:
@@ -71,6 +72,7 @@ def test_the_tiers_and_the_load_cost_come_out_over_the_runtime_api(bench):
     assert served.keys() == set(names), "every alias is unloaded after, the user's adapters are left alone"
 
 
+@pytest.mark.realtime
 def test_a_working_set_past_the_cpu_cache_loads_in_its_requests_over_http(bench):
     """max_cpu_loras 4: a working set of 6 evicts each adapter before its turn, so every request
     loads its adapter from disk (10 ms in its step); one of 4 stays cached. The share that loads
@@ -87,6 +89,7 @@ def test_a_working_set_past_the_cpu_cache_loads_in_its_requests_over_http(bench)
     assert (by_size["ttft_ms_p50"] > 0).all() and (by_size["target"] == "url").all()
 
 
+@pytest.mark.realtime
 def test_a_url_server_that_does_not_say_its_max_cpu_loras_skips_the_cpu_tier(bench):
     """Unset on the server, max_cpu_loras is max_loras: a 'cpu' request would load from disk."""
     with StandInServer(["a0", "a1", "a2"], dev_mode=False) as server:
@@ -96,6 +99,7 @@ def test_a_url_server_that_does_not_say_its_max_cpu_loras_skips_the_cpu_tier(ben
     assert set(rows["tier"]) == {"slot", "disk"}
 
 
+@pytest.mark.realtime
 def test_a_server_without_the_runtime_api_skips_the_disk_tier_saying_how_to_enable_it(bench):
     with StandInServer(["a0", "a1", "a2"], runtime_api=False) as server:
         result, rows = bench(

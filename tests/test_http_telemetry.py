@@ -65,6 +65,7 @@ def test_vllm_names_every_adapter_in_flight_in_both_labels_and_the_requests_boun
 
 
 @pytest.mark.parametrize("with_server_gauges", [True, False])
+@pytest.mark.realtime
 def test_the_online_row_and_timeline_fill_over_http(pytester, with_server_gauges, monkeypatch):
     """2 s at 30 requests/s on 8 ms steps: a scrape every 0.25 s, with requests running; the
     records' generated tokens add up to those the replay received, but for the ones after the

@@ -89,6 +89,7 @@ def run_replay(engine, adapters):
     return asyncio.run(replay(engine, requests, {name: name for name in adapters}, drain_timeout_s=0.2))
 
 
+@pytest.mark.realtime
 def test_requests_past_the_drain_timeout_are_aborted_and_reported_unfinished():
     engine = FakeEngine()
     records = run_replay(engine, ["ok", "stuck", "ok"])
@@ -136,6 +137,7 @@ class Watcher(FakeEngine):
         return super().stream(prompt, params, adapter)
 
 
+@pytest.mark.realtime
 def test_the_heap_is_frozen_while_requests_are_sent_and_no_request_goes_early(monkeypatch):
     monkeypatch.setattr(replay_module, "gc", FakeGC())
     engine = Watcher(replay_module.gc)

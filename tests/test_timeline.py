@@ -166,7 +166,7 @@ def online_run(pytester):
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
 
     def run(costs: Costs) -> tuple:
-        plugin = StandIn(costs)
+        plugin = StandIn(costs, virtual_clock=True)
         config = write_config(pytester.path / "run", adapters=3, online=ONLINE)
         result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[plugin])
         (csv,) = result_files(pytester.path / "run" / "results")

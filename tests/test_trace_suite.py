@@ -173,7 +173,13 @@ def standin_replay(pytester, folder: Path, source: Path, fmt: str) -> Path:
     suite = {"name": "real", "trace": f"traces/{source.stem}.jsonl", "rate": [10], "duration": 0.5}
     config = write_config(folder, adapters=2, online={"warmup_s": 0.1, "suites": [suite]})
     result = pytester.runpytest(
-        "--bench-config", str(config), "-k", "online", "-p", "no:cacheprovider", plugins=[StandIn(Costs())]
+        "--bench-config",
+        str(config),
+        "-k",
+        "online",
+        "-p",
+        "no:cacheprovider",
+        plugins=[StandIn(Costs(), virtual_clock=True)],
     )
     result.assert_outcomes(passed=1)
     (csv,) = result_files(folder / "results")

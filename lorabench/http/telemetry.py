@@ -19,7 +19,6 @@ millisecond of parsing.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from lorabench.adapters import Adapter
+from lorabench.clock import now
 from lorabench.http.client import Client
 from lorabench.http.metrics import COUNTERS, ServerState, server_state
 from lorabench.records import TimelineRecord
@@ -84,7 +84,7 @@ class Scraper:
         self,
         client: Callable[[], Client | None],
         awaiting: Callable[[], int],
-        clock: Callable[[], float] = time.perf_counter,
+        clock: Callable[[], float] = now,
     ) -> None:
         self.client, self.awaiting, self.clock = client, awaiting, clock
         self.why_none: str | None = None

@@ -9,7 +9,6 @@ have to come from disk anyway (``timed_adapter_loads``; 0 when they fit the CPU 
 from __future__ import annotations
 
 import statistics
-import time
 from typing import TYPE_CHECKING, Any
 
 from lorabench.measure import measure_round, summarize
@@ -64,9 +63,9 @@ def baseline_e2e_ms(ctx: Context, engine: Engine, batch: Batch) -> float:
         prompts, adapters = [r.prompt for r in batch.requests], [None] * len(batch.requests)
         times = []
         for _ in range(m.warmup_rounds + m.rounds):
-            start = time.perf_counter()
+            start = engine.loop.time()
             engine.generate(prompts, adapters, m.output_len)
-            times.append((time.perf_counter() - start) * 1000.0)
+            times.append((engine.loop.time() - start) * 1000.0)
         ctx.clock.add(WARMUPS, sum(times[: m.warmup_rounds]) / 1000.0)
         ctx.clock.add(MEASURED, sum(times[m.warmup_rounds :]) / 1000.0)
         engine.state.baselines[key] = statistics.fmean(times[m.warmup_rounds :])
@@ -98,9 +97,9 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
     def one_round() -> None:
         cached = engine.cached_adapters() if batch.adapters else set()
         loads = sum(a.name not in cached for a in batch.adapters)
-        start = time.perf_counter()
+        start = engine.loop.time()
         outputs = engine.generate(prompts, adapters, m.output_len)
-        raw.append((time.perf_counter() - start, outputs, loads))
+        raw.append((engine.loop.time() - start, outputs, loads))
 
     engine.load_adapters(batch.adapters)
     ctx.time(one_round, rounds=m.rounds, warmup_rounds=m.warmup_rounds)

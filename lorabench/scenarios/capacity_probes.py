@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lorabench import capacity, replay, timeline
+from lorabench.clock import now
 from lorabench.config.expand import ImportedCase, OnlineCase
 from lorabench.engine import EngineDied, is_engine_dead
 from lorabench.records import ProbeRecord
@@ -97,7 +97,7 @@ class Prober:
         }
 
     def search(self) -> capacity.Search:
-        block, started = self.block, time.monotonic()
+        block, started = self.block, self.engine.loop.time()
         probe_s = block.probe_duration_s + block.drain_s
         limits = capacity.Limits(
             block.precision, block.min_rate, self.max_rate, block.max_probes, block.max_time_s, probe_s
@@ -108,7 +108,7 @@ class Prober:
         estimate = self.engine.run(
             closed_loop(self.engine, requests[: block.estimate_requests], self.adapters, block.estimate_concurrency)
         )
-        return capacity.search(self.probe, estimate, limits, started=started)
+        return capacity.search(self.probe, estimate, limits, clock=self.engine.loop.time, started=started)
 
     def span(self, rate: float, stretch: float) -> tuple[float, float]:
         """A probe's arrivals, warm-up included, and its stretch: its measured span ``stretch``
@@ -121,7 +121,7 @@ class Prober:
     def replay_at(self, rate: float, duration: float) -> tuple[list[replay.ReplayedRequest], float]:
         """One probe's replay, once the engine is idle and alive; its records and seconds."""
         requests = self.shape.at(rate, duration).requests(list(self.adapters))
-        started = time.perf_counter()
+        started = self.engine.loop.time()
         records = self.engine.run(
             replay.replay(
                 self.engine,
@@ -133,7 +133,7 @@ class Prober:
                 timeline=self.engine.timeline,
             )
         )
-        return records, time.perf_counter() - started
+        return records, self.engine.loop.time() - started
 
     def probe(self, rate: float, stretch: float) -> capacity.Probe:
         block, (duration, stretch) = self.block, self.span(rate, stretch)
@@ -245,6 +245,6 @@ async def closed_loop(
             ):
                 pass
 
-    started = time.perf_counter()
+    started = now()
     await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)))))
-    return len(requests) / (time.perf_counter() - started)
+    return len(requests) / (now() - started)

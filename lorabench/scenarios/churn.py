@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from lorabench import replay
+from lorabench.clock import now
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, ImportedCase, OnlineCase, trace_cases
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.online import METRIC_COLUMNS, ONLINE_COLUMNS, TIMELINE_COLUMNS, replay_outcome
@@ -96,12 +96,12 @@ class _Clock:
 
 
 async def _operate(engine: Engine, kind: str, adapter: Adapter, t0: float) -> Op:
-    op = Op(kind, adapter.name, time.perf_counter() - t0)
+    op = Op(kind, adapter.name, now() - t0)
     try:
         await (engine.load_lora(adapter) if kind == LOAD else engine.unload_lora(adapter))
     except Exception as exc:  # noqa: BLE001 - a failed operation is counted; the replay goes on
         op.error = f"{type(exc).__name__}: {exc}"
-    op.end_s = time.perf_counter() - t0
+    op.end_s = now() - t0
     return op
 
 
@@ -112,7 +112,7 @@ async def churn(engine: Engine, adapters: Sequence[Adapter], rate: float, clock:
         await asyncio.sleep(0.001)
     ops: list[Op] = []
     for k in range(math.ceil(until_s * rate)):
-        wait = clock.t0 + k / rate - time.perf_counter()
+        wait = clock.t0 + k / rate - now()
         if wait > 0:
             await asyncio.sleep(wait)
         ops.append(await _operate(engine, LOAD if k % 2 == 0 else UNLOAD, adapters[(k // 2) % len(adapters)], clock.t0))
@@ -198,7 +198,7 @@ def _untimed_unloads(engine: Engine, adapters: Sequence[Adapter]) -> None:
 
     async def each() -> None:
         for adapter in adapters:
-            await _operate(engine, UNLOAD, adapter, time.perf_counter())
+            await _operate(engine, UNLOAD, adapter, now())
 
     engine.run(each())
 

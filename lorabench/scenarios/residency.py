@@ -33,7 +33,6 @@ saying how to enable it.
 
 from __future__ import annotations
 
-import time
 import warnings
 from typing import TYPE_CHECKING
 
@@ -123,9 +122,9 @@ class _Probe:
 
     def request(self, i: int, sent: Adapter) -> RoundSample:
         """The probe sent with ``sent`` (the target, or its alias), recorded as the target's."""
-        start = time.perf_counter()
+        start = self.engine.loop.time()
         outputs = self.engine.generate([self.batch.requests[0].prompt], [sent], OUTPUT_LEN, greedy=True)
-        elapsed = time.perf_counter() - start
+        elapsed = self.engine.loop.time() - start
         self.wrong += not self.ctx.digests.matches(self.target, outputs[0].outputs[0].token_ids)
         return measure_round(i, elapsed, outputs, self.batch, OUTPUT_LEN)
 

@@ -20,7 +20,6 @@ list, stay blank (``schema.ENGINE_ONLY``), and so does the runtime LoRA API: not
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from lorabench.http.target import INPROCESS
@@ -104,9 +103,9 @@ class WorkingSet(Scenario):
 
 def _timed_wave(engine: Engine, index: int, prompts: list, adapters: list[Adapter], output_len: int) -> RoundSample:
     batch = Batch(tuple(Request(p, a) for p, a in zip(prompts, adapters)), tuple(adapters))
-    start = time.perf_counter()
+    start = engine.loop.time()
     outputs = engine.generate(prompts, adapters, output_len)
-    return measure_round(index, time.perf_counter() - start, outputs, batch, output_len)
+    return measure_round(index, engine.loop.time() - start, outputs, batch, output_len)
 
 
 SCENARIO = WorkingSet()

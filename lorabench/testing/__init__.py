@@ -14,8 +14,9 @@ It keeps what the scenarios rely on in vLLM, and nothing else:
   ``remove_lora``) and LRU device slots for ``max_loras`` of them; an ``add_lora`` runs
   between two steps and holds the next back, as vLLM's engine core does, for its
   ``disk_load_ms`` (none when cached) and, as vLLM activates what it adds, ``slot_load_ms``;
-- the engine core's timestamps (queued, scheduled, first and last token) on the
-  monotonic clock, streamed or final-only outputs, aborts, and death on demand.
+- the engine core's timestamps (queued, scheduled, first and last token) on its event
+  loop's clock (monotonic, or virtual: ``StandIn(virtual_clock=True)``), streamed or
+  final-only outputs, aborts, and death on demand.
 
 A step lasts ``prefill_ms_per_token`` for each prompt token it schedules, plus
 ``disk_load_ms`` for each adapter it reads from disk and ``slot_load_ms`` for each it

@@ -16,6 +16,7 @@ from lorabench.device import Platform
 from lorabench.engine import Engine, EngineDied
 from lorabench.testing.llm import VOCAB_SIZE, Costs, LoraRef, Params, StandInLLM
 from lorabench.testing.scheduler import BLOCK_SIZE
+from lorabench.testing.virtual_clock import VirtualClockLoop
 from lorabench.workload import Prompt
 
 
@@ -28,6 +29,7 @@ class StandInEngine(Engine):
         self.costs: Costs = how["costs"]
         self.weights: dict[str, str] = how["weights"]
         self.die_after: int | None = how.get("die_after")
+        self.virtual_clock: bool = how.get("virtual_clock", False)
         self.environ_seen: dict[str, str] = {}
         # The stats the stand-in gave its stat loggers (StandInLLM.stats_sent), kept past shutdown.
         self.stats_sent: Sequence[tuple[Any, Any]] = ()
@@ -39,6 +41,9 @@ class StandInEngine(Engine):
         llm.die_after = self.die_after
         self.stats_sent = llm.stats_sent
         return llm
+
+    def new_loop(self) -> asyncio.AbstractEventLoop:
+        return VirtualClockLoop() if self.virtual_clock else super().new_loop()
 
     def _kv_cache_tokens(self) -> int:
         return self.costs.kv_blocks * BLOCK_SIZE
@@ -73,7 +78,9 @@ class StandIn:
     """A lorabench backend (see ``lorabench.hooks``) that builds stand-in engines.
 
     ``altered`` maps a build index to adapters whose weights differ on that build (their
-    greedy outputs change); ``die_after`` kills each engine at its N-th request.
+    greedy outputs change); ``die_after`` kills each engine at its N-th request;
+    ``virtual_clock`` serves on a virtual clock (``lorabench.testing.virtual_clock``): for
+    tests of logic, exact and in no real time, never for real sockets or real-time behaviour.
     """
 
     checks_vllm_args = False
@@ -84,8 +91,9 @@ class StandIn:
         *,
         altered: Mapping[int, Iterable[str]] | None = None,
         die_after: int | None = None,
+        virtual_clock: bool = False,
     ) -> None:
-        self.costs, self.die_after = costs or Costs(), die_after
+        self.costs, self.die_after, self.virtual_clock = costs or Costs(), die_after, virtual_clock
         self.altered = {build: set(names) for build, names in (altered or {}).items()}
         self.engines: list[StandInEngine] = []
 
@@ -98,7 +106,14 @@ class StandIn:
     def engine(self, config: BenchConfig, spec: EngineSpec, device_type: str, log_path: Path | None) -> Engine:
         weights = {a.name: "altered" if a.name in self.altered.get(spec.build, ()) else "" for a in config.adapters}
         engine = StandInEngine(
-            config, spec, device_type, log_path, costs=self.costs, weights=weights, die_after=self.die_after
+            config,
+            spec,
+            device_type,
+            log_path,
+            costs=self.costs,
+            weights=weights,
+            die_after=self.die_after,
+            virtual_clock=self.virtual_clock,
         )
         self.engines.append(engine)
         return engine

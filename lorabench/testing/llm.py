@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from lorabench import clock
 from lorabench.config import EngineSpec
 from lorabench.engine import EngineDied
 from lorabench.testing.scheduler import KV_BLOCKS, BlockPool, Request, schedule, stats
+from lorabench.testing.virtual_clock import block
 
 VOCAB_SIZE = 1000
 # The steps whose stats the stand-in keeps, the last ones: enough for a test, and few enough
@@ -161,12 +162,12 @@ class StandInLLM:
         if self.dead:
             raise EngineDied(self.dead)
         if self.costs.send_block_ms:
-            time.sleep(self.costs.send_block_ms / 1000.0)
+            block(self.costs.send_block_ms / 1000.0)
         weights = self.weights.get(lora_request.lora_name, "") if lora_request else "base"
         seed = hashlib.sha256(f"{lora_request and lora_request.lora_name}|{weights}|{prompt}".encode()).digest()
         if self.kv.blocks_for(len(prompt) + params.max_tokens) > self.kv.total:
             raise ValueError(f"{len(prompt)} + {params.max_tokens} tokens do not fit the stand-in's KV cache")
-        request = Request(request_id, prompt, params, lora_request, seed, Metrics(time.monotonic()))
+        request = Request(request_id, prompt, params, lora_request, seed, Metrics(clock.now()))
         self.waiting.append(request)
         self.requests[request_id] = request
         self.sent += 1
@@ -222,7 +223,7 @@ class StandInLLM:
                 due = start + cost / 1000.0
                 await asyncio.sleep(max(0.0, due - loop.time()))
                 generated = len(self.running)
-                preempted = self._emit(time.monotonic())
+                preempted = self._emit(loop.time())
             if self.loggers:
                 self._report(stats(self, prompt_tokens, generated, preempted))
 

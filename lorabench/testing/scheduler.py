@@ -23,11 +23,12 @@ what lorabench's columns read:
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
+
+from lorabench import clock
 
 if TYPE_CHECKING:
     from lorabench.testing.llm import LoraRef, Metrics, Params, StandInLLM
@@ -103,7 +104,7 @@ def schedule(llm: StandInLLM) -> tuple[float, int]:
     if _schedule_running(llm):
         return 0.0, 0
     active = {r.lora.lora_int_id for r in llm.running if r.lora}
-    return _admit_waiting(llm, active, time.monotonic())
+    return _admit_waiting(llm, active, clock.now())
 
 
 def _schedule_running(llm: StandInLLM) -> bool:
