@@ -15,7 +15,7 @@ from typing import Any
 from lorabench import clock
 from lorabench.config import EngineSpec
 from lorabench.engine import EngineDied
-from lorabench.testing.scheduler import KV_BLOCKS, BlockPool, Request, schedule, stats
+from lorabench.testing.scheduler import KV_BLOCKS, BlockPool, LoraRef, Metrics, Params, Request, schedule, stats
 from lorabench.testing.virtual_clock import block
 
 VOCAB_SIZE = 1000
@@ -42,28 +42,6 @@ class Costs:
     abort_ms: float = 0.0
     # The KV cache, in blocks of 16 tokens (lorabench.testing.scheduler): not a cost, the capacity.
     kv_blocks: int = KV_BLOCKS
-
-
-@dataclass(frozen=True)
-class LoraRef:
-    lora_name: str
-    lora_int_id: int
-    lora_path: str
-
-
-@dataclass(frozen=True)
-class Params:
-    max_tokens: int
-    stream: bool
-    greedy: bool
-
-
-@dataclass
-class Metrics:
-    queued_ts: float
-    scheduled_ts: float = 0.0
-    first_token_ts: float = 0.0
-    last_token_ts: float = 0.0
 
 
 @dataclass
@@ -123,6 +101,11 @@ class StandInLLM:
         for logger in self.loggers:
             logger.log_engine_initialized()
         self.stats_sent: deque[tuple[SimpleNamespace, SimpleNamespace]] = deque(maxlen=STATS_KEPT)
+
+    @property
+    def prefill_ms_per_token(self) -> float:
+        """What the scheduler charges a prefilled token (``Costs.prefill_ms_per_token``)."""
+        return self.costs.prefill_ms_per_token
 
     async def add_lora(self, lora: LoraRef) -> bool:
         """Between two steps, holding the next one back (vLLM's engine core runs a load in its

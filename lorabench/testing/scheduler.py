@@ -26,17 +26,39 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lorabench import clock
 
 if TYPE_CHECKING:
-    from lorabench.testing.llm import LoraRef, Metrics, Params, StandInLLM
+    from collections import deque
 
 # vLLM's default block size on GPUs (its CPU backend defaults to 128).
 BLOCK_SIZE = 16
 # The stand-in's KV cache by default: 256 blocks, 4096 tokens, more than the tests' requests need.
 KV_BLOCKS = 256
+
+
+@dataclass(frozen=True)
+class LoraRef:
+    lora_name: str
+    lora_int_id: int
+    lora_path: str
+
+
+@dataclass(frozen=True)
+class Params:
+    max_tokens: int
+    stream: bool
+    greedy: bool
+
+
+@dataclass
+class Metrics:
+    queued_ts: float
+    scheduled_ts: float = 0.0
+    first_token_ts: float = 0.0
+    last_token_ts: float = 0.0
 
 
 @dataclass(eq=False)
@@ -93,6 +115,22 @@ class BlockPool:
         self.used -= self.held.pop(request, 0)
 
 
+class StandInLLM(Protocol):
+    """What the scheduler reads and changes of the stand-in engine (``lorabench.testing.llm``),
+    named here so that the scheduler does not import the engine that imports it."""
+
+    prefill_ms_per_token: float
+    kv: BlockPool
+    max_loras: int
+    max_num_seqs: int
+    requests: dict[str, Request]
+    running: list[Request]
+    waiting: deque[Request]
+    deferred: set[Request]
+
+    def _to_slot(self, lora: LoraRef, active: set[int]) -> float: ...
+
+
 def kv_tokens(request: Request) -> int:
     """The tokens whose KV a request needs this step: its prompt and the tokens it generated."""
     return len(request.prompt) + len(request.tokens)
@@ -141,7 +179,7 @@ def _admit_waiting(llm: StandInLLM, active: set[int], now: float) -> tuple[float
         llm.running.append(request)
         request.metrics.scheduled_ts = request.metrics.scheduled_ts or now
         prompt_tokens += 0 if request.tokens else len(request.prompt)
-        cost += llm.costs.prefill_ms_per_token * kv_tokens(request)
+        cost += llm.prefill_ms_per_token * kv_tokens(request)
         if lora is not None:
             cost += llm._to_slot(lora, active)
             active.add(lora.lora_int_id)
