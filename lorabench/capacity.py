@@ -17,6 +17,12 @@ Whether a probe is rerun depends on how many requests it measured, never on what
 showed, so the rerun cannot bias the verdict; and an undecided probe is neither the highest
 passing nor the lowest failing one, so the bracket's invariant holds.
 
+A probe in which the engine failed requests decides nothing either, and stops the search
+(``search_stop`` says so): it measured a broken server, not a saturated one. Nor does a
+probe whose client fell behind its schedule (it offered the engine less than its rate):
+it is run once more at its rate, in case its host only hiccuped, and stops the search
+if it falls behind again (docs/capacity.md).
+
 Everything here is independent of the engine: a probe is a function of the rate, so the
 search is tested against engines whose true capacity is known.
 """
@@ -49,6 +55,7 @@ BELOW_RANGE = "below min_rate"
 PROBE_LIMIT = "max_probes"
 TIME_LIMIT = "max_time_s"
 TOO_FEW = "too few requests"
+FAILED = "requests failed"  # then ": " and the first error
 
 
 def wilson_interval(met: int, n: int, z: float = Z_95) -> tuple[float, float]:
@@ -74,6 +81,11 @@ class Probe:
     target: float
     # Its measured span over the configured one: 1, or more for a rerun of an undecided probe.
     stretch: float = 1.0
+    # Requests the engine failed (HTTP: an error status, a broken stream), and the first error.
+    failed_requests: int = 0
+    first_error: str = ""
+    # Why its client fell behind its schedule (replay_summary.client_behind), or "".
+    behind: str = ""
     # Goodput, engine state and latencies of the probe, as the probes file keeps them.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -97,15 +109,26 @@ class Probe:
             attainment=self.attainment,
             ci_low=low,
             ci_high=high,
+            failed_requests=self.failed_requests,
             passed=self.passed,
             decided=self.decided,
+            undecided_why=None if self.decided else self.void or TOO_FEW,
             **self.extra,
         )
 
     @property
+    def void(self) -> str:
+        """What makes its verdict meaningless, however many requests it measured: requests the
+        engine failed (not an overload), or a client that fell behind (not the rate claimed)."""
+        if self.failed_requests:
+            return f"{FAILED}: {self.first_error}"
+        return self.behind
+
+    @property
     def decided(self) -> bool:
-        """Measured enough requests for a verdict: otherwise it neither passes nor fails."""
-        return self.requests >= MIN_REQUESTS
+        """Measured enough requests for a verdict, and nothing voids it: otherwise it neither
+        passes nor fails."""
+        return self.requests >= MIN_REQUESTS and not self.void
 
     @property
     def passed(self) -> bool:
@@ -200,7 +223,7 @@ def search(
     started = clock() if started is None else started
     found = Search([], stop="", estimate_rps=estimate_rps)
     rate: float | None = first_rate(estimate_rps, limits)
-    stretch = 1.0
+    stretch, retried = 1.0, False
     while rate is not None:
         if len(found.probes) >= limits.max_probes:
             found.stop = PROBE_LIMIT
@@ -210,6 +233,13 @@ def search(
             break
         probe = probe_at(rate, stretch)
         found.probes.append(probe)
+        if probe.void:
+            if probe.failed_requests or retried:
+                found.stop = probe.void
+                break
+            retried = True  # a client behind once may have met a passing hiccup of its host
+            continue
+        retried = False
         if probe.decided:
             rate, stretch = next_rate(found, limits), 1.0
         elif probe.stretch < stretch or 2 * stretch > MAX_STRETCH:

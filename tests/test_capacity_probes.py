@@ -155,15 +155,20 @@ def test_a_search_that_fails_otherwise_says_how_many_probes_it_kept(pytester, mo
     )
 
 
-def test_each_probe_waits_for_the_last_ones_aborted_requests_to_leave_the_engine(pytester):
-    """A drain too short for the last requests: each probe ends with some aborted, which the
-    stand-in keeps running for ``abort_ms``. The next probe starts once they are gone. Four
-    requests at a time: the estimate is high enough that failing probes halve the rate twice
-    before the floor (one at a time, a busy host's estimate put the first probe at the floor,
-    the search's only one)."""
+def test_each_probe_waits_for_the_last_ones_aborted_requests_to_leave_the_engine(pytester, monkeypatch):
+    """Probes far over the engine's rate, whose last requests outlast their drain (twice their
+    SLO budget from their arrival, docs/capacity.md: 0.16 s with a 5 ms TPOT target): each
+    ends with some aborted, which the stand-in keeps running for ``abort_ms``. The next probe
+    starts once they are gone. The estimate is set 3x over the stand-in's rate, so the first
+    probes are overloaded however busy the host is."""
+
+    async def high_estimate(*_args):
+        return 600.0
+
+    monkeypatch.setattr(capacity_probes, "closed_loop", high_estimate)
     costs = Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0, abort_ms=300)
     engine = {**ENGINE, "max_num_seqs": 4}
-    result = run_search(pytester, costs, engine, drain_s=0.001, max_probes=3, estimate_concurrency=4)
+    result = run_search(pytester, costs, engine, drain_s=0.001, slo_tpot_ms=5, max_probes=3)
     result.assert_outcomes(passed=1)
     (csv,) = result_files(pytester.path / "run" / "results")
     probes = pd.read_csv(replays_path_for(csv, "probes"))
