@@ -194,3 +194,42 @@ def test_the_wait_for_an_idle_engine_is_bounded_and_skipped_where_it_cannot_tell
     assert asyncio.run(Engine.wait_idle(Busy(None), 10)) == (None, None)  # type: ignore[arg-type]
     waited, left = asyncio.run(Engine.wait_idle(Busy(0), 10))  # type: ignore[arg-type]
     assert left == 0 and waited < 10
+
+
+def test_requests_longer_than_the_drain_are_given_their_slo_budget_not_counted_as_overload(pytester):
+    """60 output tokens at 4 ms a step take 0.25 s alone, over the 0.1 s drain: with the drain
+    counted from the last arrival, every probe left its last requests unfinished and failed at
+    any rate. Each request is given twice its SLO budget from its arrival instead (1.1 s here)."""
+    shape = {**CAPACITY["shapes"][0], "output_range": [60, 60]}
+    costs = Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0)
+    engine = {**ENGINE, "max_num_seqs": 8}
+    values = {"drain_s": 0.1, "slo_tpot_ms": 8, "shapes": [shape], "max_probes": 2, "estimate_concurrency": 8}
+    result = run_search(pytester, costs, engine, **values)
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    first = probes.iloc[0]
+    # Eight at a time, 0.25 s each: about 30 requests/s; the first probe is at the floor, 16.7/s.
+    assert first["rate"] < 25 and first["passed"] and first["unfinished"] == 0, probes.to_dict("records")
+
+
+def test_a_client_that_falls_behind_passes_no_rate_it_could_not_send(pytester):
+    """The stand-in serves fast, but its sender blocks 10 ms on every send: the client cannot
+    send more than 100 requests/s. A probe over that offers the engine less than its rate; its
+    TTFT from the send stays small, so it passed as if the engine served the rate. Its client
+    now falls behind, twice, and the search stops there: no rate over 100/s passes."""
+    costs = Costs(prefill_ms_per_token=0.01, decode_ms_per_step=0.5, send_block_ms=10)
+    engine = {**ENGINE, "max_num_seqs": 8}
+    result = run_search(pytester, costs, engine, estimate_concurrency=8, max_probes=5)
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    (row,) = pd.read_csv(csv).to_dict("records")
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    assert (probes[probes["passed"]]["rate"] <= 100).all(), probes.to_dict("records")
+    assert row["search_stop"].startswith("client fell behind: "), row["search_stop"]
+    behind = probes[probes["undecided_why"].fillna("").str.startswith("client fell behind")]
+    assert len(behind) == 2 and not behind["passed"].any() and not behind["decided"].any()
+    assert (behind["send_lag_ms_p99"] > 0.25 * CAPACITY["slo_ttft_ms"]).all()
+    assert (probes["send_lag_ms_max"] >= probes["send_lag_ms_p99"]).all()
+    # TTFT from the scheduled arrival carries the lag; from the send, it does not.
+    assert (behind["ttft_ms_p99"] > behind["ttft_from_send_ms_p99"]).all()
