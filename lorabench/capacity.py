@@ -153,6 +153,12 @@ class Limits:
     # The longest one probe takes (its arrivals and its drain): none starts that would end past
     # max_time_s. A rerun stretched k times is counted as k times that (its warm-up and drain too).
     probe_s: float = 0.0
+    # Where a probe's length depends on its rate (an imported trace's fixed slice): its length
+    # at (rate, stretch), arrivals and drain, instead of probe_s times the stretch.
+    length: Callable[[float, float], float] | None = None
+
+    def probe_length(self, rate: float, stretch: float) -> float:
+        return self.length(rate, stretch) if self.length is not None else self.probe_s * stretch
 
 
 @dataclass
@@ -228,7 +234,7 @@ def search(
         if len(found.probes) >= limits.max_probes:
             found.stop = PROBE_LIMIT
             break
-        if clock() - started + limits.probe_s * stretch > limits.max_time_s:
+        if clock() - started + limits.probe_length(rate, stretch) > limits.max_time_s:
             found.stop = TIME_LIMIT
             break
         probe = probe_at(rate, stretch)
@@ -243,7 +249,7 @@ def search(
         if probe.decided:
             rate, stretch = next_rate(found, limits), 1.0
         elif probe.stretch < stretch or 2 * stretch > MAX_STRETCH:
-            # As long as it could be made (an imported trace ran out), or as long as allowed.
+            # As long as it could be made, or as long as allowed.
             found.stop = TOO_FEW
             break
         else:

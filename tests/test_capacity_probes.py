@@ -17,6 +17,7 @@ from lorabench.engine import IDLE_POLL_S, Engine
 from lorabench.records import replays_path_for, samples_path_for
 from lorabench.scenarios import capacity_probes
 from lorabench.testing import Costs, StandIn, write_config
+from lorabench.traces import data as trace_data
 from tests.helpers import ROOT, result_files
 
 SECONDS = 4.0  # a probe's measured span: the floor, 10 / SECONDS = 2.5 req/s, holds 10 requests on average
@@ -233,3 +234,31 @@ def test_a_client_that_falls_behind_passes_no_rate_it_could_not_send(pytester):
     assert (probes["send_lag_ms_max"] >= probes["send_lag_ms_p99"]).all()
     # TTFT from the scheduled arrival carries the lag; from the send, it does not.
     assert (behind["ttft_ms_p99"] > behind["ttft_from_send_ms_p99"]).all()
+
+
+def test_every_probe_of_an_imported_trace_replays_the_same_requests(pytester):
+    """Each probe replayed the first ``rate x duration`` requests of the trace: a faster one
+    more of them, so a rate could pass on lighter requests where a slower one failed. Now the
+    slice is fixed at the first rate, and a probe is whole copies of it at its rate."""
+    rng = np.random.default_rng(7)
+    n = 600
+    data = trace_data.TraceData(
+        header={"source": {"format": "test"}, "transforms": []},
+        adapters=["a0", "a1"],
+        arrival_s=np.round(np.sort(rng.uniform(0, 20, n)), 4),
+        adapter=rng.integers(0, 2, n).astype(np.int32),
+        input_len=rng.integers(10, 40, n).astype(np.int32),
+        output_len=np.full(n, 4, dtype=np.int32),
+        duration_s=20.0,
+    )
+    trace_data.write(pytester.path / "t.jsonl", data)
+    shape = {"name": "t", "trace": str(pytester.path / "t.jsonl")}
+    result = run_search(pytester, Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0), shapes=[shape], max_probes=3)
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    samples = pd.read_csv(samples_path_for(csv)).sort_values(["round", "request"])
+    rounds = [list(zip(g["prompt_tokens"], g["adapter"])) for _, g in samples.groupby("round")]
+    assert len(rounds) == 3
+    first = rounds[0]  # one copy of the slice at the first rate
+    for requests in rounds[1:]:
+        assert len(requests) % len(first) == 0 and requests == first * (len(requests) // len(first))

@@ -91,6 +91,8 @@ class Prober:
         # The longest drain a probe may need: its longest request's, arriving last.
         longest = [TraceRequest(0.0, "", 1, case.longest_output())]
         self.longest_drain_s = replay.drain_s(longest, block.drain_s, block.slo_ttft_ms, block.slo_tpot_ms)
+        # An imported trace's slice, fixed once the first rate is known: every probe replays it.
+        self.slice_n: int | None = None
         self.judged = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
         self.slos = (block.slo_ttft_ms, block.slo_tpot_ms)
         self.timelines: list[list[Any]] = []
@@ -123,19 +125,38 @@ class Prober:
         estimate = self.engine.run(
             closed_loop(self.engine, requests[: block.estimate_requests], self.adapters, block.estimate_concurrency)
         )
+        if isinstance(self.shape, ImportedCase):
+            first = capacity.first_rate(estimate, limits)
+            # Enough that one copy at the first rate lasts probe_duration_s: there, a probe is one copy.
+            self.slice_n = min(int(self.available), math.ceil(first * block.probe_duration_s - 1e-9))
+            limits = replace(limits, length=lambda r, s: self.span(r, s)[0] + self.longest_drain_s)
         return capacity.search(self.probe, estimate, limits, started=started)
 
     def span(self, rate: float, stretch: float) -> tuple[float, float]:
         """A probe's arrivals, warm-up included, and its stretch: its measured span ``stretch``
-        times the configured one, or as long as an imported trace's requests last at ``rate``."""
+        times the configured one. An imported trace's probe is whole copies of its slice, each
+        arriving at ``rate``: as many as last that long, at least one (then it may be longer)."""
         block = self.block
         measured = block.probe_duration_s - block.warmup_s
-        wanted, longest = block.warmup_s + measured * stretch, self.available / rate
-        return (wanted, stretch) if wanted <= longest else (longest, (longest - block.warmup_s) / measured)
+        wanted = block.warmup_s + measured * stretch
+        if self.slice_n is None:
+            return wanted, stretch
+        one = self.slice_n / rate
+        duration = max(1, math.ceil(wanted / one - 1e-9)) * one
+        return duration, (duration - block.warmup_s) / measured
+
+    def requests_at(self, rate: float, duration: float) -> list[TraceRequest]:
+        """A probe's requests: the shape at ``rate``; an imported trace's slice, time-scaled to
+        ``rate``, back to back for ``duration``: the same requests at every rate."""
+        if self.slice_n is None:
+            return self.shape.at(rate, duration).requests(list(self.adapters))
+        one = self.slice_n / rate
+        copy = self.shape.at(rate, one).requests(list(self.adapters))
+        return [replace(r, arrival_s=r.arrival_s + k * one) for k in range(round(duration / one)) for r in copy]
 
     def replay_at(self, rate: float, duration: float) -> tuple[list[replay.ReplayedRequest], float]:
         """One probe's replay, once the engine is idle and alive; its records and seconds."""
-        requests = self.shape.at(rate, duration).requests(list(self.adapters))
+        requests = self.requests_at(rate, duration)
         started = time.perf_counter()
         records = self.engine.run(
             replay.replay(
