@@ -2,13 +2,14 @@
 both latency SLOs (DistServe's goodput definition), found by probing.
 
 A probe is one open-loop replay at one rate. It is *over* when its attainment is below
-the target, or when requests are still unfinished once the drain bound after its last
-arrival has passed: an engine whose queue grows is overloaded whatever the requests that
-did finish say. The search starts from a short closed-loop estimate of what the engine
-can serve, brackets the SLO edge by doubling and halving the rate, then bisects (on a log
-scale: the bracket is a ratio) until the lowest failing rate is within ``precision`` of
-the highest passing one. Only rates inside the bracket are probed once it exists, so the
-highest passing rate always stays below the lowest failing one, whatever the noise.
+the target, or when requests are still unfinished at the end of its drain (each request's
+SLO budget, twice, from its arrival: docs/capacity.md#the-drain): an engine whose queue
+grows is overloaded whatever the requests that did finish say. The search starts from a
+short closed-loop estimate of what the engine can serve, brackets the SLO edge by
+doubling and halving the rate, then bisects (on a log scale: the bracket is a ratio)
+until the lowest failing rate is within ``precision`` of the highest passing one. Only
+rates inside the bracket are probed once it exists, so the highest passing rate always
+stays below the lowest failing one, whatever the noise.
 
 A probe that measured fewer than ``MIN_REQUESTS`` requests decides nothing: a verdict on
 three requests is noise. It is run again at the same rate, its measured span twice as long
