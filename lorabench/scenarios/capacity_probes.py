@@ -50,10 +50,11 @@ class CapacityCase:
         return float(len(transforms.window(self.shape.data, self.shape.start, None)[0]))
 
     def longest_output(self) -> int:
-        """The most tokens a request of the shape may generate: what the longest drain is for."""
+        """The most tokens a request of the shape may generate (of an imported trace: of any of
+        its requests, a bound): what the longest drain is for."""
         if not isinstance(self.shape, ImportedCase):
             return self.shape.params.output_range[1]
-        return int(transforms.window(self.shape.data, self.shape.start, None)[0].output_len.max(initial=1))
+        return int(self.shape.data.output_len.max(initial=1))
 
     def max_rate(self, block: CapacityBlock) -> float | None:
         """The highest rate to probe: the config's, and for an imported trace the rate at
