@@ -18,7 +18,6 @@ from lorabench.engine import EngineDied, is_engine_dead
 from lorabench.records import ProbeRecord
 from lorabench.results import SAMPLES
 from lorabench.scenarios.base import Context, Outcome
-from lorabench.trace import TraceRequest
 from lorabench.traces import transforms
 from lorabench.workload import synthetic_prompt
 
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from lorabench.adapters import Adapter
     from lorabench.config.trace_sections import Capacity as CapacityBlock
     from lorabench.engine import Engine
+    from lorabench.trace import TraceRequest
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,6 @@ class CapacityCase:
         if not isinstance(self.shape, ImportedCase):
             return math.inf
         return float(len(transforms.window(self.shape.data, self.shape.start, None)[0]))
-
-    def longest_output(self) -> int:
-        """The most tokens a request of the shape may generate (of an imported trace: of any of
-        its requests, a bound): what the longest drain is for."""
-        if not isinstance(self.shape, ImportedCase):
-            return self.shape.params.output_range[1]
-        return int(self.shape.data.output_len.max(initial=1))
 
     def max_rate(self, block: CapacityBlock) -> float | None:
         """The highest rate to probe: the config's, and for an imported trace the rate at
@@ -89,9 +82,6 @@ class Prober:
         self.engine, self.block, self.shape, self.adapters, self.ctx = engine, block, case.shape, adapters, ctx
         self.max_rate = case.max_rate(block)
         self.available = case.available()
-        # The longest drain a probe may need: its longest request's, arriving last.
-        longest = [TraceRequest(0.0, "", 1, case.longest_output())]
-        self.longest_drain_s = replay.drain_s(longest, block.drain_s, block.slo_ttft_ms, block.slo_tpot_ms)
         # An imported trace's slice, fixed once the first rate is known: every probe replays it.
         self.slice_n: int | None = None
         self.judged = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
@@ -116,7 +106,9 @@ class Prober:
 
     def search(self) -> capacity.Search:
         block, started = self.block, time.monotonic()
-        probe_s = block.probe_duration_s + self.longest_drain_s
+        # A probe counts as its arrivals and drain_s: one whose requests need a longer drain
+        # (docs/capacity.md#the-drain) may end past max_time_s by as much.
+        probe_s = block.probe_duration_s + block.drain_s
         limits = capacity.Limits(
             block.precision, block.min_rate, self.max_rate, block.max_probes, block.max_time_s, probe_s
         )
@@ -130,7 +122,7 @@ class Prober:
             first = capacity.first_rate(estimate, limits)
             # Enough that one copy at the first rate lasts probe_duration_s: there, a probe is one copy.
             self.slice_n = min(int(self.available), math.ceil(first * block.probe_duration_s - 1e-9))
-            limits = replace(limits, length=lambda r, s: self.span(r, s)[0] + self.longest_drain_s)
+            limits = replace(limits, length=lambda r, s: self.span(r, s)[0] + block.drain_s)
         return capacity.search(self.probe, estimate, limits, started=started)
 
     def span(self, rate: float, stretch: float) -> tuple[float, float]:
