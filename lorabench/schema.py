@@ -190,9 +190,8 @@ class ResultRow:
     send_lag_ms_p50: float | None = _col(ONLINE, optional=True)
     send_lag_ms_p99: float | None = _col(ONLINE, optional=True)
     send_lag_ms_max: float | None = _col(ONLINE, optional=True)
-    # Its send lag p99 over a share of the TTFT SLO: the engine saw less load than the trace's.
+    # Too many requests sent late (replay_summary.client_behind); TTFT from the send, lag left out.
     client_fell_behind: bool | None = _col(ONLINE, optional=True)
-    # The TTFT from the send, the client's lag left out (ttft_ms runs from the scheduled arrival).
     ttft_from_send_ms_p50: float | None = _col(ONLINE, optional=True)
     ttft_from_send_ms_p99: float | None = _col(ONLINE, optional=True)
     # From the engine timeline recorded while the trace replayed (lorabench.timeline).
