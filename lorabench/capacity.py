@@ -2,13 +2,14 @@
 both latency SLOs (DistServe's goodput definition), found by probing.
 
 A probe is one open-loop replay at one rate. It is *over* when its attainment is below
-the target, or when requests are still unfinished once the drain bound after its last
-arrival has passed: an engine whose queue grows is overloaded whatever the requests that
-did finish say. The search starts from a short closed-loop estimate of what the engine
-can serve, brackets the SLO edge by doubling and halving the rate, then bisects (on a log
-scale: the bracket is a ratio) until the lowest failing rate is within ``precision`` of
-the highest passing one. Only rates inside the bracket are probed once it exists, so the
-highest passing rate always stays below the lowest failing one, whatever the noise.
+the target, or when requests are still unfinished at the end of its drain (each request's
+SLO budget, twice, from its arrival: docs/capacity.md#the-drain): an engine whose queue
+grows is overloaded whatever the requests that did finish say. The search starts from a
+short closed-loop estimate of what the engine can serve, brackets the SLO edge by
+doubling and halving the rate, then bisects (on a log scale: the bracket is a ratio)
+until the lowest failing rate is within ``precision`` of the highest passing one. Only
+rates inside the bracket are probed once it exists, so the highest passing rate always
+stays below the lowest failing one, whatever the noise.
 
 A probe that measured fewer than ``MIN_REQUESTS`` requests decides nothing: a verdict on
 three requests is noise. It is run again at the same rate, its measured span twice as long
@@ -16,6 +17,12 @@ three requests is noise. It is run again at the same rate, its measured span twi
 Whether a probe is rerun depends on how many requests it measured, never on what they
 showed, so the rerun cannot bias the verdict; and an undecided probe is neither the highest
 passing nor the lowest failing one, so the bracket's invariant holds.
+
+A probe in which the engine failed requests decides nothing either, and stops the search
+(``search_stop`` says so): it measured a broken server, not a saturated one. Nor does a
+probe whose client fell behind its schedule (it offered the engine less than its rate):
+it is run once more at its rate, in case its host only hiccuped, and stops the search
+if it falls behind again (docs/capacity.md).
 
 Everything here is independent of the engine: a probe is a function of the rate, so the
 search is tested against engines whose true capacity is known.
@@ -49,6 +56,7 @@ BELOW_RANGE = "below min_rate"
 PROBE_LIMIT = "max_probes"
 TIME_LIMIT = "max_time_s"
 TOO_FEW = "too few requests"
+FAILED = "requests failed"  # then ": " and the first error
 
 
 def wilson_interval(met: int, n: int, z: float = Z_95) -> tuple[float, float]:
@@ -74,6 +82,11 @@ class Probe:
     target: float
     # Its measured span over the configured one: 1, or more for a rerun of an undecided probe.
     stretch: float = 1.0
+    # Requests the engine failed (HTTP: an error status, a broken stream), and the first error.
+    failed_requests: int = 0
+    first_error: str = ""
+    # Why its client fell behind its schedule (replay_summary.client_behind), or "".
+    behind: str = ""
     # Goodput, engine state and latencies of the probe, as the probes file keeps them.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -97,15 +110,26 @@ class Probe:
             attainment=self.attainment,
             ci_low=low,
             ci_high=high,
+            failed_requests=self.failed_requests,
             passed=self.passed,
             decided=self.decided,
+            undecided_why=None if self.decided else self.void or TOO_FEW,
             **self.extra,
         )
 
     @property
+    def void(self) -> str:
+        """What makes its verdict meaningless, however many requests it measured: requests the
+        engine failed (not an overload), or a client that fell behind (not the rate claimed)."""
+        if self.failed_requests:
+            return f"{FAILED}: {self.first_error}"
+        return self.behind
+
+    @property
     def decided(self) -> bool:
-        """Measured enough requests for a verdict: otherwise it neither passes nor fails."""
-        return self.requests >= MIN_REQUESTS
+        """Measured enough requests for a verdict, and nothing voids it: otherwise it neither
+        passes nor fails."""
+        return self.requests >= MIN_REQUESTS and not self.void
 
     @property
     def passed(self) -> bool:
@@ -130,6 +154,12 @@ class Limits:
     # The longest one probe takes (its arrivals and its drain): none starts that would end past
     # max_time_s. A rerun stretched k times is counted as k times that (its warm-up and drain too).
     probe_s: float = 0.0
+    # Where a probe's length depends on its rate (an imported trace's fixed slice): its length
+    # at (rate, stretch), arrivals and drain, instead of probe_s times the stretch.
+    length: Callable[[float, float], float] | None = None
+
+    def probe_length(self, rate: float, stretch: float) -> float:
+        return self.length(rate, stretch) if self.length is not None else self.probe_s * stretch
 
 
 @dataclass
@@ -200,20 +230,27 @@ def search(
     started = clock() if started is None else started
     found = Search([], stop="", estimate_rps=estimate_rps)
     rate: float | None = first_rate(estimate_rps, limits)
-    stretch = 1.0
+    stretch, retried = 1.0, False
     while rate is not None:
         if len(found.probes) >= limits.max_probes:
             found.stop = PROBE_LIMIT
             break
-        if clock() - started + limits.probe_s * stretch > limits.max_time_s:
+        if clock() - started + limits.probe_length(rate, stretch) > limits.max_time_s:
             found.stop = TIME_LIMIT
             break
         probe = probe_at(rate, stretch)
         found.probes.append(probe)
+        if probe.void:
+            if probe.failed_requests or retried:
+                found.stop = probe.void
+                break
+            retried = True  # a client behind once may have met a passing hiccup of its host
+            continue
+        retried = False
         if probe.decided:
             rate, stretch = next_rate(found, limits), 1.0
         elif probe.stretch < stretch or 2 * stretch > MAX_STRETCH:
-            # As long as it could be made (an imported trace ran out), or as long as allowed.
+            # As long as it could be made, or as long as allowed.
             found.stop = TOO_FEW
             break
         else:

@@ -25,14 +25,16 @@ class Sample:
     prompt_tokens: int
     output_tokens: int
     queue_ms: float
-    ttft_ms: float
+    ttft_ms: float  # online: from the scheduled arrival
     decode_ms: float
     request_e2e_ms: float
+    ttft_from_send_ms: float | None = None  # online: from the send
     prefill_ms: float | None = None
     batch_e2e_ms: float | None = None
     arrival_s: float | None = None
     send_lag_ms: float | None = None
     finished: bool | None = None
+    failed: bool | None = None  # the engine failed it (HTTP: an error status, a broken stream)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +81,7 @@ class ProbeRecord:
     requests: int  # measured: arrived after the warm-up
     met: int
     unfinished: int  # still running after the drain bound, then aborted
+    failed_requests: int = 0  # failed by the engine (HTTP: an error status, a broken stream)
     attainment: float
     ci_low: float
     ci_high: float
@@ -86,6 +89,9 @@ class ProbeRecord:
     # Measured at least capacity.MIN_REQUESTS requests: a pass or a fail. An undecided probe is
     # run again at its rate, longer (duration_s), and neither passes nor fails.
     decided: bool | None = None
+    # Why an undecided probe decided nothing: too few requests, its client fell behind, or
+    # requests failed (docs/capacity.md); blank for a decided one.
+    undecided_why: str | None = None
     duration_s: float | None = None  # its arrivals, warm-up included: probe_duration_s, longer when rerun
     # Waited before it for the engine to have no unfinished request (the last probe's aborted
     # leftovers), and the requests still unfinished when it started; blank where the engine cannot tell.
@@ -94,6 +100,10 @@ class ProbeRecord:
     goodput_rps: float
     ttft_ms_p99: float
     decode_ms_p99: float
+    ttft_from_send_ms_p99: float | None = None
+    send_lag_ms_p50: float | None = None
+    send_lag_ms_p99: float | None = None
+    send_lag_ms_max: float | None = None
     kv_usage_max: float | None = None
     preemptions: int | None = None
     adapters_waiting_max: int | None = None

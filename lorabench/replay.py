@@ -4,13 +4,15 @@ Requests are sent on schedule whether or not earlier ones have finished (an open
 loop, as real traffic arrives); each carries a synthetic prompt of exactly its input
 length and generates exactly its output length (``ignore_eos``). Times are taken on
 this process's monotonic clock as tokens arrive, so they include everything a client
-of the engine would see. How late each request was sent against its schedule is
-measured too: a replay is only as good as its send lag, so each send does the same small
-work however long the trace: its prompt is made just before it is sent, not all prompts up
-front (a long real trace's prompts would not fit in memory), and only the requests in
-flight keep a task. What delayed sends was the loop being blocked (scripts/bench_replay.py):
-the collector's full passes over the whole heap, and a new task's first step queued behind
-every stream's tokens; ``_frozen_heap`` and ``serve`` say what is done about each.
+of the engine would see; latencies run from each request's scheduled arrival, so a send
+that came late counts in them, as a user's wait would (``docs/metrics.md``). How late each
+request was sent against its schedule is measured too: a replay is only as good as its
+send lag, so each send does the same small work however long the trace: its prompt is
+made just before it is sent, not all prompts up front (a long real trace's prompts would
+not fit in memory), and only the requests in flight keep a task. What delayed sends was
+the loop being blocked (scripts/bench_replay.py): the collector's full passes over the
+whole heap, and a new task's first step queued behind every stream's tokens;
+``_frozen_heap`` and ``serve`` say what is done about each.
 """
 
 from __future__ import annotations
@@ -20,14 +22,12 @@ import gc
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lorabench import clock
 from lorabench.adapters import Adapter
-from lorabench.records import AdapterRecord, Sample
-from lorabench.stats import percentile, summary
 from lorabench.trace import TraceRequest
 from lorabench.workload import synthetic_prompt
 
@@ -47,6 +47,9 @@ class ReplayedRequest:
     token_times: list[float] = field(default_factory=list)
     finished: bool = False
     queue_ms: float = float("nan")  # from the engine's own timestamps, where it reports them
+    # Its stream ended unfinished on its own (an HTTP error status, a broken stream): the
+    # engine failed it; an unfinished request that was not failed was aborted at the drain.
+    failed: bool = False
 
     @property
     def send_lag_ms(self) -> float:
@@ -54,6 +57,12 @@ class ReplayedRequest:
 
     @property
     def ttft_ms(self) -> float:
+        """Scheduled arrival -> first token: a late send's lag counts, as the user's wait."""
+        return (self.token_times[0] - self.scheduled_s) * 1000.0 if self.token_times else float("nan")
+
+    @property
+    def ttft_from_send_ms(self) -> float:
+        """Send -> first token: what the engine took, the client's lag left out."""
         return (self.token_times[0] - self.sent_s) * 1000.0 if self.token_times else float("nan")
 
     @property
@@ -70,7 +79,24 @@ class ReplayedRequest:
 
     @property
     def e2e_ms(self) -> float:
-        return (self.token_times[-1] - self.sent_s) * 1000.0 if self.finished else float("nan")
+        """Scheduled arrival -> last token, of a finished request."""
+        return (self.token_times[-1] - self.scheduled_s) * 1000.0 if self.finished else float("nan")
+
+
+# A request is given this many times its whole SLO budget (TTFT plus a TPOT per output token)
+# to finish before the replay aborts it (``drain_s``; docs/capacity.md#the-drain).
+DRAIN_MARGIN = 2.0
+
+
+def drain_s(requests: Sequence[TraceRequest], floor_s: float, slo_ttft_ms: float, slo_tpot_ms: float) -> float:
+    """How long after the last arrival a replay waits before aborting what still runs: each
+    request gets ``max(floor_s, DRAIN_MARGIN × (slo_ttft + output_len × slo_tpot))`` from its
+    own arrival, so a long output is never cut short by a bound it could not meet unloaded."""
+    if not requests:
+        return floor_s
+    need = (DRAIN_MARGIN * (slo_ttft_ms + r.output_len * slo_tpot_ms) / 1000.0 for r in requests)
+    ends = (r.arrival_s + max(floor_s, s) for r, s in zip(requests, need))
+    return max(ends) - max(r.arrival_s for r in requests)
 
 
 # How long before a send's time the replay stops sleeping and starts yielding to the loop.
@@ -93,8 +119,10 @@ async def replay(
     and with ``elapsed_s=None`` once everything is sent. ``timeline`` records the engine's
     steps from the first send until the last request is done, on the replay's clock.
 
-    After the last arrival, requests still running get ``drain_timeout_s`` to finish;
-    the rest are aborted and reported unfinished.
+    After the last arrival, requests still running get ``drain_timeout_s`` to finish
+    (``drain_s`` says how long a replay judged against SLOs should give them); the rest
+    are aborted and reported unfinished. A stream the engine ends unfinished (HTTP targets)
+    is reported failed.
     """
     vocab_size = engine.vocab_size
     records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
@@ -125,6 +153,8 @@ async def replay(
                 metrics = getattr(out, "metrics", None)
                 if metrics is not None and getattr(metrics, "scheduled_ts", 0):
                     record.queue_ms = (metrics.scheduled_ts - metrics.queued_ts) * 1000.0
+        # A stream cancelled at the drain never gets here; one that ended unfinished was failed.
+        record.failed = not record.finished
 
     if timeline is not None:
         timeline.start(start)
@@ -194,111 +224,3 @@ def _frozen_heap(freeze: bool) -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def jain_index(values: Sequence[float]) -> float:
-    """Jain's fairness index: 1 when all values are equal, 1/n when one takes everything."""
-    arr = np.asarray(values, dtype=float)
-    if arr.size == 0 or not np.any(arr):
-        return float("nan")
-    return float(arr.sum() ** 2 / (arr.size * np.square(arr).sum()))
-
-
-def _meets_slo(r: ReplayedRequest, slo_ttft_ms: float, slo_tpot_ms: float) -> bool:
-    """Finished, with its TTFT and TPOT (when it has one) within the targets."""
-    return r.finished and r.ttft_ms <= slo_ttft_ms and (np.isnan(r.tpot_ms) or r.tpot_ms <= slo_tpot_ms)
-
-
-def adapter_usage(
-    records: Sequence[ReplayedRequest], *, slo_ttft_ms: float, slo_tpot_ms: float, warmup_s: float
-) -> list[AdapterRecord]:
-    """What each adapter got of the replay, over the requests that arrived after ``warmup_s``:
-    requests, tokens, latency over its finished requests, and SLO attainment (unfinished
-    requests count against it). A starved adapter shows here, whatever the averages say."""
-    by_adapter: dict[str, list[ReplayedRequest]] = {}
-    for r in records:
-        if r.scheduled_s >= warmup_s:
-            by_adapter.setdefault(r.adapter, []).append(r)
-    usage = []
-    for adapter in sorted(by_adapter):
-        mine = by_adapter[adapter]
-        done = [r for r in mine if r.finished]
-        ttfts = [r.ttft_ms for r in done]
-        usage.append(
-            AdapterRecord(
-                adapter=adapter,
-                requests=len(mine),
-                finished=len(done),
-                prompt_tokens=sum(r.input_len for r in mine),
-                output_tokens=sum(len(r.token_times) for r in mine),
-                ttft_ms=float(np.mean(ttfts)) if ttfts else float("nan"),
-                ttft_ms_p50=percentile(ttfts, 50),
-                ttft_ms_p99=percentile(ttfts, 99),
-                decode_ms_p50=percentile([r.tpot_ms for r in done], 50),
-                slo_attainment=sum(_meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in mine) / len(mine),
-            )
-        )
-    return usage
-
-
-def summarize_online(
-    records: Sequence[ReplayedRequest], *, slo_ttft_ms: float, slo_tpot_ms: float, warmup_s: float
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Aggregates over the requests that arrived after ``warmup_s``, and a per-adapter breakdown
-    (from ``adapter_usage``: its requests, attainment and mean TTFT).
-
-    Requests of the warm-up count nowhere: not in ``num_requests``, ``unfinished`` or the
-    send lag either. A request meets the SLO when it finished, its TTFT is within ``slo_ttft_ms`` and its
-    TPOT within ``slo_tpot_ms``; unfinished requests count against attainment.
-    """
-    measured = [r for r in records if r.scheduled_s >= warmup_s]
-    done = [r for r in measured if r.finished]
-    met = sum(_meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in done)
-    span = (max(r.token_times[-1] for r in done) - min(r.sent_s for r in measured)) if done else float("nan")
-    metrics: dict[str, float] = {
-        "num_requests": len(measured),
-        "unfinished": sum(not r.finished for r in measured),
-        "request_throughput": len(done) / span if done else 0.0,
-        "output_tokens_per_s": sum(len(r.token_times) for r in done) / span if done else 0.0,
-        "slo_ttft_ms": slo_ttft_ms,
-        "slo_tpot_ms": slo_tpot_ms,
-        "slo_attainment": met / len(measured) if measured else float("nan"),
-        "goodput_rps": met / span if done else 0.0,
-    }
-    metrics.update(summary("ttft_ms", [r.ttft_ms for r in done]))
-    metrics.update(summary("decode_ms", [r.tpot_ms for r in done]))
-    metrics.update(summary("request_e2e_ms", [r.e2e_ms for r in done]))
-    metrics.update(summary("queue_ms", [r.queue_ms for r in done]))
-    itl = [gap for r in done for gap in r.itl_ms]
-    lags = [r.send_lag_ms for r in measured]
-    for name, values in (("itl_ms", itl), ("send_lag_ms", lags)):
-        metrics.update({f"{name}_p{p}": percentile(values, p) for p in (50, 99)})
-    usage = adapter_usage(measured, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, warmup_s=warmup_s)
-    per_adapter = [
-        {"adapter": a.adapter, "requests": a.requests, "slo_attainment": a.slo_attainment, "ttft_ms": a.ttft_ms}
-        for a in usage
-    ]
-    metrics["fairness"] = jain_index([a.slo_attainment for a in usage])
-    return metrics, per_adapter
-
-
-def samples(records: Sequence[ReplayedRequest], ranks: Mapping[str, int | None]) -> list[Sample]:
-    """Every replayed request, finished or not, as a sample row."""
-    return [
-        Sample(
-            round=0,
-            request=r.index,
-            adapter=r.adapter,
-            adapter_rank=ranks.get(r.adapter),
-            prompt_tokens=r.input_len,
-            output_tokens=len(r.token_times),
-            queue_ms=r.queue_ms,
-            ttft_ms=r.ttft_ms,
-            decode_ms=r.tpot_ms,
-            request_e2e_ms=r.e2e_ms,
-            arrival_s=r.scheduled_s,
-            send_lag_ms=r.send_lag_ms,
-            finished=r.finished,
-        )
-        for r in records
-    ]

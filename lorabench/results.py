@@ -238,6 +238,7 @@ SUMMARY_COLUMNS = (
     ("capacity_rps", "capacity rps"),
     ("capacity_over_rps", "over rps"),
     ("send_lag_ms_p99", "lag p99 ms"),
+    ("client_fell_behind", "client behind"),
     ("digest_mismatches", "wrong out"),
 )
 

@@ -189,6 +189,11 @@ class ResultRow:
     itl_ms_p99: float | None = _col(ONLINE, optional=True)
     send_lag_ms_p50: float | None = _col(ONLINE, optional=True)
     send_lag_ms_p99: float | None = _col(ONLINE, optional=True)
+    send_lag_ms_max: float | None = _col(ONLINE, optional=True)
+    # Too many requests sent late (replay_summary.client_behind); TTFT from the send, lag left out.
+    client_fell_behind: bool | None = _col(ONLINE, optional=True)
+    ttft_from_send_ms_p50: float | None = _col(ONLINE, optional=True)
+    ttft_from_send_ms_p99: float | None = _col(ONLINE, optional=True)
     # From the engine timeline recorded while the trace replayed (lorabench.timeline).
     kv_usage_max: float | None = _col(ONLINE, optional=True)
     waiting_p99: float | None = _col(ONLINE, optional=True)

@@ -55,6 +55,72 @@ def test_the_search_brackets_a_known_capacity_within_its_precision(seed):
     assert len(found.probes) <= 8
 
 
+def edge_probe(true_rps: float, seed: int, width: float = 0.15, seconds: float = 6.0):
+    """An engine whose attainment falls off gradually around ``true_rps``: from 0.99 at
+    ``(1 - width)`` times it to 0.5 at ``(1 + width)`` times it, drawn binomially from few
+    requests, so probes near the edge pass or fail by chance, and out of order."""
+    rng = np.random.default_rng(seed)
+
+    def probe(rate: float, stretch: float) -> capacity.Probe:
+        n = max(1, round(rate * seconds * stretch))
+        x = min(max((rate / true_rps - 1 + width) / (2 * width), 0.0), 1.0)
+        met = int(rng.binomial(n, 0.99 - 0.49 * x))
+        return capacity.Probe(rate=rate, requests=n, met=met, unfinished=0, target=0.9, stretch=stretch)
+
+    return probe
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_noise_at_the_edge_never_breaks_the_bracket(seed):
+    rng = np.random.default_rng(500 + seed)
+    true_rps = float(rng.uniform(5, 100))
+    found = capacity.search(edge_probe(true_rps, seed), true_rps * float(rng.uniform(0.5, 3.0)), LIMITS)
+    assert found.stop == capacity.BRACKETED
+    low, high = found.capacity, found.over
+    assert low.rate < high.rate <= low.rate * (1 + LIMITS.precision)
+    # Once the bracket exists, every probe is inside it: the first pass and the first fail,
+    # and all after them, lie between the rates that bracketed it.
+    first_pass = next(i for i, p in enumerate(found.probes) if p.passed)
+    first_fail = next(i for i, p in enumerate(found.probes) if p.failed)
+    opened = max(first_pass, first_fail)
+    bounds = (found.probes[first_pass].rate, found.probes[first_fail].rate)
+    inside = [p.rate for p in found.probes[opened + 1 :]]
+    assert all(min(bounds) < r < max(bounds) for r in inside)
+    # Every passing probe is below every failing one: noise can move the edge, never cross it.
+    assert max(p.rate for p in found.probes if p.passed) < min(p.rate for p in found.probes if p.failed)
+    # The edge found is where attainment crosses the target, give or take the noise of the band.
+    assert 0.8 * true_rps <= low.rate and high.rate <= 1.2 * true_rps
+
+
+def void_probe(rate: float, stretch: float, **why) -> capacity.Probe:
+    extra = {"goodput_rps": 1.0, "ttft_ms_p99": 1.0, "decode_ms_p99": 1.0, "seconds": 1.0}
+    return capacity.Probe(rate=rate, requests=50, met=50, unfinished=0, target=0.9, stretch=stretch, extra=extra, **why)
+
+
+def test_a_probe_whose_requests_failed_is_no_overload_and_stops_the_search():
+    def probe(rate, stretch):
+        if rate > 10:  # the server broke: every probe from here on has failures
+            return void_probe(rate, stretch, failed_requests=3, first_error="HTTP 500: injected failure")
+        return void_probe(rate, stretch)
+
+    found = capacity.search(probe, 16.0, LIMITS)
+    assert found.stop == "requests failed: HTTP 500: injected failure"
+    assert found.over is None and found.capacity.rate == 8.0 and len(found.probes) == 2
+    last = found.probes[-1].record(1)
+    assert not last.passed and not last.decided and last.failed_requests == 3
+    assert last.undecided_why == found.stop
+
+
+def test_a_client_that_fell_behind_is_probed_once_more_then_stops_the_search():
+    behind = "client fell behind: 9 of 50 requests sent over 15 ms late"
+    hiccup = iter([behind])  # the first probe's client falls behind once, then keeps up
+    found = capacity.search(lambda r, s: void_probe(r, s, behind=next(hiccup, "")), 16.0, LIMITS)
+    assert [p.rate for p in found.probes[:2]] == [8.0, 8.0] and found.probes[1].passed
+    always = capacity.search(lambda r, s: void_probe(r, s, behind=behind), 16.0, LIMITS)
+    assert always.stop == behind and len(always.probes) == 2 and always.capacity is None and always.over is None
+    assert always.probes[0].record(0).undecided_why == behind
+
+
 def test_an_overloaded_probe_never_passes_whatever_its_finished_requests_say():
     overloaded = capacity.Probe(rate=10, requests=100, met=95, unfinished=1, target=0.9)
     assert overloaded.attainment >= 0.9 and not overloaded.passed

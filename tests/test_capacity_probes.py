@@ -19,6 +19,7 @@ from lorabench.engine import IDLE_POLL_S, Engine, EngineDied, is_engine_dead
 from lorabench.records import replays_path_for, samples_path_for
 from lorabench.scenarios import capacity_probes
 from lorabench.testing import Costs, StandIn, write_config
+from lorabench.traces import data as trace_data
 from tests.helpers import ROOT, result_files
 
 SECONDS = 4.0  # a probe's measured span: the floor, 10 / SECONDS = 2.5 req/s, holds 10 requests on average
@@ -159,15 +160,20 @@ def test_a_search_that_fails_otherwise_says_how_many_probes_it_kept(pytester, mo
     )
 
 
-def test_each_probe_waits_for_the_last_ones_aborted_requests_to_leave_the_engine(pytester):
-    """A drain too short for the last requests: each probe ends with some aborted, which the
-    stand-in keeps running for ``abort_ms``. The next probe starts once they are gone. Four
-    requests at a time: the estimate is high enough that failing probes halve the rate twice
-    before the floor (one at a time, a busy host's estimate put the first probe at the floor,
-    the search's only one)."""
+def test_each_probe_waits_for_the_last_ones_aborted_requests_to_leave_the_engine(pytester, monkeypatch):
+    """Probes far over the engine's rate, whose last requests outlast their drain (twice their
+    SLO budget from their arrival, docs/capacity.md: 0.16 s with a 5 ms TPOT target): each
+    ends with some aborted, which the stand-in keeps running for ``abort_ms``. The next probe
+    starts once they are gone. The estimate is set 3x over the stand-in's rate, so the first
+    probes are overloaded however busy the host is."""
+
+    async def high_estimate(*_args):
+        return 600.0
+
+    monkeypatch.setattr(capacity_probes, "closed_loop", high_estimate)
     costs = Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0, abort_ms=300)
     engine = {**ENGINE, "max_num_seqs": 4}
-    result = run_search(pytester, costs, engine, drain_s=0.001, max_probes=3, estimate_concurrency=4)
+    result = run_search(pytester, costs, engine, drain_s=0.001, slo_tpot_ms=5, max_probes=3)
     result.assert_outcomes(passed=1)
     (csv,) = result_files(pytester.path / "run" / "results")
     probes = pd.read_csv(replays_path_for(csv, "probes"))
@@ -210,3 +216,70 @@ def test_an_engine_death_is_told_from_vllms_error_without_importing_vllm(monkeyp
     caused = RuntimeError("stream failed")
     caused.__cause__ = EngineDeadError()
     assert is_engine_dead(EngineDeadError()) and is_engine_dead(caused) and not is_engine_dead(ValueError())
+
+
+def test_requests_longer_than_the_drain_are_given_their_slo_budget_not_counted_as_overload(pytester):
+    """60 output tokens at 4 ms a step take 0.25 s alone, over the 0.1 s drain: with the drain
+    counted from the last arrival, every probe left its last requests unfinished and failed at
+    any rate. Each request is given twice its SLO budget from its arrival instead (1.1 s here)."""
+    shape = {**CAPACITY["shapes"][0], "output_range": [60, 60]}
+    costs = Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0)
+    engine = {**ENGINE, "max_num_seqs": 8}
+    values = {"drain_s": 0.1, "slo_tpot_ms": 8, "shapes": [shape], "max_probes": 2, "estimate_concurrency": 8}
+    result = run_search(pytester, costs, engine, **values)
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    first = probes.iloc[0]
+    # Eight at a time, 0.25 s each: about 30 requests/s; the first probe is at the floor, 16.7/s.
+    assert first["rate"] < 25 and first["passed"] and first["unfinished"] == 0, probes.to_dict("records")
+
+
+def test_a_client_that_falls_behind_passes_no_rate_it_could_not_send(pytester):
+    """The stand-in serves fast, but its sender blocks 10 ms on every send: the client cannot
+    send more than 100 requests/s. A probe over that offers the engine less than its rate; its
+    TTFT from the send stays small, so it passed as if the engine served the rate. Its client
+    now falls behind, twice, and the search stops there: no rate over 100/s passes."""
+    costs = Costs(prefill_ms_per_token=0.01, decode_ms_per_step=0.5, send_block_ms=10)
+    engine = {**ENGINE, "max_num_seqs": 8}
+    result = run_search(pytester, costs, engine, estimate_concurrency=8, max_probes=5)
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    (row,) = pd.read_csv(csv).to_dict("records")
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    assert (probes[probes["passed"]]["rate"] <= 100).all(), probes.to_dict("records")
+    assert row["search_stop"].startswith("client fell behind: "), row["search_stop"]
+    behind = probes[probes["undecided_why"].fillna("").str.startswith("client fell behind")]
+    assert len(behind) == 2 and not behind["passed"].any() and not behind["decided"].any()
+    assert (behind["send_lag_ms_p99"] > 0.25 * CAPACITY["slo_ttft_ms"]).all()
+    assert (probes["send_lag_ms_max"] >= probes["send_lag_ms_p99"]).all()
+    # TTFT from the scheduled arrival carries the lag; from the send, it does not.
+    assert (behind["ttft_ms_p99"] > behind["ttft_from_send_ms_p99"]).all()
+
+
+def test_every_probe_of_an_imported_trace_replays_the_same_requests(pytester):
+    """Each probe replayed the first ``rate x duration`` requests of the trace: a faster one
+    more of them, so a rate could pass on lighter requests where a slower one failed. Now the
+    slice is fixed at the first rate, and a probe is whole copies of it at its rate."""
+    rng = np.random.default_rng(7)
+    n = 600
+    data = trace_data.TraceData(
+        header={"source": {"format": "test"}, "transforms": []},
+        adapters=["a0", "a1"],
+        arrival_s=np.round(np.sort(rng.uniform(0, 20, n)), 4),
+        adapter=rng.integers(0, 2, n).astype(np.int32),
+        input_len=rng.integers(10, 40, n).astype(np.int32),
+        output_len=np.full(n, 4, dtype=np.int32),
+        duration_s=20.0,
+    )
+    trace_data.write(pytester.path / "t.jsonl", data)
+    shape = {"name": "t", "trace": str(pytester.path / "t.jsonl")}
+    result = run_search(pytester, Costs(prefill_ms_per_token=0.1, decode_ms_per_step=4.0), shapes=[shape], max_probes=3)
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    samples = pd.read_csv(samples_path_for(csv)).sort_values(["round", "request"])
+    rounds = [list(zip(g["prompt_tokens"], g["adapter"])) for _, g in samples.groupby("round")]
+    assert len(rounds) == 3
+    first = rounds[0]  # one copy of the slice at the first rate
+    for requests in rounds[1:]:
+        assert len(requests) % len(first) == 0 and requests == first * (len(requests) // len(first))

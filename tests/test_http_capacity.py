@@ -66,3 +66,31 @@ def test_a_search_over_http_brackets_the_servers_rate_and_passes_no_probe_above_
     samples = pd.read_csv(samples_path_for(csv))
     measured = samples[samples["arrival_s"] >= CAPACITY["warmup_s"]].groupby("round").size()
     assert measured.tolist() == probes["requests"].tolist(), "every probe's requests are in the samples"
+
+
+def test_requests_the_server_fails_are_failures_not_an_overload(pytester):
+    """The server answers 500 to every request from its 40th on, in the search's first probes:
+    its failed requests ended unfinished, so the probe failed as an overload and the search
+    went down to its floor. Now they are failed requests: the probe decides nothing and the
+    search stops, saying why."""
+    pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
+    config = write_config(pytester.path / "run", adapters=2, capacity=CAPACITY, engine=ENGINE)
+    broken = dict.fromkeys(range(40, 5000), "500")
+    with StandInServer(["a0", "a1"], COSTS, max_num_seqs=1, failures=broken) as server:
+        result = pytester.runpytest(
+            "--bench-config", str(config), "-p", "no:cacheprovider", "--bench-target", server.url
+        )
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    (row,) = pd.read_csv(csv).to_dict("records")
+    assert row["search_stop"].startswith("requests failed: POST /v1/completions"), row["search_stop"]
+    assert "answered 500" in row["search_stop"] and row["failed"] > 0
+    assert pd.isna(row["capacity_over_rps"]), "no probe was judged an overload"
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    last = probes.iloc[-1]
+    assert last["failed_requests"] > 0 and not last["decided"] and last["undecided_why"] == row["search_stop"]
+    assert (probes.iloc[:-1]["failed_requests"] == 0).all()
+    samples = pd.read_csv(samples_path_for(csv))
+    failed = samples[samples["failed"].astype(str) == "True"]
+    assert len(failed) == last["failed_requests"] and (failed["round"] == last["probe"]).all()
+    assert (failed["finished"].astype(str) == "False").all()

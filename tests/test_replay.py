@@ -8,7 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from lorabench import replay as replay_module
-from lorabench.replay import ReplayedRequest, jain_index, replay, summarize_online
+from lorabench.replay import ReplayedRequest, replay
+from lorabench.replay_summary import jain_index, summarize_online
+from lorabench.replay_summary import samples as summary_samples
 from lorabench.trace import TraceRequest
 from lorabench.workload import synthetic_prompt
 
@@ -20,10 +22,11 @@ def request(index, adapter, scheduled, sent, tokens, finished=True):
 def test_per_request_times():
     r = request(0, "a", 1.0, 1.002, [1.1, 1.15, 1.15, 1.3])
     assert r.send_lag_ms == pytest.approx(2.0)
-    assert r.ttft_ms == pytest.approx(98.0)
+    # From the scheduled arrival: the 2 ms the client was late count, as the user waited them.
+    assert r.ttft_ms == pytest.approx(100.0) and r.ttft_from_send_ms == pytest.approx(98.0)
     assert r.tpot_ms == pytest.approx(200.0 / 3)
     assert r.itl_ms == pytest.approx([50.0, 0.0, 150.0])
-    assert r.e2e_ms == pytest.approx(298.0)
+    assert r.e2e_ms == pytest.approx(300.0)
     assert math.isnan(request(1, "a", 0, 0, [], finished=False).ttft_ms)
 
 
@@ -75,6 +78,8 @@ class FakeEngine:
     async def stream(self, prompt, params, adapter):
         if adapter == "bad":
             raise RuntimeError("engine died: out of blocks")
+        if adapter == "refused":  # as the HTTP engine ends a stream that got an error status
+            return
         if adapter == "stuck":
             try:
                 yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1])], finished=False)
@@ -96,6 +101,22 @@ def test_requests_past_the_drain_timeout_are_aborted_and_reported_unfinished():
     assert [r.finished for r in records] == [True, False, True]
     assert [len(r.token_times) for r in records] == [2, 1, 2]
     assert engine.cancelled == 1 and math.isnan(records[1].e2e_ms)
+
+
+def test_a_stream_the_engine_ends_unfinished_is_failed_and_an_aborted_one_is_not():
+    records = run_replay(FakeEngine(), ["ok", "refused", "stuck"])
+    assert [(r.finished, r.failed) for r in records] == [(True, False), (False, True), (False, False)]
+    (failed,) = [s for s in summary_samples(records, {}) if s.failed]
+    assert failed.request == 1 and not failed.finished
+
+
+def test_the_drain_gives_each_request_its_slo_budget_times_the_margin_or_the_floor():
+    short = [TraceRequest(0.0, "a", 4, 2), TraceRequest(1.0, "a", 4, 2)]
+    assert replay_module.drain_s(short, 5.0, 100, 10) == 5.0, "short requests: the floor"
+    # 600 tokens at a 20 ms TPOT: 2 x (0.1 + 12) s from its arrival, 9 s before the last one.
+    long = [TraceRequest(0.0, "a", 4, 600), TraceRequest(9.0, "a", 4, 2)]
+    assert replay_module.drain_s(long, 5.0, 100, 20) == pytest.approx(2 * 12.1 - 9.0)
+    assert replay_module.DRAIN_MARGIN == 2.0
 
 
 def test_an_engine_error_during_replay_is_raised_not_counted_as_unfinished():

@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 from lorabench.config import EngineSpec
-from lorabench.replay import ReplayedRequest, summarize_online
+from lorabench.replay import ReplayedRequest
+from lorabench.replay_summary import summarize_online
 from lorabench.testing import Costs, StandIn, write_config
 from lorabench.testing.llm import LoraRef, Params, StandInLLM
 from tests.helpers import ROOT, result_files

@@ -105,7 +105,8 @@ class Capacity(Strict):
     probe_duration_s: PositiveFloat = 10.0
     # Requests arriving in a probe's first seconds are left out of its attainment.
     warmup_s: NonNegativeFloat = 2.0
-    # After a probe's last arrival: how long its requests may take to finish before it counts as over.
+    # The least a request gets to finish from its arrival before it is aborted and its probe is
+    # over; more where its output needs it (lorabench.replay.drain_s, docs/capacity.md#the-drain).
     drain_s: PositiveFloat = 5.0
     max_probes: int = Field(default=8, ge=2)
     max_time_s: PositiveFloat = 300.0

@@ -153,7 +153,9 @@ def _awaiting_first_token(requests: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     first token (never, for a request that got none): what the engine made wait, seen from
     the samples, whatever the engine's own stats say of waiting adapters."""
     sent = requests["arrival_s"].to_numpy(dtype=float) + requests["send_lag_ms"].to_numpy(dtype=float) / 1000.0
-    first = np.nan_to_num(sent + requests["ttft_ms"].to_numpy(dtype=float) / 1000.0, nan=np.inf)
+    # Samples files written before ttft_from_send_ms existed held the TTFT from the send in ttft_ms.
+    from_send = requests["ttft_from_send_ms"] if "ttft_from_send_ms" in requests else requests["ttft_ms"]
+    first = np.nan_to_num(sent + from_send.to_numpy(dtype=float) / 1000.0, nan=np.inf)
     count = np.zeros(len(t), dtype=int)
     for adapter in requests["adapter"].unique():
         mine = (requests["adapter"] == adapter).to_numpy()

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from lorabench import capacity, replay, timeline
+from lorabench import capacity, replay, replay_summary, timeline
 from lorabench.clock import now
 from lorabench.config.expand import ImportedCase, OnlineCase
 from lorabench.engine import EngineDied, is_engine_dead
@@ -57,6 +57,11 @@ class CapacityCase:
         return min(self.available() / block.probe_duration_s, block.max_rate or math.inf)
 
 
+# What the probes file keeps of a probe's summary and of its timeline.
+PROBE_METRICS = ("goodput_rps", "ttft_ms_p99", "decode_ms_p99", "ttft_from_send_ms_p99") + tuple(
+    f"send_lag_ms_{s}" for s in ("p50", "p99", "max")
+)
+PROBE_STEPS = ("kv_usage_max", "preemptions", "adapters_waiting_max")
 # The longest a probe waits for the last one's aborted requests to leave the engine: a step
 # takes well under a second; an engine still busy then is recorded (busy_at_start), not waited on.
 IDLE_TIMEOUT_S = 10.0
@@ -77,7 +82,10 @@ class Prober:
         self.engine, self.block, self.shape, self.adapters, self.ctx = engine, block, case.shape, adapters, ctx
         self.max_rate = case.max_rate(block)
         self.available = case.available()
+        # An imported trace's slice, fixed once the first rate is known: every probe replays it.
+        self.slice_n: int | None = None
         self.judged = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
+        self.slos = (block.slo_ttft_ms, block.slo_tpot_ms)
         self.timelines: list[list[Any]] = []
         self.kept: list[ProbeRecord] = []
         self.kept_in: Path | None = None
@@ -98,6 +106,8 @@ class Prober:
 
     def search(self) -> capacity.Search:
         block, started = self.block, self.engine.loop.time()
+        # A probe counts as its arrivals and drain_s: one whose requests need a longer drain
+        # (docs/capacity.md#the-drain) may end past max_time_s by as much.
         probe_s = block.probe_duration_s + block.drain_s
         limits = capacity.Limits(
             block.precision, block.min_rate, self.max_rate, block.max_probes, block.max_time_s, probe_s
@@ -108,19 +118,38 @@ class Prober:
         estimate = self.engine.run(
             closed_loop(self.engine, requests[: block.estimate_requests], self.adapters, block.estimate_concurrency)
         )
+        if isinstance(self.shape, ImportedCase):
+            first = capacity.first_rate(estimate, limits)
+            # Enough that one copy at the first rate lasts probe_duration_s: there, a probe is one copy.
+            self.slice_n = min(int(self.available), math.ceil(first * block.probe_duration_s - 1e-9))
+            limits = replace(limits, length=lambda r, s: self.span(r, s)[0] + block.drain_s)
         return capacity.search(self.probe, estimate, limits, clock=self.engine.loop.time, started=started)
 
     def span(self, rate: float, stretch: float) -> tuple[float, float]:
         """A probe's arrivals, warm-up included, and its stretch: its measured span ``stretch``
-        times the configured one, or as long as an imported trace's requests last at ``rate``."""
+        times the configured one. An imported trace's probe is whole copies of its slice, each
+        arriving at ``rate``: as many as last that long, at least one (then it may be longer)."""
         block = self.block
         measured = block.probe_duration_s - block.warmup_s
-        wanted, longest = block.warmup_s + measured * stretch, self.available / rate
-        return (wanted, stretch) if wanted <= longest else (longest, (longest - block.warmup_s) / measured)
+        wanted = block.warmup_s + measured * stretch
+        if self.slice_n is None:
+            return wanted, stretch
+        one = self.slice_n / rate
+        duration = max(1, math.ceil(wanted / one - 1e-9)) * one
+        return duration, (duration - block.warmup_s) / measured
+
+    def requests_at(self, rate: float, duration: float) -> list[TraceRequest]:
+        """A probe's requests: the shape at ``rate``; an imported trace's slice, time-scaled to
+        ``rate``, back to back for ``duration``: the same requests at every rate."""
+        if self.slice_n is None:
+            return self.shape.at(rate, duration).requests(list(self.adapters))
+        one = self.slice_n / rate
+        copy = self.shape.at(rate, one).requests(list(self.adapters))
+        return [replace(r, arrival_s=r.arrival_s + k * one) for k in range(round(duration / one)) for r in copy]
 
     def replay_at(self, rate: float, duration: float) -> tuple[list[replay.ReplayedRequest], float]:
         """One probe's replay, once the engine is idle and alive; its records and seconds."""
-        requests = self.shape.at(rate, duration).requests(list(self.adapters))
+        requests = self.requests_at(rate, duration)
         started = self.engine.loop.time()
         records = self.engine.run(
             replay.replay(
@@ -129,7 +158,7 @@ class Prober:
                 self.adapters,
                 # Prompts of their own per probe: a server target may cache what it has seen.
                 seed=self.shape.seed + len(self.timelines) + 1,
-                drain_timeout_s=self.block.drain_s,
+                drain_timeout_s=replay.drain_s(requests, self.block.drain_s, *self.slos),
                 timeline=self.engine.timeline,
             )
         )
@@ -139,50 +168,56 @@ class Prober:
         block, (duration, stretch) = self.block, self.span(rate, stretch)
         idle_wait_s, busy = self.engine.run(self.engine.wait_idle(IDLE_TIMEOUT_S))
         self.engine.check_alive()
+        errors_before = len(getattr(self.engine, "failures", ()))
         records, seconds = self.replay_at(rate, duration)
         # A probe the engine died in measured nothing: its requests would read as an overload.
         self.engine.check_alive()
-        metrics, _ = replay.summarize_online(records, **self.judged)
+        metrics, _ = replay_summary.summarize_online(records, **self.judged)
         steps = timeline.summarize(self.engine.timeline.rows, block.warmup_s)
         self.timelines.append(list(self.engine.timeline.rows))
-        measured = int(metrics["num_requests"])
+        measured = [r for r in records if r.scheduled_s >= block.warmup_s]
         found = capacity.Probe(
             rate=rate,
-            requests=measured,
-            met=round(metrics["slo_attainment"] * measured) if measured else 0,
-            unfinished=int(metrics["unfinished"]),
+            requests=len(measured),
+            met=round(metrics["slo_attainment"] * len(measured)) if measured else 0,
+            unfinished=sum(not r.finished and not r.failed for r in measured),
             target=block.target,
             stretch=stretch,
+            failed_requests=sum(r.failed for r in records),
+            first_error=self._first_error(errors_before),
+            behind=replay_summary.client_behind([r.send_lag_ms for r in measured], block.slo_ttft_ms),
             extra={
                 "duration_s": duration,
                 "idle_wait_s": idle_wait_s,
                 "busy_at_start": busy,
-                "goodput_rps": metrics["goodput_rps"],
-                "ttft_ms_p99": metrics["ttft_ms_p99"],
-                "decode_ms_p99": metrics["decode_ms_p99"],
-                "kv_usage_max": steps.get("kv_usage_max"),
-                "preemptions": steps.get("preemptions"),
-                "adapters_waiting_max": steps.get("adapters_waiting_max"),
                 "seconds": seconds,
+                **{k: metrics[k] for k in PROBE_METRICS},
+                **{k: steps.get(k) for k in PROBE_STEPS},
             },
         )
         self.keep(found, records)
         return found
+
+    def _first_error(self, before: int) -> str:
+        """The first failure the engine counted since ``before`` (HTTP targets keep them)."""
+        failures = getattr(self.engine, "failures", [])
+        return _first_line(failures[before]) if len(failures) > before else "a stream ended unfinished"
 
     def keep(self, found: capacity.Probe, records: Sequence[replay.ReplayedRequest]) -> None:
         """The probe on disk now, its requests (their ``round`` the probe's number) before its
         summary, and a line on the terminal."""
         record = found.record(len(self.kept))
         ranks = {a.name: a.rank for a in self.adapters.values()}
-        samples = [replace(s, round=record.probe) for s in replay.samples(records, ranks)]
+        samples = [replace(s, round=record.probe) for s in replay_summary.samples(records, ranks)]
         self.ctx.keep(SAMPLES, samples, self.fields)
         self.kept_in = self.ctx.keep("probes", [record], self.fields)
         self.kept.append(record)
         if self.ctx.progress:
-            verdict = "passes" if found.passed else "over" if found.failed else "undecided, too few requests"
+            verdict = "passes" if found.passed else "over" if found.failed else f"undecided, {record.undecided_why}"
             self.ctx.progress(
                 f"capacity {self.shape.shape_id}: {found.rate:.3g} req/s for {record.duration_s:.3g} s {verdict} "
-                f"(SLO met by {found.met}/{found.requests}, {found.unfinished} unfinished)"
+                f"(SLO met by {found.met}/{found.requests}, {found.unfinished} unfinished, "
+                f"{found.failed_requests} failed)"
             )
 
     def failure(self, exc: Exception) -> Exception:
@@ -197,6 +232,8 @@ class Prober:
 
     def outcome(self, found: capacity.Search) -> Outcome:
         at, over = found.capacity, found.over
+        if self.ctx.progress and found.probes and found.probes[-1].void:
+            self.ctx.progress(f"capacity {self.shape.shape_id}: search stopped, {found.stop}: no verdict at that rate")
         fields: dict[str, Any] = {
             **self.fields,
             "rounds": len(found.probes),

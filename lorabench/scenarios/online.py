@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lorabench import replay, timeline
+from lorabench import replay, replay_summary, timeline
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, online_cases
 from lorabench.progress import trace_reporter
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
@@ -32,6 +32,10 @@ ONLINE_COLUMNS = frozenset(
         "itl_ms_p99",
         "send_lag_ms_p50",
         "send_lag_ms_p99",
+        "send_lag_ms_max",
+        "client_fell_behind",
+        "ttft_from_send_ms_p50",
+        "ttft_from_send_ms_p99",
     }
 )
 # Filled from the engine timeline recorded while the trace replays (lorabench.timeline.summarize).
@@ -77,7 +81,9 @@ class Online(Scenario):
                 requests,
                 adapters,
                 seed=online_case.seed,
-                drain_timeout_s=online.drain_timeout_s,
+                drain_timeout_s=replay.drain_s(
+                    requests, online.drain_timeout_s, online.slo_ttft_ms, online.slo_tpot_ms
+                ),
                 progress=report,
                 timeline=engine.timeline,
             )
@@ -104,8 +110,14 @@ def replay_outcome(
     SLOs and warm-up of ``slo`` (the config block that set them): what every scenario that
     replays a trace records."""
     judged = {"slo_ttft_ms": slo.slo_ttft_ms, "slo_tpot_ms": slo.slo_tpot_ms, "warmup_s": slo.warmup_s}
-    metrics, per_adapter = replay.summarize_online(records, **judged)
+    metrics, per_adapter = replay_summary.summarize_online(records, **judged)
     steps, notes = _timeline_columns(ctx, engine, case.id, slo.warmup_s)
+    lags = [r.send_lag_ms for r in records if r.scheduled_s >= slo.warmup_s]
+    behind = replay_summary.client_behind(lags, slo.slo_ttft_ms)
+    if behind:
+        notes["client_fell_behind"] = behind
+        if ctx.progress:
+            ctx.progress(f"trace {case.id}: {behind}: the engine saw less load than the trace's")
     fields = {
         "workload": "trace",
         "num_adapters": case.num_adapters,
@@ -118,9 +130,9 @@ def replay_outcome(
     }
     return Outcome(
         fields,
-        replay.samples(records, {a.name: a.rank for a in ctx.config.adapters}),
+        replay_summary.samples(records, {a.name: a.rank for a in ctx.config.adapters}),
         extra_info={**metrics, **steps, **notes, "per_adapter": per_adapter, **(extra_info or {})},
-        records={"timeline": list(engine.timeline.rows), "adapters": replay.adapter_usage(records, **judged)},
+        records={"timeline": list(engine.timeline.rows), "adapters": replay_summary.adapter_usage(records, **judged)},
     )
 
 
