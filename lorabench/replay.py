@@ -145,7 +145,9 @@ async def replay(
             await asyncio.sleep(0)
         record.sent_s = clock.now() - start
         async for out in engine.stream(prompt, params, adapters[record.adapter]):
-            now = clock.now() - start
+            # Over HTTP, when the tokens' bytes arrived, before the client parsed them.
+            received = getattr(out, "received_at", None)
+            now = (clock.now() if received is None else received) - start
             record.token_times.extend([now] * len(out.outputs[0].token_ids))
             if out.finished:
                 record.finished = True

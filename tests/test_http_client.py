@@ -196,3 +196,58 @@ def test_waiting_for_an_idle_server_reads_its_request_gauges(tmp_path):
             (waited, left), (then_waited, then_left) = engine.run(scenario(engine))
     assert left == 2 and waited >= 0.3, "running requests: the wait runs out and says how many"
     assert then_left == 0 and 0 <= then_waited < 10, "cancelled: the server drops them and the wait ends"
+
+
+def collect_prompt(url, model, prompt, max_tokens=2):
+    async def go():
+        client = Client(url)
+        try:
+            return [c async for c in client.complete(model, prompt, max_tokens, 1.0)]
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.realtime
+def test_a_prompt_whose_ids_fill_a_line_past_aiohttps_limit_is_read_and_counted():
+    """vLLM puts the whole prompt's ids in the first chunk: a 150k-token prompt's line is about
+    750 KiB, past aiohttp's 512 KiB line limit, whose LineTooLong aborted the whole replay."""
+    prompt = [100 + i % 900 for i in range(150_000)]
+    with StandInServer(ADAPTERS, Costs(kv_blocks=10_000)) as server:
+        chunks = collect_prompt(server.url, "a1", prompt)
+    assert chunks[0].prompt_tokens == 150_000 and sum(c.count for c in chunks) == 2
+    assert any(c.finished for c in chunks)
+
+
+def test_prompt_ids_are_counted_in_the_raw_line_and_not_parsed():
+    ids = ",".join(str(i) for i in range(5000))
+    line = f'data: {{"choices": [{{"token_ids": [1], "prompt_token_ids": [{ids}], "finish_reason": null}}]}}'
+    event = parse_event(line.encode())
+    assert "prompt_token_ids" not in event["choices"][0] and chunk_of(event).prompt_tokens == 5000
+    empty = parse_event(b'data: {"choices": [{"token_ids": [1], "prompt_token_ids": [], "finish_reason": null}]}')
+    assert chunk_of(empty).prompt_tokens == 0 and chunk_of(empty).token_ids == [1]
+
+
+@pytest.mark.realtime
+def test_a_chunk_is_stamped_when_it_arrives_not_after_it_is_parsed(monkeypatch):
+    """Parsing the first chunk (the prompt's ids) took milliseconds that were in TTFT: each
+    chunk is stamped before its parse, so a slow parse leaves the stamps where the bytes came."""
+    import time
+
+    from lorabench.http import client as client_module
+
+    parsed_at = []
+    real_parse = client_module.parse_event
+
+    def slow_parse(line):
+        time.sleep(0.05)
+        event = real_parse(line)
+        parsed_at.append(time.monotonic())
+        return event
+
+    monkeypatch.setattr(client_module, "parse_event", slow_parse)
+    with StandInServer(ADAPTERS) as server:
+        chunks = collect_prompt(server.url, "a0", [5, 6, 7], max_tokens=3)
+    first = next(c for c in chunks if c.count)
+    assert first.arrived and first.arrived <= parsed_at[0] - 0.05

@@ -80,6 +80,11 @@ class FakeEngine:
             raise RuntimeError("engine died: out of blocks")
         if adapter == "refused":  # as the HTTP engine ends a stream that got an error status
             return
+        if adapter == "slow-parse":  # as the HTTP engine: the bytes came, then a 100 ms parse
+            came = asyncio.get_running_loop().time()
+            await asyncio.sleep(0.1)
+            yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1, 2])], finished=True, received_at=came)
+            return
         if adapter == "stuck":
             try:
                 yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=[1])], finished=False)
@@ -101,6 +106,14 @@ def test_requests_past_the_drain_timeout_are_aborted_and_reported_unfinished():
     assert [r.finished for r in records] == [True, False, True]
     assert [len(r.token_times) for r in records] == [2, 1, 2]
     assert engine.cancelled == 1 and math.isnan(records[1].e2e_ms)
+
+
+@pytest.mark.realtime
+def test_tokens_are_timed_when_their_bytes_came_not_when_the_client_had_parsed_them():
+    """An output that says when it was received (the HTTP engine's, stamped before its parse) is
+    timed then: a client's parse of a long prompt's ids is no part of the engine's TTFT."""
+    (record,) = run_replay(FakeEngine(), ["slow-parse"])
+    assert record.finished and record.ttft_from_send_ms < 50, record.ttft_from_send_ms
 
 
 def test_a_stream_the_engine_ends_unfinished_is_failed_and_an_aborted_one_is_not():

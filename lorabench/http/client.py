@@ -10,16 +10,25 @@ tokens new in it (``return_token_ids``, vLLM 0.10.2 and later), and a chunk with
 counts as one token (a server streams one token per chunk). When the server also sends
 ``usage`` at the end, its ``completion_tokens`` is the count, and the difference goes on
 the last chunk; so ``token_times`` has exactly as many entries as tokens were generated.
+
+Each chunk is stamped when its bytes arrive, before it is parsed: with ``return_token_ids``
+vLLM puts the whole prompt's ids in the first chunk (a 32k-token prompt's parse took 4.7 ms,
+which was in TTFT). Those ids are counted in the raw line, never parsed, and lines are split
+here, with no length limit: aiohttp's line reader refuses lines over 512 KiB (a prompt of
+about 80k tokens), and its error aborted the whole replay.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+
+from lorabench import clock
 
 
 class RequestFailed(RuntimeError):
@@ -41,17 +50,44 @@ class Chunk:
     finished: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None  # from the final usage event, when the server sends it
+    # When its bytes reached this process, on the replay's clock (``lorabench.clock``), before any parsing.
+    arrived: float = 0.0
+
+
+# The prompt's ids in a chunk: a flat list of integers, counted where it stands and left out of the parse.
+PROMPT_IDS = re.compile(rb'"prompt_token_ids"\s*:\s*\[([^\]]*)\]')
 
 
 def parse_event(line: bytes) -> dict[str, Any] | None:
-    """The JSON of one ``data:`` line; None for comments, blank lines and ``[DONE]``."""
-    text = line.decode("utf-8", errors="replace").strip()
-    if not text.startswith("data:"):
+    """The JSON of one ``data:`` line; None for comments, blank lines and ``[DONE]``. A list of
+    prompt ids is replaced by its length, under ``prompt_token_count``."""
+    line = line.strip()
+    if not line.startswith(b"data:"):
         return None
-    payload = text[len("data:") :].strip()
-    if payload == "[DONE]" or not payload:
+    payload = line[len(b"data:") :].strip()
+    if payload == b"[DONE]" or not payload:
         return None
+    found = PROMPT_IDS.search(payload)
+    if found is None:
+        return json.loads(payload)
+    ids = found.group(1).strip()
+    count = ids.count(b",") + 1 if ids else 0
+    payload = payload[: found.start()] + b'"prompt_token_count": %d' % count + payload[found.end() :]
     return json.loads(payload)
+
+
+async def sse_lines(content: aiohttp.StreamReader) -> AsyncIterator[tuple[bytes, float]]:
+    """The stream's lines, each with the time its last bytes arrived: split here, so that a line
+    of any length is read (aiohttp's own line reader stops at 512 KiB)."""
+    pending = b""
+    async for data in content.iter_any():
+        arrived = clock.now()
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line, arrived
+    if pending:
+        yield pending, clock.now()
 
 
 def chunk_of(event: dict[str, Any]) -> Chunk:
@@ -67,6 +103,8 @@ def chunk_of(event: dict[str, Any]) -> Chunk:
         chunk.finished = choice.get("finish_reason") is not None
         if choice.get("prompt_token_ids") is not None:
             chunk.prompt_tokens = len(choice["prompt_token_ids"])
+        elif "prompt_token_count" in choice:
+            chunk.prompt_tokens = choice["prompt_token_count"]
     usage = event.get("usage")
     if usage:
         chunk.completion_tokens = usage.get("completion_tokens")
@@ -154,13 +192,14 @@ class Client:
                     text = (await resp.text())[:300]
                     raise RequestFailed(f"POST /v1/completions for {model!r} answered {resp.status}: {text}")
                 finished = False
-                async for line in resp.content:
+                async for line, arrived in sse_lines(resp.content):
                     event = parse_event(line)
                     if event is not None:
                         chunk = chunk_of(event)
+                        chunk.arrived = arrived
                         finished = finished or chunk.finished
                         yield chunk
                 if not finished:
                     raise RequestFailed(f"the stream for {model!r} ended before the completion finished")
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise RequestFailed(f"POST /v1/completions for {model!r}: {type(exc).__name__}: {exc}") from exc

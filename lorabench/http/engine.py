@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import ClientError
 
+from lorabench import clock
 from lorabench.adapters import Adapter
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.engine import Engine, EngineBuildError
@@ -58,7 +59,7 @@ class Completion:
 
 @dataclass
 class ClientTiming:
-    """When this process sent the request and got its first and last token (``time.monotonic``)."""
+    """When this process sent the request and got its first and last token's bytes (``lorabench.clock``)."""
 
     sent_ts: float
     first_token_ts: float = 0.0
@@ -75,6 +76,8 @@ class HttpOutput:
     timing: ClientTiming
     prompt_token_ids: list[int] = field(default_factory=list)
     metrics: None = None
+    # When its tokens' bytes arrived, before they were parsed (``lorabench.replay`` stamps them so).
+    received_at: float | None = None
 
 
 def _corrected(last: list[int], missing: int) -> list[int]:
@@ -224,29 +227,29 @@ class HttpEngine(RuntimeLoras, Engine):
     async def _stream(self, model: str, prompt: Prompt, params: HttpParams) -> AsyncIterator[HttpOutput]:
         """Deltas as they arrive; the finishing one is held until the stream ends, so that the
         final ``usage`` count is in it. A failure ends the stream unfinished and is counted."""
-        timing = ClientTiming(time.monotonic())
-        counted, held, prompt_tokens = 0, None, len(prompt) if isinstance(prompt, list) else 0
+        timing = ClientTiming(clock.now())
+        counted, held, held_at, prompt_tokens = 0, None, None, len(prompt) if isinstance(prompt, list) else 0
         temperature = 0.0 if params.greedy else 1.0
         try:
             async for chunk in self.client.complete(model, prompt, params.max_tokens, temperature):
                 if chunk.count:
-                    now = time.monotonic()
-                    timing.first_token_ts = timing.first_token_ts or now
-                    timing.last_token_ts = now
+                    timing.first_token_ts = timing.first_token_ts or chunk.arrived
+                    timing.last_token_ts = chunk.arrived
                 ids = chunk.token_ids or [UNKNOWN_TOKEN] * chunk.count
                 counted += len(ids)
                 prompt_tokens = chunk.prompt_tokens or prompt_tokens
                 if chunk.finished:
-                    held = ids
+                    held, held_at = ids, chunk.arrived
                 elif chunk.completion_tokens is not None and held is not None:
                     held = _corrected(held, chunk.completion_tokens - counted)
                 elif ids:
-                    yield HttpOutput([Completion(ids)], False, timing)
+                    yield HttpOutput([Completion(ids)], False, timing, received_at=chunk.arrived)
         except RequestFailed as exc:
             self.failed_requests += 1
             self.failures.append(str(exc))
             return
-        yield HttpOutput([Completion(held or [])], True, timing, [UNKNOWN_TOKEN] * prompt_tokens)
+        final = [UNKNOWN_TOKEN] * prompt_tokens
+        yield HttpOutput([Completion(held or [])], True, timing, final, received_at=held_at)
 
     def generate(
         self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int, *, greedy: bool = False
