@@ -5,13 +5,15 @@ server's runtime load API; and a config with too few adapters is refused before 
 
 from __future__ import annotations
 
+import asyncio
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from lorabench.http.lora_api import PROBE_NAME
-from lorabench.scenarios.churn import LOAD, UNLOAD, Op, churn_fields
+from lorabench.scenarios.churn import LOAD, UNLOAD, Op, churn, churn_fields
 from lorabench.testing import Costs, StandIn, write_config
 from lorabench.testing.server import StandInServer
 from tests.helpers import ROOT, result_files
@@ -96,9 +98,51 @@ def test_failed_operations_are_counted_and_ttfts_split_by_load_spans():
     fields = churn_fields(ops, records, warmup_s=0.0)
     assert (fields["churn_ops"], fields["churn_failed_ops"]) == (3, 1)
     assert fields["load_ms_p50"] == pytest.approx(50.0), "a failed load's time is not a load's latency"
-    assert fields["ttft_during_load_ms_p50"] == pytest.approx(80.0), "a failed load still held the engine"
-    assert fields["ttft_outside_load_ms_p50"] == pytest.approx(20.0)
-    assert fields["ttft_load_ratio"] == pytest.approx(4.0)
+    assert fields["ttft_during_load_ms_p50"] == pytest.approx(90.0), "a failed load loaded nothing: not in flight"
+    assert fields["ttft_outside_load_ms_p50"] == pytest.approx(30.0)
+    assert fields["ttft_load_ratio"] == pytest.approx(3.0)
+
+
+def test_operations_of_the_warm_up_count_nowhere_but_a_load_reaching_past_it_stalls():
+    """Warm-up requests are left out of the TTFTs; warm-up operations were in load_ms_*."""
+    ops = [Op(LOAD, "a2", 0.0, 0.5), Op(UNLOAD, "a2", 0.6, 0.601)]
+    ops += [Op(LOAD, "a3", 1.0, 1.04), Op(UNLOAD, "a3", 1.1, 1.2)]
+
+    class Req:
+        def __init__(self, sent_s, ttft_ms):
+            self.sent_s, self.scheduled_s, self.ttft_ms, self.finished = sent_s, sent_s, ttft_ms, True
+
+    fields = churn_fields(ops, [Req(0.4, 80.0), Req(0.7, 10.0)], warmup_s=0.3)
+    assert (fields["churn_ops"], fields["churn_failed_ops"]) == (3, 0)
+    assert fields["load_ms_p50"] == pytest.approx(40.0) and fields["unload_ms_p50"] == pytest.approx(50.5)
+    assert fields["ttft_during_load_ms_p50"] == pytest.approx(80.0), "the warm-up's load was still in flight"
+
+
+def test_the_unload_after_a_failed_load_is_not_sent():
+    """A load that failed loaded nothing: the unload after it unloaded nothing, and its time read
+    as an unload's. It is not sent; the next load goes on at its time."""
+    calls = []
+
+    class Engine:
+        async def load_lora(self, adapter):
+            calls.append(("load", adapter.name))
+            if adapter.name == "bad":
+                raise RuntimeError("no adapter found")
+
+        async def unload_lora(self, adapter):
+            calls.append(("unload", adapter.name))
+
+    async def go():
+        clock = SimpleNamespace(t0=asyncio.get_running_loop().time())
+        return await churn(Engine(), [SimpleNamespace(name="bad"), SimpleNamespace(name="good")], 100.0, clock, 0.04)
+
+    ops = asyncio.run(go())
+    assert calls == [("load", "bad"), ("load", "good"), ("unload", "good")]
+    assert [(o.kind, o.adapter, o.error is None) for o in ops] == [
+        ("load", "bad", False),
+        ("load", "good", True),
+        ("unload", "good", True),
+    ]
 
 
 def test_too_few_adapters_for_the_churn_is_one_line_before_anything_runs(pytester):

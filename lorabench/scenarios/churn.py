@@ -11,6 +11,10 @@ sent while a load was in flight. Over HTTP each load registers a fresh alias of 
 (a new id: a real read from disk, ``lorabench.http.lora_api``) and its unload drops the alias,
 so the server's own names are never touched. The churn adapters are unloaded before the
 replay and after it, untimed.
+
+A load that failed loaded nothing: it is a failed operation, no load in flight, and the unload
+that would follow it is not sent (there is nothing to unload; its time would read as an
+unload's). Operations that start in the warm-up count nowhere, as the warm-up's requests do.
 """
 
 from __future__ import annotations
@@ -115,18 +119,24 @@ async def churn(engine: Engine, adapters: Sequence[Adapter], rate: float, clock:
         wait = clock.t0 + k / rate - now()
         if wait > 0:
             await asyncio.sleep(wait)
-        ops.append(await _operate(engine, LOAD if k % 2 == 0 else UNLOAD, adapters[(k // 2) % len(adapters)], clock.t0))
+        kind = LOAD if k % 2 == 0 else UNLOAD
+        if kind == UNLOAD and ops[-1].error is not None:
+            continue  # its load failed: nothing to unload
+        ops.append(await _operate(engine, kind, adapters[(k // 2) % len(adapters)], clock.t0))
     return ops
 
 
 def churn_fields(ops: Sequence[Op], records: Sequence[replay.ReplayedRequest], warmup_s: float) -> dict[str, Any]:
-    """The row's churn columns; TTFTs over finished requests that arrived after ``warmup_s``."""
-    ok = [o for o in ops if o.error is None]
-    loads = [(o.start_s, o.end_s) for o in ops if o.kind == LOAD]
+    """The row's churn columns, over the operations that started and the finished requests that
+    arrived after ``warmup_s``. A request was sent during a load when a load that succeeded was
+    in flight then (a warm-up one too: its cost reaches past the warm-up)."""
+    loads = [(o.start_s, o.end_s) for o in ops if o.kind == LOAD and o.error is None]
+    measured = [o for o in ops if o.start_s >= warmup_s]
+    ok = [o for o in measured if o.error is None]
     done = [r for r in records if r.finished and r.scheduled_s >= warmup_s]
     during = [r.ttft_ms for r in done if any(a <= r.sent_s < b for a, b in loads)]
     outside = [r.ttft_ms for r in done if not any(a <= r.sent_s < b for a, b in loads)]
-    fields = {"churn_ops": len(ops), "churn_failed_ops": len(ops) - len(ok)}
+    fields = {"churn_ops": len(measured), "churn_failed_ops": len(measured) - len(ok)}
     for kind in (LOAD, UNLOAD):
         times = [o.ms for o in ok if o.kind == kind]
         fields.update({f"{kind}_ms_p{p}": percentile(times, p) for p in (50, 99)})
@@ -169,7 +179,8 @@ class Churn(Scenario):
 
         async def both() -> None:
             clock = _Clock(engine.timeline)
-            kwargs = {"seed": trace.seed, "drain_timeout_s": block.drain_timeout_s, "timeline": clock}
+            drain = replay.drain_s(requests, block.drain_timeout_s, block.slo_ttft_ms, block.slo_tpot_ms)
+            kwargs = {"seed": trace.seed, "drain_timeout_s": drain, "timeline": clock}
             result["records"], result["ops"] = await asyncio.gather(
                 replay.replay(engine, requests, working, **kwargs),
                 churn(engine, churned, churn_case.rate, clock, trace.duration),
