@@ -26,10 +26,14 @@ class Adapter:
     path: Path
     prompt: str = ""
     rank: int | None = None  # from adapter_config.json, once the configuration is resolved
+    # Its greedy output may equal the base model's (a lightly trained adapter, PEFT's zero-initialised
+    # B): the output check then records it and does not fail the build (lorabench.correctness).
+    same_as_base: bool = False
 
 
 def read_adapters_file(path: Path) -> list[Adapter]:
-    """Read ``adapters.json``: a list of ``{"name", "path", "prompt"}``; paths relative to the file."""
+    """Read ``adapters.json``: a list of ``{"name", "path", "prompt", "same_as_base"}``; paths
+    relative to the file."""
     if not path.is_file():
         raise ValueError(
             f"adapters file {path} not found: fix the path, or generate one with `lorabench adapters generate`"
@@ -44,18 +48,26 @@ def read_adapters_file(path: Path) -> list[Adapter]:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or not {"name", "path"} <= entry.keys():
             raise ValueError(f"{path}: entry [{i}] needs at least 'name' and 'path', got {entry!r}")
-        unknown = entry.keys() - {"name", "path", "prompt"}
+        unknown = entry.keys() - {"name", "path", "prompt", "same_as_base"}
         if unknown:
-            raise ValueError(f"{path}: entry [{i}] has unknown keys {sorted(unknown)}: allowed are name, path, prompt")
+            raise ValueError(
+                f"{path}: entry [{i}] has unknown keys {sorted(unknown)}: allowed are name, path, prompt, same_as_base"
+            )
         if not all(isinstance(entry.get(k, ""), str) for k in ("name", "path", "prompt")):
             raise ValueError(f"{path}: entry [{i}]: name, path and prompt must be strings, got {entry!r}")
+        if not isinstance(entry.get("same_as_base", False), bool):
+            raise ValueError(
+                f"{path}: entry [{i}] ({entry['name']}): same_as_base is {entry['same_as_base']!r}: give true or false"
+            )
         if entry["name"] in seen:
             raise ValueError(f"{path}: entry [{i}] repeats the adapter name {entry['name']!r}: names must be unique")
         seen.add(entry["name"])
         adapter_path = Path(entry["path"]).expanduser()
         if not adapter_path.is_absolute():
             adapter_path = (path.parent / adapter_path).resolve()
-        adapters.append(Adapter(entry["name"], adapter_path, entry.get("prompt", "")))
+        adapters.append(
+            Adapter(entry["name"], adapter_path, entry.get("prompt", ""), None, entry.get("same_as_base", False))
+        )
     return adapters
 
 

@@ -5,7 +5,9 @@ Once per engine build, before its first LoRA case and outside any timing, every 
 alone in the engine. The digest of its output tokens must be the same on every engine
 configuration, build and residency tier of a run: a differing digest means an adapter
 was applied wrongly, for example after it was evicted and loaded again. An adapter whose
-output equals the base model's was not applied at all. ``lorabench compare`` reports
+output equals the base model's was not applied at all, unless ``adapters.json`` says it may
+(``same_as_base``: a lightly trained adapter, or PEFT's zero-initialised B); its record in the
+digests file then shows the match (``digest`` = ``base_digest``). ``lorabench compare`` reports
 adapters whose digests differ between two runs.
 """
 
@@ -52,15 +54,17 @@ class DigestBook:
     reference: dict[str, str] = field(default_factory=dict)
 
     def check_build(self, engine: Engine, adapters: Sequence[Adapter], provenance: dict) -> list[DigestRecord]:
-        """Digest every adapter on this build; raise ``AdapterNotApplied`` when one changes nothing."""
+        """Digest every adapter on this build; raise ``AdapterNotApplied`` when one changes nothing
+        and was not declared ``same_as_base``."""
         base = greedy_digest(engine, None)
         records = []
         for adapter in adapters:
             value = greedy_digest(engine, adapter)
-            if value == base:
+            if value == base and not adapter.same_as_base:
                 raise AdapterNotApplied(
                     f"adapter {adapter.name}'s greedy output equals the base model's on {engine.id}: "
-                    "the LoRA was not applied (or its weights are zero)"
+                    "the LoRA was not applied (or its weights are zero; if that is expected, give it "
+                    '"same_as_base": true in adapters.json)'
                 )
             self.reference.setdefault(adapter.name, value)
             records.append(

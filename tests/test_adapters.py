@@ -67,6 +67,15 @@ def test_read_adapters_file_errors(tmp_path):
     path.write_text("[{")
     with pytest.raises(ValueError, match="adapters.json:1:3: invalid JSON"):
         read_adapters_file(path)
+    path.write_text(json.dumps([{"name": "a", "path": "a", "same_as_base": "yes"}]))
+    with pytest.raises(ValueError, match=r"entry \[0\] \(a\): same_as_base is 'yes': give true or false"):
+        read_adapters_file(path)
+
+
+def test_an_adapter_may_be_declared_to_answer_as_the_base_model(tmp_path):
+    path = tmp_path / "adapters.json"
+    path.write_text(json.dumps([{"name": "a", "path": "a", "same_as_base": True}, {"name": "b", "path": "b"}]))
+    assert [a.same_as_base for a in read_adapters_file(path)] == [True, False]
 
 
 def test_cli_generates_for_a_7b_config_without_the_model(tmp_path, capsys):

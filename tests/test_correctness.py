@@ -1,5 +1,6 @@
 """The digest guard's logic, on a stand-in engine whose answers the test chooses."""
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -36,5 +37,13 @@ def test_the_first_build_sets_the_reference_and_later_builds_are_held_to_it():
 
 
 def test_an_adapter_that_changes_nothing_is_refused():
-    with pytest.raises(AdapterNotApplied, match="adapter b's greedy output equals the base model's"):
+    with pytest.raises(AdapterNotApplied, match="adapter b's greedy output equals the base model's.*same_as_base"):
         DigestBook().check_build(Answers({None: [0], "a": [1], "b": [0]}), [A, B], PROVENANCE)
+
+
+def test_an_adapter_declared_same_as_base_may_answer_as_the_base_and_its_record_shows_it():
+    """A lightly trained adapter, or PEFT's zero-initialised B, answers like the base model: the
+    user says so in adapters.json, and the build goes on with the match on record."""
+    quiet = replace(B, same_as_base=True)
+    (_, record) = DigestBook().check_build(Answers({None: [0], "a": [1], "b": [0]}), [A, quiet], PROVENANCE)
+    assert record.adapter == "b" and record.digest == record.base_digest
