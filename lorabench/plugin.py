@@ -124,6 +124,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     _stop_on_sigterm(state)
     state.config = _resolve_run(state, runnable)
+    for warning in state.config.warnings:
+        say(config, f"lorabench: warning: {warning}")
     state.progress = _run_progress(runnable, state.file, at_url=state.target.kind == URL)
     say(config, state.progress.first_guess())
 
@@ -148,6 +150,7 @@ def _resolve_run(state: BenchState, runnable: list[pytest.Item]) -> BenchConfig:
             needs_lora=any(s.needs_adapters for s in scenarios),
             output=state.output,
             check_vllm_args=state.backend.checks_vllm_args,
+            runs={s.name for s in scenarios},
         )
     except ConfigError as exc:
         raise _usage_error(exc.problems) from None

@@ -153,6 +153,18 @@ def test_too_few_adapters_for_the_churn_is_one_line_before_anything_runs(pyteste
     result.stderr.fnmatch_lines(["*field 'churn.adapters' has bad value 2*needs 4, but only 3 are configured*"])
 
 
+def test_a_section_the_selection_does_not_run_is_a_warning_that_names_the_selection(pytester):
+    """The same too-small churn block does not stop a selection without churn: a copy of the
+    default config pointed at fewer adapters was refused for every selection, whatever ran."""
+    pytester.makepyfile(test_multilora_churn=(ROOT / "bench" / "test_multilora_churn.py").read_text())
+    pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
+    config = write_config(pytester.path / "run", adapters=3, churn=CHURN)
+    args = ("--bench-config", str(config), "-p", "no:cacheprovider", "-k", "multilora and not churn")
+    result = pytester.runpytest(*args, plugins=[StandIn(Costs(), virtual_clock=True)])
+    assert result.ret == 0 and result.parseoutcomes()["passed"] > 0
+    result.stdout.fnmatch_lines(["*warning*field 'churn.adapters'*not run by this selection; -k churn would refuse*"])
+
+
 def test_a_warm_up_as_long_as_the_trace_is_refused_before_anything_runs(pytester):
     pytester.makepyfile(test_multilora_churn=(ROOT / "bench" / "test_multilora_churn.py").read_text())
     config = write_config(pytester.path / "run", adapters=4, churn={**CHURN, "warmup_s": 1.0})

@@ -282,6 +282,8 @@ class BenchConfig:
     prompts: tuple[str, ...]
     results_dir: Path
     output: Path | None
+    # Problems of sections the selection does not run (``resolve_config``'s ``runs``), said, not refused.
+    warnings: tuple[str, ...] = ()
 
     @property
     def matrix(self) -> Matrix:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import difflib
 import os
+from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
 
@@ -62,12 +63,21 @@ def _resolve(base: Path, value: str) -> Path:
 
 
 def resolve_config(
-    path: Path, parsed: ConfigFile, *, needs_lora: bool, output: str | None = None, check_vllm_args: bool = True
+    path: Path,
+    parsed: ConfigFile,
+    *,
+    needs_lora: bool,
+    output: str | None = None,
+    check_vllm_args: bool = True,
+    runs: Collection[str] | None = None,
 ) -> BenchConfig:
     """Resolve paths, read the adapter and prompt files and check them against the matrix.
 
     Built-in models and generated adapters are materialized in the cache on first use.
     ``output`` comes from the command line, so it is relative to the working directory.
+    ``runs``: the scenarios the selection runs (None: all). Every section is checked, but the
+    problems of a section only other scenarios read (online, capacity, churn, working_set) are
+    warnings naming the selection that would refuse them, not a refusal of this one.
     """
     path = Path(path).resolve()
     base = path.parent
@@ -83,6 +93,7 @@ def resolve_config(
         problems += exc.problems
     generated_later = isinstance(parsed.adapters, GeneratedAdapters) and bool(problems)
     adapters = _adapters(path, parsed, model, prompts, problems)
+    by_section: dict[str, list[str]] = {}
     if generated_later:
         # Adapters are generated for a usable model only: what depends on them is checked once it is,
         # rather than reported now as "no adapters" on top of the model's own problem.
@@ -90,8 +101,12 @@ def resolve_config(
     else:
         problems += _check_adapters(path, parsed, adapters, needs_lora)
         count = len(adapters)
+        by_section = _sections_needing_adapters(path, parsed, count, needs_lora)
     problems += _check_lengths(path, parsed, model)
-    problems += check_traces(path, parsed, count, length_limit(parsed, model))
+    for section, found in check_traces(path, parsed, count, length_limit(parsed, model)).items():
+        by_section[section] = by_section.get(section, []) + found
+    refused, warnings = _by_selection(by_section, runs)
+    problems += refused
     if output is not None:
         out_path: Path | None = Path(output).resolve()
     else:
@@ -110,6 +125,7 @@ def resolve_config(
         prompts=tuple(prompts),
         results_dir=results_dir,
         output=out_path,
+        warnings=tuple(warnings),
     )
 
 
@@ -230,14 +246,34 @@ def _check_adapters(path: Path, parsed: ConfigFile, adapters: list[Adapter], nee
                 f"at batch size {biggest}, but only {len(adapters)} are configured: "
                 "add adapters or lower the batch size"
             )
-    if parsed.working_set and needs_lora and max(parsed.working_set.sizes) > len(adapters):
-        problems.append(
+    return problems
+
+
+def _by_selection(by_section: dict[str, list[str]], runs: Collection[str] | None) -> tuple[list[str], list[str]]:
+    """A section's problems refuse the run when the selection runs its scenario; otherwise they
+    are warnings that say which selection would refuse them."""
+    refused, warnings = [], []
+    for section, found in by_section.items():
+        if runs is None or section in runs:
+            refused += found
+        else:
+            warnings += [f"{p} (not run by this selection; -k {section} would refuse it)" for p in found]
+    return refused, warnings
+
+
+def _sections_needing_adapters(
+    path: Path, parsed: ConfigFile, configured: int, needs_lora: bool
+) -> dict[str, list[str]]:
+    """The working_set and churn sections' adapter counts, by the scenario that runs each."""
+    found: dict[str, list[str]] = {"working_set": [], "churn": []}
+    if parsed.working_set and needs_lora and max(parsed.working_set.sizes) > configured:
+        found["working_set"].append(
             f"{path}: field 'working_set.sizes' has bad value {max(parsed.working_set.sizes)}: only "
-            f"{len(adapters)} adapters are configured: add adapters or lower it"
+            f"{configured} adapters are configured: add adapters or lower it"
         )
     if parsed.churn and needs_lora:
-        problems += _check_churn(path, parsed.churn, len(adapters))
-    return problems
+        found["churn"] += _check_churn(path, parsed.churn, configured)
+    return found
 
 
 def _check_churn(path: Path, churn: Churn, configured: int) -> list[str]:

@@ -33,14 +33,15 @@ def length_limit(parsed: ConfigFile, model: Path) -> Limit:
     return limit, f"{model / 'config.json'} max_position_embeddings"
 
 
-def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) -> list[str]:
-    problems = []
+def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) -> dict[str, list[str]]:
+    """The problems of the sections that replay traces, by the scenario that runs each."""
+    found: dict[str, list[str]] = {"online": [], "capacity": []}
     if parsed.online is not None:
         for i, suite in enumerate(parsed.online.suites):
             field = f"online.suites[{i}]"
-            problems += _check_shape(path, field, suite, configured, limit, suite.rate, suite.duration)
+            found["online"] += _check_shape(path, field, suite, configured, limit, suite.rate, suite.duration)
             if parsed.online.warmup_s >= suite.duration:
-                problems.append(
+                found["online"].append(
                     f"{path}: field 'online.warmup_s' has bad value {parsed.online.warmup_s}: it leaves nothing of "
                     f"suite '{suite.name}' ({suite.duration:g} s) to measure"
                 )
@@ -48,10 +49,10 @@ def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) 
     if block is not None:
         for i, shape in enumerate(block.shapes):
             field = f"capacity.shapes[{i}]"
-            problems += _check_shape(
+            found["capacity"] += _check_shape(
                 path, field, shape, configured, limit, (), block.probe_duration_s, min_rate=block.min_rate
             )
-    return problems
+    return found
 
 
 def _check_shape(
