@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from lorabench.config import ConfigError, read_config_file, resolve_config
 from lorabench.http.lora_api import PROBE_NAME
 from lorabench.scenarios.churn import LOAD, UNLOAD, Op, churn, churn_fields
 from lorabench.testing import Costs, StandIn, write_config
@@ -163,6 +164,19 @@ def test_a_section_the_selection_does_not_run_is_a_warning_that_names_the_select
     result = pytester.runpytest(*args, plugins=[StandIn(Costs(), virtual_clock=True)])
     assert result.ret == 0 and result.parseoutcomes()["passed"] > 0
     result.stdout.fnmatch_lines(["*warning*field 'churn.adapters'*not run by this selection; -k churn would refuse*"])
+
+
+def test_a_section_the_selection_runs_is_refused_saying_which_scenario_needs_it(tmp_path):
+    """A refusal for a section the selection runs says which scenario of the selection reads it
+    and how to leave it out; with no selection known (every section runs) it is the plain line."""
+    path = write_config(tmp_path, adapters=3, churn=CHURN)
+    with pytest.raises(ConfigError) as selected:
+        resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False, runs={"churn"})
+    (line,) = selected.value.problems
+    assert "'churn.adapters'" in line and line.endswith("(this selection runs churn; -k 'not churn' leaves it out)")
+    with pytest.raises(ConfigError) as everything:
+        resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    assert everything.value.problems == [line.split(" (this selection")[0]]
 
 
 def test_a_warm_up_as_long_as_the_trace_is_refused_before_anything_runs(pytester):

@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from lorabench import replay
 from lorabench.config import EngineSpec, read_config_file, resolve_config
 from lorabench.http import metrics
 from lorabench.http.client import Client, RequestFailed, chunk_of, parse_event
@@ -16,6 +17,7 @@ from lorabench.http.serve import cli_flags, free_port, port_free
 from lorabench.http.target import URL, Target, parse_target
 from lorabench.testing import Costs, write_config
 from lorabench.testing.server import BASE, StandInServer
+from lorabench.trace import TraceRequest
 
 ADAPTERS = ["a0", "a1", "a2"]
 
@@ -251,3 +253,20 @@ def test_a_chunk_is_stamped_when_it_arrives_not_after_it_is_parsed(monkeypatch):
         chunks = collect_prompt(server.url, "a0", [5, 6, 7], max_tokens=3)
     first = next(c for c in chunks if c.count)
     assert first.arrived and first.arrived <= parsed_at[0] - 0.05
+
+
+@pytest.mark.realtime
+def test_a_replay_over_http_with_a_150k_token_prompt_finishes_and_measures_it(tmp_path):
+    """End to end: the server answers a 150k-token prompt's ids in its first chunk (the stand-in's
+    ids are under 1000, about 4 bytes each: a line past aiohttp's 512 KiB limit); the replay goes
+    on to the next request and both are measured, where LineTooLong aborted the whole replay."""
+    path = write_config(tmp_path, adapters=2)
+    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    adapters = {a.name: a for a in config.adapters}
+    trace = [TraceRequest(0.0, "a0", 150_000, 2), TraceRequest(0.05, "a1", 8, 2)]
+    with StandInServer(ADAPTERS, Costs(kv_blocks=10_000)) as server:
+        with HttpEngine(config, EngineSpec(True, 2, 8, 4), "remote", None, Target(URL, server.url)) as engine:
+            records = engine.run(replay.replay(engine, trace, adapters))
+            assert engine.failed_requests == 0
+    assert [r.finished and not r.failed for r in records] == [True, True]
+    assert all(len(r.token_times) == 2 and r.ttft_ms > 0 for r in records)

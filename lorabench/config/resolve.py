@@ -250,12 +250,14 @@ def _check_adapters(path: Path, parsed: ConfigFile, adapters: list[Adapter], nee
 
 
 def _by_selection(by_section: dict[str, list[str]], runs: Collection[str] | None) -> tuple[list[str], list[str]]:
-    """A section's problems refuse the run when the selection runs its scenario; otherwise they
-    are warnings that say which selection would refuse them."""
+    """A section's problems refuse the run when the selection runs its scenario, saying so and how
+    to leave it out; otherwise they are warnings that say which selection would refuse them."""
     refused, warnings = [], []
     for section, found in by_section.items():
-        if runs is None or section in runs:
+        if runs is None:
             refused += found
+        elif section in runs:
+            refused += [f"{p} (this selection runs {section}; -k 'not {section}' leaves it out)" for p in found]
         else:
             warnings += [f"{p} (not run by this selection; -k {section} would refuse it)" for p in found]
     return refused, warnings
