@@ -216,7 +216,7 @@ def test_a_prompt_whose_ids_fill_a_line_past_aiohttps_limit_is_read_and_counted(
     """vLLM puts the whole prompt's ids in the first chunk: a 150k-token prompt's line is about
     750 KiB, past aiohttp's 512 KiB line limit, whose LineTooLong aborted the whole replay."""
     prompt = [100 + i % 900 for i in range(150_000)]
-    with StandInServer(ADAPTERS, Costs(kv_blocks=10_000)) as server:
+    with StandInServer(ADAPTERS, Costs(prefill_ms_per_token=0.0, kv_blocks=10_000)) as server:
         chunks = collect_prompt(server.url, "a1", prompt)
     assert chunks[0].prompt_tokens == 150_000 and sum(c.count for c in chunks) == 2
     assert any(c.finished for c in chunks)
@@ -264,7 +264,7 @@ def test_a_replay_over_http_with_a_150k_token_prompt_finishes_and_measures_it(tm
     config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
     adapters = {a.name: a for a in config.adapters}
     trace = [TraceRequest(0.0, "a0", 150_000, 2), TraceRequest(0.05, "a1", 8, 2)]
-    with StandInServer(ADAPTERS, Costs(kv_blocks=10_000)) as server:
+    with StandInServer(ADAPTERS, Costs(prefill_ms_per_token=0.0, kv_blocks=10_000)) as server:
         with HttpEngine(config, EngineSpec(True, 2, 8, 4), "remote", None, Target(URL, server.url)) as engine:
             records = engine.run(replay.replay(engine, trace, adapters))
             assert engine.failed_requests == 0
