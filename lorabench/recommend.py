@@ -117,8 +117,12 @@ def _line(shape: pd.DataFrame) -> str:
     runner_up = choices[1]
     if math.isnan(runner_up.mean):
         return f"{said}; {runner_up.engine}'s searches stopped before a probe passed"
-    if best.open_ended and runner_up.open_ended:
-        return f"{said}; {runner_up.engine} also passed every rate probed: raise max_rate to tell them apart"
+    if any(math.isnan(o) for o in runner_up.overs):
+        # Its capacity has no upper bound: a lead over it in percent would read a bound as a value.
+        return (
+            f"{said}; {runner_up.engine} ({_rate(runner_up)}): no lead shown: a build of {runner_up.engine} "
+            "failed no rate probed, so its capacity has no upper bound (raise max_rate to tell them apart)"
+        )
     lead = f"{best.mean / runner_up.mean - 1:.0%}" if runner_up.mean > 0 else "all the way"
     return f"{said}; {lead} over {runner_up.engine} ({_rate(runner_up)}), {_verdict(best, runner_up)}"
 
@@ -127,12 +131,10 @@ def _verdict(best: Choice, runner_up: Choice) -> str:
     """A lead is real when each side has 2 builds or more (one build says nothing of the
     spread between builds) and every build of the best passed a rate at which every build
     of the runner-up failed: beyond both the searches' precision and the builds' spread.
-    A runner-up build that failed no rate has no upper bound, so nothing is beyond it."""
+    (A runner-up build that failed no rate has no upper bound: ``_line`` shows no lead.)"""
     builds = min(len(best.capacities), len(runner_up.capacities))
     if builds < 2:
         return f"{builds} build: lead not tested (a lead needs 2 builds a side: capacity.builds or --bench-builds 2)"
-    if any(math.isnan(o) for o in runner_up.overs):
-        return f"not shown: a build of {runner_up.engine} failed no rate probed, so its capacity has no upper bound"
     if max(runner_up.overs) <= min(best.capacities):
         return "a real lead: every build of it passed a rate every build of the other failed"
     return "not shown: within the searches' precision and the spread between builds"

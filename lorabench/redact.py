@@ -37,7 +37,8 @@ _CREDENTIAL_WORD = (
 _WORDS = rf"(?:[A-Za-z0-9]+[_.-]|[a-z0-9]+(?=[A-Z]))*{_CREDENTIAL_WORD}(?![\w.-])"
 _SCHEME = r"(?:(?i:bearer|basic|token)\s+)?"
 _HIDDEN = rf"(?!{re.escape(REDACTED)})"  # a value hidden already (a known secret) stays as it is
-_VALUE = rf"""(?P<quote>['"]?){_HIDDEN}(?P<value>{_SCHEME}[^\s'",;&)}}\]]+)"""
+# A quoted value to its closing quote (spaces and all), an unquoted one to a space or delimiter.
+_VALUE = rf"""(?P<quote>['"]?){_HIDDEN}(?P<value>(?<=['"])[^'"\n]+|{_SCHEME}[^\s'",;&)}}\]]+)"""
 # name=value, name: value, 'name': 'value', "name": "value"
 _ASSIGNED = re.compile(rf"""(?P<name>(?<![\w.-])-{{0,2}}{_WORDS})(?P<sep>['"]?\s*[:=]\s*){_VALUE}""")
 # --name value, as on a command line
@@ -70,7 +71,9 @@ def is_secret_name(name: str) -> bool:
 
 
 def _is_flag(value: object) -> bool:
-    return value is None or isinstance(value, (bool, int, float)) or bool(_FLAG.fullmatch(str(value)))
+    """A flag (None, a bool, 0/1, true/no): a number otherwise, as a config's
+    ``"api_key": 12345678901`` is, may be the credential itself."""
+    return value is None or isinstance(value, bool) or bool(_FLAG.fullmatch(str(value)))
 
 
 def _hide_assigned(match: re.Match[str]) -> str:

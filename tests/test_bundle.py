@@ -201,3 +201,17 @@ def test_the_bundle_never_overwrites_the_run_and_says_what_it_lacks(run, tmp_pat
     lone.write_text(run.path.read_text())
     assert main(["bundle", str(lone), "--out", str(tmp_path / "lone.tar.gz")]) == 0
     assert "no engine logs or config: no <run>.logs folder beside it (--logs DIR)" in capsys.readouterr().out
+
+
+def test_a_numeric_credential_in_a_config_is_hidden_and_a_flag_is_kept():
+    # A JSON config's "api_key": 12345678901 is a number, not a flag: it leaked as it stood.
+    tree = redact_tree({"api_key": 12345678901, "pin_password": 4.5e9, "hf_token": True, "use_auth_token": 1})
+    assert tree == {"api_key": "(redacted)", "pin_password": "(redacted)", "hf_token": True, "use_auth_token": 1}
+
+
+@pytest.mark.parametrize("quote", ["'", '"'])
+def test_a_quoted_credential_with_spaces_is_hidden_whole(quote):
+    # password: "my long pass" hid "my" and left "long pass" in the log.
+    text = f"password: {quote}my long pass{quote}, next={quote}kept value{quote}"
+    assert scrub_text(text) == f"password: {quote}(redacted){quote}, next={quote}kept value{quote}"
+    assert scrub_text('{"Authorization": "Bearer abc def"}') == '{"Authorization": "(redacted)"}'

@@ -120,3 +120,16 @@ def test_ab_and_the_session_gate_judge_the_bounds_as_compare_does(tmp_path, new_
     for result in (compare_pairs(base, new, threshold=0.1, alpha=0.05), run_comparison(str(base), str(new))):
         assert [b.change for b in result.capacity_bounds] == [change]
         assert result.failed == (change < 0)
+
+
+def test_a_fall_past_the_threshold_is_measured_from_the_base_as_the_t_test_measures_it(tmp_path):
+    """The t-test calls a change of (new - base) / base: a fall of 9.1 % is within a 10 %
+    threshold. Bounds allowing at most that fall (base at least 11, new below 10) are not shown."""
+    base = load_run(write_rows(tmp_path / "base.csv", at_least(11.0)))
+    new = load_run(write_rows(tmp_path / "new.csv", bracket(9.0, 10.0, capacity_max_rate=11.0)))
+    result = compare(base, new)
+    assert [b.change for b in result.capacity_bounds] == [0] and not result.failed
+    assert "apart by less than the threshold (10%)" in bound_line(result.capacity_bounds[0])
+    # A fall of 11 % from the base's low end passes it.
+    new = load_run(write_rows(tmp_path / "ten.csv", bracket(9.0, 9.8, capacity_max_rate=11.0)))
+    assert [b.change for b in compare(base, new).capacity_bounds] == [-1]

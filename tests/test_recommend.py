@@ -25,7 +25,7 @@ def test_a_runner_up_build_that_failed_no_rate_is_never_beaten_whatever_the_orde
     runner_up = with_overs(capacity_rows(TWO, [5.0, 8.0]), overs)
     line = recommend.for_session(capacity_rows(EIGHT, [10.0, 10.2]) + runner_up)[0]
     assert "choose loras8-rank16-cpu4" in line and "a real lead" not in line
-    assert "not shown: a build of loras2-rank16-cpu4 failed no rate probed" in line
+    assert "no lead shown: a build of loras2-rank16-cpu4 failed no rate probed" in line and "% over" not in line
 
 
 def test_a_lead_needs_two_builds_a_side():
@@ -51,3 +51,13 @@ def test_against_a_url_the_memory_is_said_not_measured():
     serve = {"target": "serve", "memory_source": "rss", "peak_memory_mb": 3730.0}
     line = recommend.for_session(capacity_rows(TWO, [10.0], **serve) + capacity_rows(EIGHT, [20.0], **serve))[0]
     assert "peak 3730 MiB" in line
+
+
+@pytest.mark.parametrize("builds", [1, 2])
+def test_no_lead_in_percent_is_claimed_over_a_runner_up_whose_capacity_is_only_a_lower_bound(builds):
+    # loras8 bracketed at [9, 9.45); loras2 passed every rate up to its max_rate 8: at least 8, maybe far more.
+    open_runner_up = capacity_rows(TWO, [8.0] * builds, over=None, search_stop="above max_rate")
+    line = recommend.for_session(capacity_rows(EIGHT, [9.0] * builds, over=1.05) + open_runner_up)[0]
+    assert "choose loras8-rank16-cpu4" in line
+    assert "% over" not in line, line
+    assert "a build of loras2-rank16-cpu4 failed no rate probed, so its capacity has no upper bound" in line

@@ -293,6 +293,22 @@ AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68059
         ),
         ("azure", "l.csv", AZURE_HEAD, ("--label-column", "user", "--adapters", 2), "l.csv: row 1: no column 'user'"),
         ("azure", "z.csv", AZURE_HEAD, ("--popularity", "zipf"), "--popularity 'zipf'"),
+        # An empty or null label is no adapter's: it lumped every unlabelled request onto one adapter.
+        (
+            "azure",
+            "e.csv",
+            "TIMESTAMP,ContextTokens,GeneratedTokens,user\n"
+            "2023-11-16 18:15:46.68,10,5,alice\n2023-11-16 18:15:47.1,10,5,\n",
+            ("--label-column", "user", "--adapters", 2),
+            "e.csv: row 3, column 'user': no label",
+        ),
+        (
+            "mooncake",
+            "e.jsonl",
+            '{"timestamp": 1, "input_length": 3, "output_length": 4, "user": null}\n',
+            ("--label-column", "user", "--adapters", 2),
+            "e.jsonl: row 1, column 'user': no label",
+        ),
         ("azure", "missing.csv", None, (), "missing.csv: no such file"),
     ],
 )

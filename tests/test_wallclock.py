@@ -5,6 +5,7 @@ planted in the timed batches must come out in the measured share and the warm-up
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -51,3 +52,31 @@ def test_the_split_sums_to_the_wall_time_and_says_each_share(monkeypatch):
         "wall time 446.0 s: engine builds 112.0 s (25 %), measured 180.0 s (40 %), warm-ups 90.0 s (20 %), "
         "harness 64.0 s (14 %)"
     )
+
+
+class _Pedantic:
+    """pytest-benchmark's pedantic mode as far as Context.time uses it: warm-ups, then rounds."""
+
+    disabled = False
+
+    def pedantic(self, target, rounds, warmup_rounds, iterations):
+        for _ in range(warmup_rounds + rounds):
+            target()
+
+
+def test_a_warm_up_that_fails_is_counted_a_warm_up_not_measured():
+    from lorabench.scenarios.base import Context
+
+    calls = []
+
+    def work():
+        calls.append(1)
+        time.sleep(0.02)
+        if len(calls) == 2:
+            raise RuntimeError("the second warm-up fails")
+
+    ctx = Context(None, _Pedantic(), None, None, clock=WallClock())
+    with pytest.raises(RuntimeError):
+        ctx.time(work, rounds=1, warmup_rounds=3)
+    assert ctx.clock.spent[MEASURED] == 0.0, "no measured round ran"
+    assert ctx.clock.spent[WARMUPS] >= 0.04

@@ -67,9 +67,10 @@ def interval(rows: pd.DataFrame) -> Interval:
 
 def judge_bounds(base: Interval, new: Interval, threshold: float) -> tuple[int, str]:
     """A regression only when the new interval lies wholly below the base one, and even its
-    smallest possible fall (the base's low end over the new's high end) passes the threshold;
-    an improvement likewise. Anything else is not shown, and says why."""
-    if new.high * (1 + threshold) <= base.low:
+    smallest possible fall, measured from the base as the t-test measures a change
+    ((base low - new high) / base low), passes the threshold; an improvement likewise
+    ((new low - base high) / base high). Anything else is not shown, and says why."""
+    if new.high <= base.low * (1 - threshold):
         return -1, f"at least {1 - new.high / base.low:.0%} lower"
     if base.high * (1 + threshold) <= new.low:
         return 1, f"at least {new.low / base.high - 1:.0%} higher"

@@ -69,8 +69,10 @@ class Context:
         try:
             self.benchmark.pedantic(timed, rounds=rounds, warmup_rounds=warmup_rounds, iterations=1)
         finally:
-            self.clock.add(WARMUPS, sum(took[:-rounds]))
-            self.clock.add(MEASURED, sum(took[-rounds:]))
+            # By position: a warm-up that raised is a warm-up, not the measured round.
+            warm = 0 if getattr(self.benchmark, "disabled", False) else warmup_rounds
+            self.clock.add(WARMUPS, sum(took[:warm]))
+            self.clock.add(MEASURED, sum(took[warm:]))
 
 
 @dataclass

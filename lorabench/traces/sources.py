@@ -139,8 +139,18 @@ class _Rows:
                     f"{self.path}: row {number}, column {name!r}: {value!r} is not a token count "
                     "(a whole number from 0 to 2^31): fix or remove the row"
                 ) from None
-        label = str(values[3]) if len(values) > 3 else None
+        label = self._label(number, values[3]) if len(values) > 3 else None
         return number, t, lengths[0], lengths[1], label
+
+    def _label(self, number: int, value: object) -> str:
+        """A row's label; an empty or null one is refused: it is no adapter's, and taken as
+        one label it would put every unlabelled request on a single adapter."""
+        if value is None or not str(value).strip():
+            raise TraceInputError(
+                f"{self.path}: row {number}, column {self.names[3]!r}: no label ({value!r}): "
+                "fill it in or remove the row"
+            )
+        return str(value)
 
 
 def _missing(path: Path, number: int, role: str, name: str, fmt: str, present: list[str]) -> TraceInputError:
