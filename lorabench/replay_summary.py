@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from lorabench.capacity import BEHIND
 from lorabench.records import AdapterRecord, Sample
 from lorabench.replay import ReplayedRequest
 from lorabench.stats import percentile, summary
@@ -32,7 +33,7 @@ def client_behind(lags_ms: Sequence[float], slo_ttft_ms: float) -> str:
     late = sum(lag > limit for lag in lags_ms)
     if lags_ms and late > LATE_SHARE * len(lags_ms):
         return (
-            f"client fell behind: {late} of {len(lags_ms)} requests sent over {limit:.3g} ms late "
+            f"{BEHIND}: {late} of {len(lags_ms)} requests sent over {limit:.3g} ms late "
             f"({BEHIND_SHARE:.0%} of slo_ttft_ms), the most {max(lags_ms):.3g} ms"
         )
     return ""

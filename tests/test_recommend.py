@@ -51,3 +51,17 @@ def test_against_a_url_the_memory_is_said_not_measured():
     serve = {"target": "serve", "memory_source": "rss", "peak_memory_mb": 3730.0}
     line = recommend.for_session(capacity_rows(TWO, [10.0], **serve) + capacity_rows(EIGHT, [20.0], **serve))[0]
     assert "peak 3730 MiB" in line
+
+
+@pytest.mark.parametrize(
+    "stop", ["requests failed: HTTP 500: internal error", "client fell behind: 9 of 40 requests sent over 125 ms late"]
+)
+def test_a_search_stopped_with_no_verdict_is_neither_chosen_nor_read_as_a_measurement(stop):
+    # loras8 passed 10 req/s, then its server failed requests (or its client fell behind) at
+    # 20: its 10 is a lower bound from a search that never found the SLO edge, not a capacity.
+    stopped = [replace(r, search_stop=stop) for r in capacity_rows(EIGHT, [10.0, 10.0])]
+    line = recommend.for_session(stopped + capacity_rows(TWO, [5.0, 5.1]))[0]
+    assert "choose loras2-rank16-cpu4" in line
+    assert f"loras8-rank16-cpu4's searches stopped with no verdict ({stop})" in line
+    alone = recommend.for_session(stopped)[0]
+    assert "choose" not in alone and stop in alone
