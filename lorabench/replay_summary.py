@@ -62,6 +62,15 @@ def late_sends_fail(
     return ""
 
 
+def probe_behind(measured: Sequence[ReplayedRequest], *, slo_ttft_ms: float, slo_tpot_ms: float, target: float) -> str:
+    """Why a capacity probe's client fell behind (docs/capacity.md#the-search), or "": the
+    10 % rule, or a fail its late sends alone account for."""
+    lags = [r.send_lag_ms for r in measured]
+    return client_behind(lags, slo_ttft_ms) or late_sends_fail(
+        measured, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, target=target
+    )
+
+
 def jain_index(values: Sequence[float]) -> float:
     """Jain's fairness index: 1 when all values are equal, 1/n when one takes everything."""
     arr = np.asarray(values, dtype=float)

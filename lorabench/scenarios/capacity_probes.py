@@ -186,8 +186,7 @@ class Prober:
             stretch=stretch,
             failed_requests=sum(r.failed for r in records),
             first_error=self._first_error(errors_before),
-            behind=replay_summary.client_behind([r.send_lag_ms for r in measured], block.slo_ttft_ms)
-            or replay_summary.late_sends_fail(measured, **self.slo_target),
+            behind=replay_summary.probe_behind(measured, **self.slo_target),
             extra={
                 "duration_s": duration,
                 "idle_wait_s": idle_wait_s,
