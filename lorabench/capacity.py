@@ -57,6 +57,9 @@ PROBE_LIMIT = "max_probes"
 TIME_LIMIT = "max_time_s"
 TOO_FEW = "too few requests"
 FAILED = "requests failed"  # then ": " and the first error
+BEHIND = "client fell behind"  # then ": " and how far (replay_summary.client_behind)
+# The stops of a probe that decided nothing whatever it measured: the search found no SLO edge.
+NO_VERDICT = (FAILED, BEHIND)
 
 
 def wilson_interval(met: int, n: int, z: float = Z_95) -> tuple[float, float]:

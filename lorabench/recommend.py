@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from lorabench.capacity import BELOW_RANGE
+from lorabench.capacity import BELOW_RANGE, NO_VERDICT
 from lorabench.http.target import URL
 from lorabench.schema import CASE_KEY, ENGINE_KEY, ResultRow, engine_name
 
@@ -37,6 +37,12 @@ class Choice:
     @property
     def mean(self) -> float:
         return sum(self.capacities) / len(self.capacities)
+
+    @property
+    def no_verdict(self) -> str:
+        """The first build's stop that left its search with no verdict (failed requests, a
+        client behind), or "": such a capacity is what passed before the search stopped."""
+        return next((s for s in self.stops if s.startswith(NO_VERDICT)), "")
 
     @property
     def open_ended(self) -> bool:
@@ -80,8 +86,12 @@ def _choices(shape: pd.DataFrame) -> list[Choice]:
                 peak_memory_mb=_peak_memory(builds),
             )
         )
-    known = sorted((c for c in choices if not math.isnan(c.mean)), key=lambda c: c.mean, reverse=True)
-    return known + [c for c in choices if math.isnan(c.mean)]
+    # A search stopped with no verdict is ranked with those that passed nothing: its server
+    # failed requests or its client fell behind, and what it passed before is no capacity.
+    known = sorted(
+        (c for c in choices if not math.isnan(c.mean) and not c.no_verdict), key=lambda c: c.mean, reverse=True
+    )
+    return known + [c for c in choices if math.isnan(c.mean) or c.no_verdict]
 
 
 def _peak_memory(builds: pd.DataFrame) -> float:
@@ -107,6 +117,8 @@ def _line(shape: pd.DataFrame) -> str:
     choices = _choices(shape)
     best = choices[0]
     head = f"capacity, {shape_label(shape.iloc[0])}: "
+    if best.no_verdict:
+        return head + f"not found: {best.engine}'s searches stopped with no verdict ({best.no_verdict})"
     if math.isnan(best.mean):
         return head + f"not found: every search stopped before a probe passed ({', '.join(sorted(set(best.stops)))})"
     if best.mean == 0:
@@ -115,6 +127,8 @@ def _line(shape: pd.DataFrame) -> str:
     if len(choices) == 1:
         return said + " (the only configuration searched)"
     runner_up = choices[1]
+    if runner_up.no_verdict:
+        return f"{said}; {runner_up.engine}'s searches stopped with no verdict ({runner_up.no_verdict})"
     if math.isnan(runner_up.mean):
         return f"{said}; {runner_up.engine}'s searches stopped before a probe passed"
     if any(math.isnan(o) for o in runner_up.overs):

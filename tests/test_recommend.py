@@ -61,3 +61,17 @@ def test_no_lead_in_percent_is_claimed_over_a_runner_up_whose_capacity_is_only_a
     assert "choose loras8-rank16-cpu4" in line
     assert "% over" not in line, line
     assert "a build of loras2-rank16-cpu4 failed no rate probed, so its capacity has no upper bound" in line
+
+
+@pytest.mark.parametrize(
+    "stop", ["requests failed: HTTP 500: internal error", "client fell behind: 9 of 40 requests sent over 125 ms late"]
+)
+def test_a_search_stopped_with_no_verdict_is_neither_chosen_nor_read_as_a_measurement(stop):
+    # loras8 passed 10 req/s, then its server failed requests (or its client fell behind) at
+    # 20: its 10 is a lower bound from a search that never found the SLO edge, not a capacity.
+    stopped = [replace(r, search_stop=stop) for r in capacity_rows(EIGHT, [10.0, 10.0])]
+    line = recommend.for_session(stopped + capacity_rows(TWO, [5.0, 5.1]))[0]
+    assert "choose loras2-rank16-cpu4" in line
+    assert f"loras8-rank16-cpu4's searches stopped with no verdict ({stop})" in line
+    alone = recommend.for_session(stopped)[0]
+    assert "choose" not in alone and stop in alone

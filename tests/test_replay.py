@@ -185,3 +185,25 @@ def test_a_heap_frozen_or_a_collector_turned_off_by_someone_else_is_left_alone(m
     monkeypatch.setattr(replay_module, "gc", FakeGC(**state))
     run_replay(Watcher(replay_module.gc), ["ok", "ok"])
     assert replay_module.gc.calls == []
+
+
+def test_a_fail_that_the_late_sends_alone_account_for_is_the_clients():
+    from lorabench.replay_summary import client_behind, late_sends_fail, probe_behind
+
+    # 40 requests, each served in 100 ms from its send (a 500 ms TTFT target); 3 of them
+    # (7.5 %, under the 10 % rule) were sent 600 ms late. Against a 95 % target they fail the
+    # probe, yet the engine met the SLO for every request from when it had it.
+    records = [request(i, "a", i * 0.1, i * 0.1 + (0.6 if i % 13 == 1 else 0), []) for i in range(40)]
+    for r in records:
+        r.token_times = [r.sent_s + 0.1, r.sent_s + 0.12]
+    assert not client_behind([r.send_lag_ms for r in records], 500.0)
+    why = late_sends_fail(records, slo_ttft_ms=500.0, slo_tpot_ms=50.0, target=0.95)
+    assert why.startswith("client fell behind: 3 of 40 requests missed the TTFT SLO only by their send lag")
+    assert probe_behind(records, slo_ttft_ms=500.0, slo_tpot_ms=50.0, target=0.95) == why, "what a probe reads"
+    # At a 90 % target the same probe passes: the lag decided nothing.
+    assert late_sends_fail(records, slo_ttft_ms=500.0, slo_tpot_ms=50.0, target=0.9) == ""
+    # The engine took 600 ms from their send too: it missed them whatever the client did.
+    for r in records:
+        if r.send_lag_ms > 0:
+            r.token_times = [r.sent_s + 0.6, r.sent_s + 0.62]
+    assert late_sends_fail(records, slo_ttft_ms=500.0, slo_tpot_ms=50.0, target=0.95) == ""

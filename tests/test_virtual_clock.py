@@ -74,3 +74,20 @@ def test_the_clock_moves_only_to_the_next_timer_and_by_a_blocking_call():
         loop.close()
     assert seen == [START_S + 2.5, START_S + 2.75, START_S + 3.75]
     assert time.perf_counter() - started < 1.0
+
+
+@pytest.mark.timeout(30)
+def test_a_thread_the_loop_awaits_is_waited_for_not_timed_out_in_no_time():
+    """``run_in_executor`` under a timeout: the clock jumped to the timeout while the thread
+    still ran, so a 0.2 s call timed out at 5 virtual seconds after 2 ms of real time. The
+    loop now waits for the thread (in real time, its timers not moved past) before jumping."""
+    loop = VirtualClockLoop()
+
+    async def main() -> str:
+        return await asyncio.wait_for(loop.run_in_executor(None, lambda: (time.sleep(0.2), "done")[1]), timeout=5)
+
+    try:
+        assert loop.run_until_complete(main()) == "done"
+        assert loop.time() < START_S + 5
+    finally:
+        loop.close()

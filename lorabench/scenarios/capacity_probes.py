@@ -86,6 +86,7 @@ class Prober:
         self.slice_n: int | None = None
         self.judged = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "warmup_s": block.warmup_s}
         self.slos = (block.slo_ttft_ms, block.slo_tpot_ms)
+        self.slo_target = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "target": block.target}
         self.timelines: list[list[Any]] = []
         self.kept: list[ProbeRecord] = []
         self.kept_in: Path | None = None
@@ -185,7 +186,7 @@ class Prober:
             stretch=stretch,
             failed_requests=sum(r.failed for r in records),
             first_error=self._first_error(errors_before),
-            behind=replay_summary.client_behind([r.send_lag_ms for r in measured], block.slo_ttft_ms),
+            behind=replay_summary.probe_behind(measured, **self.slo_target),
             extra={
                 "duration_s": duration,
                 "idle_wait_s": idle_wait_s,

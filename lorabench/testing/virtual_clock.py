@@ -4,9 +4,11 @@ Its ``time()`` is a counter that moves only when the loop has nothing ready to r
 I/O ready: then it jumps to the next timer's time instead of waiting for it. Every sleep
 takes no real time and ends exactly when due, so a test of a search, a timeline or a churn
 replays seconds of traffic in milliseconds, and the same run gives the same times under any
-load. Only what the loop itself schedules moves the clock: a real socket or another thread
-is not waited for (``select`` never blocks while a timer is pending), so tests that need
-those stay on the wall clock (the ``realtime`` marker).
+load. Only what the loop itself schedules moves the clock: a real socket is not waited for
+(``select`` never blocks while a timer is pending), so tests that need one stay on the wall
+clock (the ``realtime`` marker). A thread the loop awaits (``run_in_executor``) is: while
+one runs, the loop waits in real time up to its next timer, as a real loop does, and only
+then jumps; otherwise a timeout around the thread's call fired at once.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ class _Selector(selectors.DefaultSelector):
         self.loop: VirtualClockLoop | None = None
 
     def select(self, timeout: float | None = None) -> list[Any]:
-        events = super().select(0 if timeout is not None else None)
+        # A thread the loop awaits (run_in_executor) ends in real time: wait for it as a real
+        # loop would, up to the next timer, before the clock may jump past it.
+        threads = self.loop is not None and self.loop.threads
+        events = super().select(timeout if threads else 0 if timeout is not None else None)
         if not events and timeout and self.loop is not None:
             self.loop.advance_to_next_timer()
         return events
@@ -46,6 +51,17 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         super().__init__(selector)
         selector.loop = self
         self._now = START_S
+        self.threads = 0  # calls run_in_executor started that have not ended
+
+    def run_in_executor(self, executor: Any, func: Any, *args: Any) -> asyncio.Future:
+        """As asyncio's, counted while it runs: the clock does not jump while a thread works."""
+        future = super().run_in_executor(executor, func, *args)
+        self.threads += 1
+        future.add_done_callback(self._thread_done)
+        return future
+
+    def _thread_done(self, _: asyncio.Future) -> None:
+        self.threads -= 1
 
     def time(self) -> float:
         return self._now
