@@ -45,6 +45,15 @@ class Choice:
         return next((s for s in self.stops if s.startswith(NO_VERDICT)), "")
 
     @property
+    def incomplete(self) -> str:
+        """Why some of its builds' searches found no capacity while others did ('' if none):
+        such a configuration has no mean, and is not ranked, whatever its other builds passed."""
+        missing = [stop for c, stop in zip(self.capacities, self.stops) if math.isnan(c)]
+        if not missing or len(missing) == len(self.capacities):
+            return ""
+        return f"{len(missing)} of {len(self.capacities)} searches stopped before a probe passed ({', '.join(missing)})"
+
+    @property
     def open_ended(self) -> bool:
         """No build found a failing rate: the capacity is at least what it passed."""
         return all(math.isnan(o) for o in self.overs)
@@ -123,7 +132,17 @@ def _line(shape: pd.DataFrame) -> str:
         return head + f"not found: every search stopped before a probe passed ({', '.join(sorted(set(best.stops)))})"
     if best.mean == 0:
         return head + "no configuration met the SLOs at the lowest rate a probe can judge"
+    unranked = [c for c in choices if c.incomplete]
+    beaten = [c for c in unranked if max(x for x in c.capacities if not math.isnan(x)) >= best.mean]
+    if beaten:
+        c = beaten[0]
+        top = max(x for x in c.capacities if not math.isnan(x))
+        return head + (
+            f"not decided: {c.engine}'s other builds passed up to {top:.3g} req/s, at or above {best.engine}'s "
+            f"{best.mean:.3g}, but {c.incomplete}: run its searches again"
+        )
     said = f"{head}choose {best.engine}: {_rate(best)}, {_memory(best)}"
+    said += "".join(f"; {c.engine} not ranked: {c.incomplete}" for c in unranked)
     if len(choices) == 1:
         return said + " (the only configuration searched)"
     runner_up = choices[1]

@@ -75,3 +75,19 @@ def test_a_search_stopped_with_no_verdict_is_neither_chosen_nor_read_as_a_measur
     assert f"loras8-rank16-cpu4's searches stopped with no verdict ({stop})" in line
     alone = recommend.for_session(stopped)[0]
     assert "choose" not in alone and stop in alone
+
+
+def test_a_configuration_with_a_build_that_found_no_capacity_is_not_ranked_and_can_block_the_choice():
+    """One build of loras8 stopped at max_probes before any probe passed, the other passed 30:
+    its mean was NaN, so it was ranked last and said to have 'stopped before a probe passed'
+    while loras2 (10 req/s) was chosen."""
+    partial = capacity_rows(EIGHT, [30.0]) + [
+        replace(capacity_rows(EIGHT, [None], over=None)[0], search_stop="max_probes")
+    ]
+    partial[1] = replace(partial[1], engine_id="loras8-rank16-cpu4-build1", build=1)
+    line = recommend.for_session(capacity_rows(TWO, [10.0, 10.1]) + partial)[0]
+    assert "choose" not in line and "not decided: loras8-rank16-cpu4's other builds passed up to 30 req/s" in line
+    assert "1 of 2 searches stopped before a probe passed (max_probes)" in line
+    lower = [replace(r, capacity_rps=5.0, capacity_over_rps=6.0) if r.capacity_rps else r for r in partial]
+    line = recommend.for_session(capacity_rows(TWO, [10.0, 10.1]) + lower)[0]
+    assert "choose loras2-rank16-cpu4" in line and "loras8-rank16-cpu4 not ranked: 1 of 2 searches" in line
