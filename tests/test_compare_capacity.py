@@ -53,6 +53,21 @@ def test_a_new_search_stopped_at_a_lower_max_rate_cannot_tell(tmp_path, capsys):
     assert cli.main(["compare", base, new]) == 0
 
 
+def test_a_new_search_whose_server_failed_requests_fails_compare_by_its_own_name(tmp_path, capsys):
+    """Its search stopped with no verdict after passing 10 (a lower bound): judged on bounds it
+    was 'cannot tell', exit 0, and a broken server passed the gate."""
+    base = write_rows(tmp_path / "base.csv", bracket(10.0, 10.5))
+    stop = "requests failed: POST /v1/completions answered 500"
+    new = write_rows(tmp_path / "new.csv", capacity_rows(ENGINE, [10.0], over=None, search_stop=stop))
+    result = compare(load_run(base), load_run(new))
+    assert result.failed and not result.capacity_bounds and not result.capacity_collapses
+    assert result.reasons() == "1 capacity search with no verdict"
+    (line,) = result.capacity_unjudged
+    assert line.startswith("CAPACITY NOT FOUND: ") and stop in line
+    assert cli.main(["compare", base, new]) == 1
+    assert "CAPACITY NOT FOUND" in capsys.readouterr().out
+
+
 def test_bounds_apart_by_the_threshold_are_judged_both_ways_and_nearer_ones_are_not(tmp_path):
     base = load_run(write_rows(tmp_path / "base.csv", at_least(8.0)))
     below = capacity_rows(ENGINE, [None], search_stop=capacity.BELOW_RANGE)

@@ -97,6 +97,8 @@ class Comparison:
     digest_changes: list[tuple[str, str, str, str]] = field(default_factory=list)
     # Cases whose capacity fell below the search's range on the new side (compare.capacity).
     capacity_collapses: list[str] = field(default_factory=list)
+    # New searches that stopped with no verdict (requests failed, client fell behind).
+    capacity_unjudged: list[str] = field(default_factory=list)
     # Cases whose capacity is a bound on either side, judged on the intervals (compare.capacity).
     capacity_bounds: list[CapacityBound] = field(default_factory=list)
     # Churn cases whose new side failed loads or unloads (compare.churn).
@@ -118,6 +120,7 @@ class Comparison:
             (len(self.regressions), "regression", "regressions"),
             (len(self.digest_changes), "changed adapter output", "changed adapter outputs"),
             (len(self.capacity_collapses), "capacity collapsed", "capacities collapsed"),
+            (len(self.capacity_unjudged), "capacity search with no verdict", "capacity searches with no verdict"),
             (sum(b.change < 0 for b in self.capacity_bounds), "capacity bound regressed", "capacity bounds regressed"),
             (len(self.churn_failures), "churn case with failed operations", "churn cases with failed operations"),
         )
@@ -192,7 +195,7 @@ def compare(
     result.warnings = _warnings(base, new, findings)
     result.notes = _notes(by_run, noise, noise_from)
     result.digest_changes = digest_changes(base, new)
-    result.capacity_collapses, result.capacity_bounds = capacity_verdicts(
+    result.capacity_collapses, result.capacity_unjudged, result.capacity_bounds = capacity_verdicts(
         base, new, capacity_threshold(threshold, per_metric)
     )
     result.churn_failures = failed_operations(base, new)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lorabench.capacity import ABOVE_RANGE, BELOW_RANGE, BRACKETED
+from lorabench.capacity import ABOVE_RANGE, BELOW_RANGE, BRACKETED, NO_VERDICT
 from lorabench.compare.load import PASSED, Run, case_of
 
 
@@ -87,20 +87,25 @@ def _sides(base: Run, new: Run) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     return tuple(s.all_rows[s.all_rows["search_stop"].notna()] for s in (base, new))  # type: ignore[return-value]
 
 
-def capacity_verdicts(base: Run, new: Run, threshold: float) -> tuple[list[str], list[CapacityBound]]:
-    """The cases whose capacity collapsed, and those judged on bounds (every shared case where
-    a search of either side did not bracket, collapses left out: they are named once)."""
+def capacity_verdicts(base: Run, new: Run, threshold: float) -> tuple[list[str], list[str], list[CapacityBound]]:
+    """The cases whose capacity collapsed, those whose new searches stopped with no verdict
+    (a server that failed requests, a client that fell behind: nothing to judge, and a run to
+    look at), and those judged on bounds (every other shared case where a search of either
+    side did not bracket: each case is named once)."""
     sides = _sides(base, new)
     if sides is None:
-        return [], []
+        return [], [], []
     groups = [dict(tuple(rows.groupby("_key"))) for rows in sides]
-    collapsed, bounds = [], []
+    collapsed, unjudged, bounds = [], [], []
     for key in sorted(groups[0].keys() & groups[1].keys()):
         stops = [set(g[key]["search_stop"]) for g in groups]
         label = ", ".join(f"{k}: {v}" for k, v in case_of(key).items() if v)
-        if stops[1] == {BELOW_RANGE} and stops[0] - {BELOW_RANGE}:
+        no_verdict = sorted(s for s in stops[1] if str(s).startswith(NO_VERDICT))
+        if no_verdict:
+            unjudged.append(f"CAPACITY NOT FOUND: {label}: a new search stopped with no verdict ({no_verdict[0]})")
+        elif stops[1] == {BELOW_RANGE} and stops[0] - {BELOW_RANGE}:
             collapsed.append(f"CAPACITY COLLAPSED: {label}: every new search failed at its lowest rate ({BELOW_RANGE})")
         elif stops[0] | stops[1] != {BRACKETED}:
             sides_at = interval(groups[0][key]), interval(groups[1][key])
             bounds.append(CapacityBound(case_of(key), *sides_at, *judge_bounds(*sides_at, threshold)))
-    return collapsed, bounds
+    return collapsed, unjudged, bounds

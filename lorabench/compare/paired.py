@@ -170,7 +170,7 @@ def compare_paired_runs(
         result.warnings.append(_few_pairs_warning(len(order)))
     result.digest_changes = digest_changes(base, new)
     verdicts = capacity_verdicts(base, new, capacity_threshold(threshold, per_metric))
-    result.capacity_collapses, result.capacity_bounds = verdicts
+    result.capacity_collapses, result.capacity_unjudged, result.capacity_bounds = verdicts
     result.churn_failures = failed_operations(base, new)
     return result
 
