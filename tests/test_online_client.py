@@ -21,7 +21,9 @@ ONLINE = {
 def run_online(pytester, costs: Costs):
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
     config = write_config(pytester.path / "run", adapters=2, online=ONLINE, engine={"max_num_seqs": 16})
-    result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs, virtual_clock=True)])
+    result = pytester.runpytest(
+        "--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs, virtual_clock=True)]
+    )
     result.assert_outcomes(passed=1)
     (csv,) = result_files(pytester.path / "run" / "results")
     (row,) = pd.read_csv(csv).to_dict("records")
