@@ -21,7 +21,8 @@ def test_churn_on_the_cpu_engine_loads_and_unloads_while_a_trace_replays(pyteste
     )
     result.assert_outcomes(passed=1)
     (row,) = pd.read_csv(csv).to_dict("records")
-    assert (row["churn_ops"], row["churn_failed_ops"], row["unfinished"]) == (16, 0, 0)
+    # 4 a second over 4 s: 16 operations, of which the two that start in the 0.5 s warm-up count nowhere.
+    assert (row["churn_ops"], row["churn_failed_ops"], row["unfinished"]) == (14, 0, 0)
     assert 0 < row["load_ms_p50"] <= row["load_ms_p99"] < 5000
     assert 0 <= row["unload_ms_p50"] <= row["unload_ms_p99"] < 5000
     assert row["ttft_outside_load_ms_p50"] > 0 and row["num_requests"] > 5
