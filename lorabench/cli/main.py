@@ -116,12 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_tools(commands: Any) -> None:
     """Subcommands whose module owns its arguments and its main, as vLLM's benchmarks do."""
-    from lorabench.cli import bundle, doctor, serve_command
+    from lorabench.cli import bundle, doctor, history, serve_command
 
     for name, module, text in (
         ("doctor", doctor, "preflight: would a run start here? one line a finding; exit 1 if one would stop it"),
         ("bundle", bundle, "a run's results, logs, config, doctor output and settings in one file; exit 2: bad input"),
         ("serve-command", serve_command, "the vllm serve command one engine configuration is, to start it yourself"),
+        ("history", history, "runs across commits in one store: add runs, show each case's series and change points"),
     ):
         sub = commands.add_parser(name, help=text, description=module.__doc__.splitlines()[0])
         module.add_cli_args(sub)

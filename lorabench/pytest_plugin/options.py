@@ -82,6 +82,12 @@ OPTIONS = {
             convert=parse_target,
         ),
         Option(
+            "bench_history",
+            "at the end, add this run to the history database FILE (lorabench history; made if missing)",
+            "FILE",
+            path=True,
+        ),
+        Option(
             "bench_report",
             "at the end, draw this run's results as a page of figures in DIR/index.html",
             "DIR",

@@ -221,6 +221,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         ("lorabench", summary_lines(state)),
         ("lorabench compare", state.comparison),
         ("lorabench report", report),
+        ("lorabench history", state.history),
     ):
         if section:
             terminalreporter.write_sep("=", title)
