@@ -42,6 +42,7 @@ def test_batch_and_online_cases_run_against_a_url_and_leave_engine_only_columns_
     assert set(rows["scenario"]) == {"multilora", "no_lora", "online"}
     assert (rows["target"] == "url").all() and (rows["endpoint"] == server.url).all()
     assert (rows["vllm_version"] == VERSION).all() and (rows["memory_source"] == "client").all()
+    assert (rows[["vllm_commit", "cpu_model"]] == "unknown").all().all() and rows["device_count"].isna().all()
     assert (rows["failed"] == 0).all() and rows["enable_lora"].all()
     assert rows[sorted(ENGINE_ONLY)].isna().all().all(), "queue, prefill and adapter loads are the engine's to say"
     assert (rows["ttft_ms_p50"] > 0).all() and (rows["decode_ms_p50"] >= 2 - 1).all()
