@@ -105,7 +105,8 @@ def test_every_block_is_run_or_says_why() -> None:
 def test_read_blocks_follows_marks(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
-        "<!-- not run: needs a node -->\n```bash\na\n```\n\ntext\n\n```bash\nb\n```\n<!-- engine -->\n\n```bash\nc\n```\n",
+        "<!-- not run: needs a node -->\n```bash\na\n```\n\ntext\n\n```bash\nb\n```\n"
+        "<!-- engine -->\n\n```bash\nc\n```\n",
         encoding="utf-8",
     )
     assert [(b.kind, b.reason, b.text) for b in read_blocks(page)] == [
