@@ -102,6 +102,13 @@ def test_every_block_is_run_or_says_why() -> None:
     assert {b.kind for b in blocks} >= {"quick", "engine"}, "the page's first run is no longer tested"
 
 
+@pytest.mark.parametrize("device", ["npu", "cuda"])
+def test_accelerator_pages_say_why_their_blocks_do_not_run_here(device: str) -> None:
+    """Their commands need the node; each block says so, and none is left unmarked by accident."""
+    blocks = read_blocks(PAGE.with_name(f"{device}.md"))
+    assert blocks and all(b.kind == "not run" and b.reason for b in blocks)
+
+
 def test_read_blocks_follows_marks(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
