@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lorabench.adapters import read_adapters_file
 from lorabench.config.schema import ConfigFile
+from lorabench.load.adapters import read_adapters_file
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "own-model.md"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lorabench.results import SUMMARY_COLUMNS
+from lorabench.results.files import SUMMARY_COLUMNS
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "report.md"
 
