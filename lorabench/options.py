@@ -16,6 +16,7 @@ import pytest
 from lorabench.http.target import parse_target
 
 GROUP = ("lorabench", "multi-LoRA benchmarks on vLLM")
+FORMATS = ("text", "markdown", "csv", "json")  # the comparison's renderers (compare/show.py)
 THRESHOLD_HELP = "smallest change that counts, default 10%%; repeat per metric, e.g. decode_ms=5%%"
 ALPHA_HELP = "significance level after adjustment: the chance that two same-code runs flag anything (default 0.05)"
 NOISE_FROM_HELP = (
@@ -148,3 +149,4 @@ def add_compare_arguments(add: Callable[..., Any], prefix: str = "--", runs: boo
     add(f"{prefix}alpha", type=float, default=0.05, help=ALPHA_HELP)
     if runs:
         add(f"{prefix}noise-from", metavar="RUNS", help=NOISE_FROM_HELP)
+    add(f"{prefix}format", choices=FORMATS, default="text", help="how the comparison is printed on stdout")

@@ -66,7 +66,6 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="continue the session in --out (same sides, config and selection; --pairs may grow)",
     )
     add_compare_arguments(parser.add_argument, runs=False)
-    parser.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest selection and options")
 
 
