@@ -196,7 +196,12 @@ def _add_report(commands: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one subcommand; its exit status as the convention says (0 done, 1 a finding, 2 bad
+    input), also for argparse's own errors, --help and --version, which exit by raising."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else BAD_INPUT
     return args.func(args)
 
 
