@@ -38,7 +38,7 @@ from lorabench.options import add_compare_arguments
 from lorabench.progress import duration
 
 DEFAULT_PAIRS = 6
-PYTEST_USAGE = (4, 5)  # pytest: usage error, no tests collected
+PYTEST_USAGE = (2, 4, 5)  # lorabench's bad input, pytest's usage error, no tests collected
 RESUME_HINT = " (the same command with --resume continues the session)"
 
 
