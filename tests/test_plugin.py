@@ -66,7 +66,7 @@ def test_bad_config_exits_2_one_line_a_problem_before_any_engine(bench_dir, tiny
 
 
 def test_a_weightless_model_folder_is_refused_before_any_engine(bench_dir, tiny_config, tmp_path):
-    from lorabench import builtin
+    from lorabench.load import builtin
 
     model = tmp_path / "no-weights"
     model.mkdir()
@@ -332,8 +332,8 @@ def test_bench_compare_takes_a_noise_floor_from_earlier_runs(bench_dir, tiny_con
 @pytest.mark.engine
 def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
     """A short trace replayed on a real async engine: every request accounted for."""
-    from lorabench import trace
     from lorabench.config import online_cases, read_config_file
+    from lorabench.load.traces import synthetic as trace
 
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
     path = tiny_config(
