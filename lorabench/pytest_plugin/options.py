@@ -103,8 +103,9 @@ def add_options(parser: pytest.Parser) -> None:
             group.addoption(o.flag_name, action="append", metavar=o.metavar, help=o.help)
             parser.addini(o.name, o.help, type="linelist", default=[])
         else:
-            group.addoption(o.flag_name, metavar=o.metavar, help=o.help)
-            parser.addini(o.name, o.help, default=o.ini_default)
+            shown = f"{o.help} (default: {o.ini_default})" if o.ini_default else o.help
+            group.addoption(o.flag_name, metavar=o.metavar, help=shown)
+            parser.addini(o.name, shown, default=o.ini_default)
 
 
 class BadOption(ValueError):
