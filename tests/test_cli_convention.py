@@ -1,4 +1,4 @@
-"""The command line's one convention (docs/troubleshooting.md#exit-status), walked over every
+"""The command line's one convention (docs/cli.md#exit-status), walked over every
 subcommand the parser has: bad input exits 2 with one line on stderr and no traceback,
 --help exits 0, every option has help without markup and shows its default, and an option
 name means one thing in every subcommand that has it.

@@ -1,6 +1,6 @@
 """The lorabench command line: tools that work without pytest.
 
-Every subcommand follows one convention (docs/troubleshooting.md#exit-status): exit 0 when
+Every subcommand follows one convention (docs/cli.md#exit-status): exit 0 when
 it is done and found nothing, 1 for a finding (a regression, a changed output, a failed
 gate), 2 for bad input, said in one line on stderr that names the file, field or value and
 the fix, never a traceback.
