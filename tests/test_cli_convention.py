@@ -89,6 +89,26 @@ def test_an_unknown_option_exits_2_with_one_line(path, capsys):
     assert_bad_input(capsys, [*path, "--no-such-option"])
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["report", "{run}", "--out", "{file}"], "lorabench report: --out {file}: a file is there; give a folder"),
+        (["compare", "{run}", "{run}", "--report", "{file}"], "lorabench compare: --report {file}: a file is there"),
+        (
+            ["compare", "{run}", "{run}", "--plot", "{tmp}/no/x.png"],
+            "lorabench compare: --plot {tmp}/no/x.png: no folder",
+        ),
+    ],
+)
+def test_an_output_path_that_cannot_be_written_is_bad_input(tmp_path, capsys, args, message):
+    """They were tracebacks with exit 1, the plot's after the comparison was printed."""
+    names = {"run": ROOT / "tests" / "data" / "default-run.csv", "file": tmp_path / "a-file", "tmp": tmp_path}
+    (tmp_path / "a-file").write_text("")
+    assert_bad_input(capsys, [arg.format(**names) for arg in args])
+    assert main([arg.format(**names) for arg in args]) == BAD_INPUT
+    assert message.format(**names) in capsys.readouterr().err
+
+
 def test_help_exits_0_without_markup(capsys):
     for path, _ in parsers(build_parser()):
         assert main([*path, "--help"]) == 0, path

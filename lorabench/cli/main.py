@@ -72,11 +72,27 @@ def _refuse(command: str, why: str) -> int:
     return BAD_INPUT
 
 
+def _unwritable(option: str, name: str | None, folder: bool) -> str | None:
+    """Why ``name`` cannot be written as ``option`` asks (a folder, or a file in an existing
+    folder), checked before the work so that a bad path is not found after it."""
+    if name is None:
+        return None
+    path = Path(name)
+    if folder and path.exists() and not path.is_dir():
+        return f"{option} {name}: a file is there; give a folder"
+    if not folder and not path.parent.is_dir():
+        return f"{option} {name}: no folder {path.parent}; create it or give another path"
+    return None
+
+
 def _compare(args: argparse.Namespace) -> int:
     from lorabench.analysis.compare.load import CompareError
     from lorabench.analysis.compare.select import run_comparison
     from lorabench.analysis.show import show_comparison
 
+    unwritable = _unwritable("--plot", args.plot, folder=False) or _unwritable("--report", args.report, folder=True)
+    if unwritable:
+        return _refuse("compare", unwritable)
     try:
         result = run_comparison(
             args.base,
@@ -102,10 +118,15 @@ def _report(args: argparse.Namespace) -> int:
     from lorabench.analysis.compare import CompareError
     from lorabench.analysis.report import write_report
 
+    unwritable = _unwritable("--out", args.out, folder=True)
+    if unwritable:
+        return _refuse("report", unwritable)
     try:
         page = write_report([Path(p) for p in args.results], Path(args.out))
     except CompareError as exc:
         return _refuse("report", str(exc))
+    except OSError as exc:
+        return _refuse("report", f"--out {args.out}: {exc.strerror}: check the path and its permissions")
     print(f"report: {page}")
     return 0
 
