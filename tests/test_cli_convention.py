@@ -109,6 +109,15 @@ def test_an_output_path_that_cannot_be_written_is_bad_input(tmp_path, capsys, ar
     assert message.format(**names) in capsys.readouterr().err
 
 
+def test_a_config_with_several_problems_is_one_line_each(tmp_path, capsys):
+    """serve-command printed them under a heading, indented: one line each, as under pytest."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": 3}')
+    assert main(["serve-command", "--config", str(bad)]) == BAD_INPUT
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) > 1 and all(line.startswith(f"lorabench serve-command: {bad}: ") for line in lines), lines
+
+
 def test_help_exits_0_without_markup(capsys):
     for path, _ in parsers(build_parser()):
         assert main([*path, "--help"]) == 0, path
