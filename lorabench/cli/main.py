@@ -62,6 +62,14 @@ def version() -> str:
     return f"lorabench {own}; {describe(installed())}"
 
 
+class _Version(argparse._VersionAction):
+    """--version, read when asked: every other command is spared reading the installed packages."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: str | None = None) -> None:
+        self.version = version()
+        super().__call__(parser, namespace, values, option)
+
+
 def plain(docstring: str | None) -> str:
     """A module docstring's first line as help text: without its reStructuredText markup."""
     return (docstring or "").splitlines()[0].replace("``", "")
@@ -133,7 +141,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="lorabench", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=version(), help="lorabench's version and vLLM's")
+    parser.add_argument("--version", action=_Version, help="lorabench's version and vLLM's")
     commands = parser.add_subparsers(dest="command", required=True)
     for add in (_add_ab, _add_adapters, _add_compare, _add_report, _add_trace, _add_tools):
         add(commands)
