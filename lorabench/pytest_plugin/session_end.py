@@ -46,7 +46,7 @@ def finish_session(session: pytest.Session) -> None:
     except compare.CompareError as exc:
         state.comparison = [f"cannot compare with {base}: {exc}"]
         if fail:
-            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            session.exitstatus = options.BAD_INPUT
         return
     state.comparison = compare.render_text(result).splitlines()
     if fail and result.failed:
