@@ -64,6 +64,9 @@ BAD_INPUT_CASES = {
     ("doctor",): ["--config", "{tmp}/config.json"],
     ("bundle",): ["{tmp}/run.csv", "--out", "{tmp}/run.tar.gz"],
     ("serve-command",): ["--config", "{tmp}/config.json"],
+    ("history", "add"): ["--db", "{tmp}/h.db", "{tmp}/run.csv"],
+    ("history", "show"): ["--db", "{tmp}/h.db"],
+    ("history", "check"): ["--db", "{tmp}/h.db"],
 }
 
 

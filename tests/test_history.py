@@ -143,3 +143,34 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
     assert main(["history", *(a.format(tmp=tmp_path) for a in args)]) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def check(db, *args):
+    return main(["history", "check", "--db", str(db), *args])
+
+
+def test_the_gate_fails_on_a_regression_naming_its_run_and_what_changed_in_the_stack(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 12, step_at=7))])
+    capsys.readouterr()
+    assert check(db) == 1
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if line.startswith("REGRESSION")]
+    assert len(failed) == 2 and all(" ttft_ms: " in line for line in failed), out  # both cases, ttft only
+    assert all("from run run-007:" in line and "(vllm_version 0.32.0 -> 0.33.0)" in line for line in failed), out
+    assert "history check: 2 regressed beyond 5%" in out
+
+
+@pytest.mark.parametrize(
+    "factor, args, status",
+    [
+        (1.0, [], 0),  # no step
+        (0.8, [], 0),  # 20 % faster: a change point, not a regression
+        (1.04, [], 0),  # 4 % slower: below the default 5 %
+        (1.04, ["--threshold", "ttft_ms=3%"], 1),  # ... above a 3 % set for ttft_ms
+    ],
+)
+def test_the_gate_passes_what_is_not_a_regression_beyond_its_threshold(tmp_path, capsys, factor, args, status):
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 16, step_at=8, factor=factor, seed=5))])
+    assert check(db, "--metric", "ttft_ms", *args) == status, capsys.readouterr().out
