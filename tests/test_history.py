@@ -174,3 +174,38 @@ def test_the_gate_passes_what_is_not_a_regression_beyond_its_threshold(tmp_path,
     db = tmp_path / "h.db"
     main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 16, step_at=8, factor=factor, seed=5))])
     assert check(db, "--metric", "ttft_ms", *args) == status, capsys.readouterr().out
+
+
+def test_the_split_is_the_one_ruptures_binary_segmentation_finds():
+    """The l2 split is computed here (vectorized for the permutation test); ruptures'
+    Binseg(model="l2") is the reference it must agree with."""
+    ruptures = pytest.importorskip("ruptures")
+    from lorabench.analysis.history.changes import MIN_SIZE, gains
+
+    rng = np.random.default_rng(7)
+    for n in (6, 7, 20, 60):
+        for _ in range(25):
+            values = rng.normal(100, 3, n)
+            values[rng.integers(1, n) :] *= rng.choice([1.0, 1.05, 0.9])
+            ours = MIN_SIZE + int(gains(values[np.newaxis])[0].argmax())
+            theirs = ruptures.Binseg(model="l2", min_size=MIN_SIZE, jump=1).fit(values).predict(n_bkps=1)[0]
+            assert ours == theirs, (n, values)
+
+
+def test_a_change_point_gives_the_runs_it_may_lie_between_and_they_hold_the_step():
+    """At 3 % noise a 5 % step is often found a run or two off: the range says so."""
+    rng = np.random.default_rng(11)
+    held, off_but_held, found_any = 0, 0, 0
+    for i in range(60):
+        at = int(rng.integers(6, 54))
+        points = rng.normal(1.0, 0.03, 60)
+        points[at:] *= 1.05
+        changes = change_points(points, seed=i)
+        if not changes:
+            continue
+        found_any += 1
+        c = min(changes, key=lambda c: abs(c.position - at))
+        assert c.first <= c.position <= c.last
+        held += c.first <= at <= c.last
+        off_but_held += c.position != at and c.first <= at <= c.last
+    assert found_any >= 50 and held / found_any >= 0.9 and off_but_held >= 10, (found_any, held, off_but_held)

@@ -12,10 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from lorabench.analysis.history.changes import ALPHA
+from lorabench.analysis.history.changes import ALPHA, Change
 from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, regressions
+from lorabench.analysis.history.runs import HistoryError
 from lorabench.analysis.history.series import Series, ordered_runs, series
-from lorabench.analysis.history.store import HistoryError, add_runs, connect
+from lorabench.analysis.history.store import add_runs, connect
 
 DEFAULT_METRICS = ("ttft_ms", "decode_ms", "e2e_ms")
 
@@ -123,9 +124,14 @@ def _regression_line(r: Regression) -> str:
     before, after = s.runs[c.position - 1], s.runs[c.position]
     return (
         f"REGRESSION {s.case} {s.metric}: {c.before:.3f} -> {c.after:.3f} "
-        f"({100 * r.worse:.1f} % worse, p {c.p_value:.3f}) from run {after.run_id}: "
+        f"({100 * r.worse:.1f} % worse, p {c.p_value:.3f}) from run {after.run_id}{_range(c)}: "
         f"stack {before.stack_id} -> {after.stack_id} ({r.stack_change()})"
     )
+
+
+def _range(c: Change) -> str:
+    """Where else the change may lie: the noise leaves its exact run uncertain."""
+    return f" (somewhere in runs {c.first}-{c.last})" if c.first != c.last else ""
 
 
 def _render(s: Series) -> str:
@@ -137,7 +143,7 @@ def _render(s: Series) -> str:
     for c in s.changes:
         before, after = s.runs[c.position - 1], s.runs[c.position]
         lines.append(
-            f"  change at run {c.position}: {c.before:.3f} -> {c.after:.3f} ({100 * (c.ratio - 1):+.1f} %, "
+            f"  change at run {c.position}{_range(c)}: {c.before:.3f} -> {c.after:.3f} ({100 * (c.ratio - 1):+.1f} %, "
             f"p {c.p_value:.3f}), stack {before.stack_id} -> {after.stack_id}"
         )
     return "\n".join(lines)

@@ -57,7 +57,8 @@ def finish_session(session: pytest.Session) -> None:
 def _add_to_history(state: BenchState, db: Path) -> None:
     """This run in the history store; a store that cannot take it is one line of the summary,
     and the run's result file stays where it is, to be added later."""
-    from lorabench.analysis.history.store import HistoryError, add_runs
+    from lorabench.analysis.history.runs import HistoryError
+    from lorabench.analysis.history.store import add_runs
 
     try:
         added = add_runs(db, [state.writer.path])

@@ -17,7 +17,8 @@ import numpy as np
 from lorabench.analysis.compare.load import case_of
 from lorabench.analysis.compare.render import case_label
 from lorabench.analysis.history.changes import Change, change_points
-from lorabench.analysis.history.store import HistoryError, StoredRun, case_rows, stored_runs
+from lorabench.analysis.history.runs import HistoryError
+from lorabench.analysis.history.store import StoredRun, case_keys, case_rows, stored_runs
 
 
 @dataclass(frozen=True)
@@ -56,19 +57,22 @@ def series(
     select: Callable[[str], bool] = lambda label: True,
 ) -> list[Series]:
     """Each selected case's series for each of ``metrics`` it has values of."""
-    rows = case_rows(conn)
     place = {r.run_id: i for i, r in enumerate(runs)}
     found = []
-    for key, case in rows.groupby("case_key", sort=True):
+    for key in case_keys(conn):
         label = case_label(case_of(key))
         if not select(label):
             continue
+        rows = [(place[run_id], m) for run_id, _, m in case_rows(conn, key) if run_id in place]
         for metric in metrics:
-            measured = case[case[metric].notna() & case["run_id"].isin(place)]
-            if measured.empty:
+            by_run: dict[int, list[float]] = {}
+            for at, measured in rows:
+                if metric in measured:
+                    by_run.setdefault(at, []).append(measured[metric])
+            if not by_run:
                 continue
-            by_run = sorted(measured.groupby("run_id")[metric], key=lambda g: place[g[0]])
-            builds = [values.to_numpy(dtype=float) for _, values in by_run]
+            order = sorted(by_run)
+            builds = [np.array(by_run[at]) for at in order]
             medians = np.array([np.median(b) for b in builds])
-            found.append(Series(label, metric, [runs[place[r]] for r, _ in by_run], builds, change_points(medians)))
+            found.append(Series(label, metric, [runs[at] for at in order], builds, change_points(medians)))
     return found

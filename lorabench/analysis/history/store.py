@@ -8,30 +8,25 @@ interchange: a run is added from its result file, and nothing is kept that the f
 not say.
 
 A run is added whole, in one transaction, or not at all; adding a run the store holds
-already (the same ``run_id``) changes nothing.
+already (the same ``run_id``) changes nothing. Commits are not flushed to the disk one by
+one (WAL with ``synchronous=NORMAL``): a power cut may lose the last runs added, never the
+store, and the result files they came from are still there to add again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import pandas as pd
-
-from lorabench.analysis.compare.load import CORE_METRICS, METRICS, REQUIRED_KEY, CompareError, keyed, read_result_csv
-from lorabench.results.schema import STACK_COLUMNS
+from lorabench.analysis.history.runs import HistoryError, ReadRun, read_runs
 
 # How long a writer waits for another's transaction to end before it gives up.
 BUSY_TIMEOUT_S = 120.0
-# What a stack is: the software and host a run measured, and lorabench's own commit.
-STACK_ID_COLUMNS = (*STACK_COLUMNS, "git_commit")
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -52,29 +47,12 @@ CREATE INDEX IF NOT EXISTS rows_by_case ON rows(case_key);
 """
 
 
-class HistoryError(Exception):
-    """Input the history cannot take; the command line exits 2 with its one line."""
-
-
 @dataclass(frozen=True)
 class StoredRun:
     run_id: str
     timestamp: str
     stack_id: str
     stack: dict[str, str]
-
-
-def _text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "unknown"
-    text = str(value)
-    return text if text else "unknown"
-
-
-def stack_of(rows: pd.DataFrame) -> dict[str, str]:
-    """The stack a run measured, from its first row: "unknown" where the file does not say."""
-    first = rows.iloc[0]
-    return {c: _text(first[c]) if c in rows else "unknown" for c in STACK_ID_COLUMNS}
 
 
 def stack_id(stack: dict[str, str]) -> str:
@@ -90,6 +68,7 @@ def connect(db: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
     try:
         conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(_TABLES)
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{db}: not a lorabench history database ({exc})") from None
@@ -99,53 +78,32 @@ def connect(db: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
-def _runs_in(path: Path) -> list[tuple[str, pd.DataFrame]]:
-    """The runs a result file holds (a fixed output file holds several), each as its rows."""
+def _insert(conn: sqlite3.Connection, run: ReadRun) -> tuple[StoredRun, bool]:
+    stored = StoredRun(run.run_id, run.timestamp, stack_id(run.stack), run.stack)
+    conn.execute("BEGIN IMMEDIATE")
     try:
-        rows = read_result_csv(path)
-    except CompareError as exc:
-        raise HistoryError(str(exc)) from None
-    missing = [c for c in (*REQUIRED_KEY, *CORE_METRICS, "timestamp", "run_id") if c not in rows.columns]
-    if missing:
-        raise HistoryError(f"{path}: not a lorabench result file: missing columns {', '.join(missing)}")
-    if rows.empty or rows["run_id"].isna().any():
-        raise HistoryError(f"{path}: has no result rows, or rows without a run_id: write it with lorabench again")
-    keyed_rows = keyed(rows.assign(**{m: float("nan") for m in METRICS if m not in rows}))
-    return [(str(run_id), group) for run_id, group in keyed_rows.groupby("run_id", sort=False)]
-
-
-def _row_values(rows: pd.DataFrame, run_id: str) -> list[tuple[str, str, str, int, str]]:
-    builds = rows["build"] if "build" in rows else pd.Series(0, index=rows.index)
-    out = []
-    for (_, row), build in zip(rows.iterrows(), builds):
-        metrics = {m: float(row[m]) for m in METRICS if pd.notna(row[m])}
-        out.append((run_id, row["_key"], str(row["_engine"]), int(build), json.dumps(metrics)))
-    return out
+        new = conn.execute(
+            "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?)",
+            (run.run_id, run.timestamp, stored.stack_id, json.dumps(run.stack), str(run.source)),
+        ).rowcount
+        if new:
+            conn.executemany(
+                "INSERT INTO rows VALUES (?, ?, ?, ?, ?)",
+                [(run.run_id, key, engine, build, json.dumps(m)) for key, engine, build, m in run.rows],
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return stored, bool(new)
 
 
 def add_runs(db: Path, paths: Sequence[Path]) -> list[tuple[StoredRun, bool]]:
     """Add every run of ``paths``; each with whether it was new. All files are read and
     checked before the first is added, so bad input adds nothing."""
-    runs = [(path, run_id, rows) for path in paths for run_id, rows in _runs_in(path)]
-    added = []
+    runs = [run for path in paths for run in read_runs(path)]
     with connect(db, create=True) as conn:
-        for path, run_id, rows in runs:
-            stack = stack_of(rows)
-            stored = StoredRun(run_id, str(rows["timestamp"].max()), stack_id(stack), stack)
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                new = conn.execute(
-                    "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?)",
-                    (run_id, stored.timestamp, stored.stack_id, json.dumps(stack), str(path)),
-                ).rowcount
-                if new:
-                    conn.executemany("INSERT INTO rows VALUES (?, ?, ?, ?, ?)", _row_values(rows, run_id))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            added.append((stored, bool(new)))
-    return added
+        return [_insert(conn, run) for run in runs]
 
 
 def stored_runs(conn: sqlite3.Connection) -> list[StoredRun]:
@@ -154,10 +112,11 @@ def stored_runs(conn: sqlite3.Connection) -> list[StoredRun]:
     return [StoredRun(r, t, s, json.loads(stack)) for r, t, s, stack in found]
 
 
-def case_rows(conn: sqlite3.Connection, case_key: str | None = None) -> pd.DataFrame:
-    """Every stored row (of one case where ``case_key`` is given): run, case, engine, build
-    and one column per metric."""
-    query = "SELECT run_id, case_key, engine, build, metrics FROM rows"
-    found = conn.execute(query + (" WHERE case_key = ?" if case_key else ""), (case_key,) if case_key else ())
-    records = [{"run_id": r, "case_key": c, "engine": e, "build": b, **json.loads(m)} for r, c, e, b, m in found]
-    return pd.DataFrame.from_records(records, columns=["run_id", "case_key", "engine", "build", *METRICS])
+def case_keys(conn: sqlite3.Connection) -> list[str]:
+    return [key for (key,) in conn.execute("SELECT DISTINCT case_key FROM rows ORDER BY case_key")]
+
+
+def case_rows(conn: sqlite3.Connection, case_key: str) -> list[tuple[str, int, dict[str, float]]]:
+    """One case's stored rows: (run, build, metrics)."""
+    found = conn.execute("SELECT run_id, build, metrics FROM rows WHERE case_key = ?", (case_key,))
+    return [(run_id, build, json.loads(metrics)) for run_id, build, metrics in found]

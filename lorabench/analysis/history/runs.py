@@ -1,0 +1,113 @@
+"""Result files read as the runs the history stores: each row's case key, configuration,
+build and compared metrics, read with the csv module (a nightly adds thousands of files;
+pandas' per-file cost was most of it).
+
+A case is keyed by the columns ``compare`` matches cases on (``MATCH_KEY``), each value
+spelt one way: a number by its value (``8``, ``8.0`` and ``8.00`` are one case), anything
+else as written, a blank as nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lorabench.analysis.compare.load import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
+from lorabench.results.schema import ENGINE_KEY, OLDER_FILES, STACK_COLUMNS
+
+
+class HistoryError(Exception):
+    """Input the history cannot take; the command line exits 2 with its one line."""
+
+
+# What a stack is: the software and host a run measured, and lorabench's own commit.
+STACK_ID_COLUMNS = (*STACK_COLUMNS, "git_commit")
+_BUILD = re.compile(r"-build\d+$")
+
+
+@dataclass
+class ReadRun:
+    run_id: str
+    source: Path
+    stack: dict[str, str]
+    timestamp: str = ""
+    # (case key, configuration, build, {metric: value}) per row.
+    rows: list[tuple[str, str, int, dict[str, float]]] = field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=1 << 16)  # a key's values repeat from run to run
+def spelt(text: str | None) -> str:
+    """One spelling per value: numbers by their value, anything else as written."""
+    text = (text or "").strip()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    if math.isnan(number):
+        return ""
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
+class _Columns:
+    """Where each column a run needs sits in a file's header (csv.reader's rows are lists:
+    a dict of every column a row was most of the read)."""
+
+    def __init__(self, header: list[str]) -> None:
+        at = {name: i for i, name in enumerate(header)}
+        self.key = [(at.get(c), OLDER_FILES.get(c, "")) for c in MATCH_KEY]
+        self.engine = [at.get(c) for c in ENGINE_KEY]
+        self.metrics = [(m, at[m]) for m in METRICS if m in at]
+        self.stack = [(c, at.get(c)) for c in STACK_ID_COLUMNS]
+        self.engine_id, self.build = at.get("engine_id"), at.get("build")
+        self.run_id, self.timestamp = at["run_id"], at["timestamp"]
+
+    @staticmethod
+    def _get(row: list[str], i: int | None, default: str = "") -> str:
+        return row[i] if i is not None and i < len(row) else default
+
+    def record(self, run: ReadRun, row: list[str]) -> None:
+        key = KEY_SEP.join(spelt(self._get(row, i, older)) for i, older in self.key)
+        engine_id = self._get(row, self.engine_id)
+        engine = _BUILD.sub("", engine_id) if engine_id else KEY_SEP.join(spelt(self._get(row, i)) for i in self.engine)
+        metrics = {}
+        for metric, i in self.metrics:
+            try:
+                value = float(row[i] or "nan")
+            except (ValueError, IndexError):
+                continue
+            if math.isfinite(value):
+                metrics[metric] = value
+        run.rows.append((key, engine, int(float(self._get(row, self.build) or 0)), metrics))
+        run.timestamp = max(run.timestamp, row[self.timestamp])
+
+
+def read_runs(path: Path) -> list[ReadRun]:
+    """The runs a result file holds (a fixed output file holds several), oldest row first."""
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, [])
+            missing = [c for c in (*REQUIRED_KEY, *CORE_METRICS, "timestamp", "run_id") if c not in header]
+            if missing:
+                raise HistoryError(f"{path}: not a lorabench result file: missing columns {', '.join(missing)}")
+            columns = _Columns(header)
+            runs: dict[str, ReadRun] = {}
+            for row in reader:
+                run_id = columns._get(row, columns.run_id)
+                if not run_id:
+                    raise HistoryError(f"{path}: a row without a run_id: write it with lorabench 0.1 or later")
+                if run_id not in runs:
+                    stack = {c: columns._get(row, i) or "unknown" for c, i in columns.stack}
+                    runs[run_id] = ReadRun(run_id, path, stack)
+                columns.record(runs[run_id], row)
+    except FileNotFoundError:
+        raise HistoryError(f"{path}: no such file") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise HistoryError(f"{path}: not a CSV file ({exc})") from None
+    if not runs:
+        raise HistoryError(f"{path}: has no result rows")
+    return list(runs.values())
