@@ -67,6 +67,7 @@ BAD_INPUT_CASES = {
     ("history", "add"): ["--db", "{tmp}/h.db", "{tmp}/run.csv"],
     ("history", "show"): ["--db", "{tmp}/h.db"],
     ("history", "check"): ["--db", "{tmp}/h.db"],
+    ("history", "report"): ["--db", "{tmp}/h.db", "--out", "{tmp}/page"],
 }
 
 

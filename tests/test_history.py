@@ -209,3 +209,16 @@ def test_a_change_point_gives_the_runs_it_may_lie_between_and_they_hold_the_step
         held += c.first <= at <= c.last
         off_but_held += c.position != at and c.first <= at <= c.last
     assert found_any >= 50 and held / found_any >= 0.9 and off_but_held >= 10, (found_any, held, off_but_held)
+
+
+def test_the_dashboard_is_one_offline_page_with_each_build_the_change_and_the_stack_change(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 12, step_at=7))])
+    assert main(["history", "report", "--db", str(db), "--out", str(tmp_path / "page"), "--metric", "ttft_ms"]) == 0
+    assert f"report: {tmp_path / 'page' / 'index.html'}" in capsys.readouterr().out
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert sorted(p.name for p in (tmp_path / "page").iterdir()) == ["index.html"]  # its figures are in it
+    assert "http" not in page.replace("http-equiv", "")  # nothing fetched from a network
+    assert page.count("<figure ") == 2 and page.count("<circle ") == 2 * 12 * 2  # 2 cases, 12 runs, 2 builds
+    assert page.count("change at run 7:") == 2 and page.count("vllm_version 0.32.0 → 0.33.0") == 2
+    assert 'data-scenario="multilora"' in page and '<select id="config"' in page

@@ -1,8 +1,9 @@
 """lorabench history: runs across commits of vLLM, vllm-ascend and lorabench, in one store.
 
 add: put result files' runs in the store (again: nothing changes). show: each case's metric
-over the runs, in order, with its change points. check: the nightly gate, exit status 1 when
-the newest run lies after a change point that made a metric worse beyond its threshold.
+over the runs, in order, with its change points. report: the same as one static page.
+check: the nightly gate, exit status 1 when the newest run lies after a change point that
+made a metric worse beyond its threshold.
 Exit status 0: done, nothing found; 1: a regression (check); 2: bad input.
 """
 
@@ -43,6 +44,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "repeat per metric, e.g. decode_ms=3%%",
     )
     check.set_defaults(run=_check)
+    report = actions.add_parser("report", help="the history as one static page: DIR/index.html, opened offline")
+    _add_selection(report, f"a result column to draw; repeat for more (default: {', '.join(DEFAULT_METRICS)})")
+    report.add_argument("--out", required=True, help="folder for index.html (made if missing)")
+    report.set_defaults(run=_report)
 
 
 def _add_selection(parser: argparse.ArgumentParser, metric_help: str) -> None:
@@ -98,6 +103,17 @@ def _series(args: argparse.Namespace, default_metrics: list[str]) -> list[Series
 def _show(args: argparse.Namespace) -> int:
     for s in _series(args, list(DEFAULT_METRICS)):
         print(_render(s))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from lorabench.analysis.history.dashboard import write_dashboard
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise HistoryError(f"--out {out}: is a file: name a folder for index.html")
+    found = _series(args, list(DEFAULT_METRICS))
+    print(f"report: {write_dashboard(found, out, f'lorabench history: {args.db.name}')}")
     return 0
 
 

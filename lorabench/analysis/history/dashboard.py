@@ -1,0 +1,122 @@
+"""The history as one static page: a trend per case and metric, each build a point, each
+run's median a line, change points marked with the runs they may lie between, and the
+stack changes along the series named. One HTML file with its figures inline (SVG) and a
+few lines of script for the filter, so it opens from the file system with no network.
+
+Hand-drawn SVG rather than matplotlib's: a nightly history has hundreds of series, and a
+matplotlib figure each took a good part of a second.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from lorabench.analysis.history.series import Series
+
+WIDTH, HEIGHT, PAD = 640, 180, 36
+
+_SCRIPT = """
+function filter() {
+  const scenario = document.getElementById('scenario').value;
+  const config = document.getElementById('config').value;
+  for (const figure of document.querySelectorAll('figure')) {
+    const shown = (!scenario || figure.dataset.scenario === scenario) && (!config || figure.dataset.config === config);
+    figure.style.display = shown ? '' : 'none';
+  }
+}
+"""
+
+
+def _stack_changes(s: Series) -> list[tuple[int, str]]:
+    """Where the stack changes along the series, and what changed (``vllm_version 0.32.0 → 0.33.0``)."""
+    out = []
+    for i in range(1, len(s.runs)):
+        before, after = s.runs[i - 1].stack, s.runs[i].stack
+        changed = [f"{k} {before[k]} → {after[k]}" for k in before if before[k] != after.get(k)]
+        if changed:
+            out.append((i, ", ".join(changed)))
+    return out
+
+
+def _svg(s: Series) -> str:
+    values = np.concatenate(s.builds)
+    low, high = float(values.min()), float(values.max())
+    span = (high - low) or abs(high) or 1.0
+    low, high = low - 0.1 * span, high + 0.1 * span
+    n = len(s.runs)
+
+    def x(i: float) -> float:
+        return PAD + (WIDTH - 2 * PAD) * (i / max(n - 1, 1))
+
+    def y(v: float) -> float:
+        return HEIGHT - PAD + (v - low) / (high - low) * (2 * PAD - HEIGHT)
+
+    parts = []
+    for c in s.changes:  # the runs a change may lie between, then where it was found
+        parts.append(
+            f'<rect x="{x(c.first - 0.5):.1f}" y="{PAD / 2}" width="{x(c.last) - x(c.first - 1):.1f}" '
+            f'height="{HEIGHT - 1.5 * PAD}" fill="#fde2c4">'
+            f"<title>change somewhere in runs {c.first}-{c.last}</title></rect>"
+        )
+        parts.append(
+            f'<line x1="{x(c.position - 0.5):.1f}" x2="{x(c.position - 0.5):.1f}" y1="{PAD / 2}" '
+            f'y2="{HEIGHT - PAD}" stroke="#d95f02" stroke-width="2"><title>change at run {c.position}: '
+            f"{c.before:.3f} → {c.after:.3f} (p {c.p_value:.3f})</title></line>"
+        )
+    for i, text in _stack_changes(s):
+        parts.append(
+            f'<text x="{x(i - 0.5):.1f}" y="{PAD / 2 - 4}" font-size="9" text-anchor="middle">'
+            f"{html.escape(text)}</text>"
+        )
+    medians = " ".join(f"{x(i):.1f},{y(m):.1f}" for i, m in enumerate(s.medians))
+    parts.append(f'<polyline points="{medians}" fill="none" stroke="#1b9e77" stroke-width="1.5"/>')
+    for i, (run, builds) in enumerate(zip(s.runs, s.builds)):
+        for v in builds:
+            parts.append(
+                f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="#7570b3">'
+                f"<title>{html.escape(run.run_id)} ({run.timestamp}): {v:.3f}</title></circle>"
+            )
+    axis = (
+        f'<text x="4" y="{y(high - 0.1 * span) + 4:.1f}" font-size="10">{high - 0.1 * span:.3g}</text>'
+        f'<text x="4" y="{y(low + 0.1 * span) + 4:.1f}" font-size="10">{low + 0.1 * span:.3g}</text>'
+        f'<text x="{x(0):.1f}" y="{HEIGHT - 8}" font-size="10">run 0</text>'
+        f'<text x="{x(n - 1):.1f}" y="{HEIGHT - 8}" font-size="10" text-anchor="end">run {n - 1}</text>'
+    )
+    return f'<svg width="{WIDTH}" height="{HEIGHT}" role="img">{"".join(parts)}{axis}</svg>'
+
+
+def _options(element: str, label: str, values: Sequence[str]) -> str:
+    choices = "".join(f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in values)
+    select = f'<select id="{element}" onchange="filter()"><option value="">all</option>{choices}</select>'
+    return f"<label>{label} {select}</label>"
+
+
+def write_dashboard(found: Sequence[Series], out: Path, title: str) -> Path:
+    """The page, ``out/index.html``; its figures are in it."""
+    figures, scenarios, configs = [], set(), set()
+    for s in found:
+        scenario, config = s.case.split(" ")[:2]
+        scenarios.add(scenario)
+        configs.add(config)
+        caption = f"{s.case}: {s.metric} over {len(s.runs)} runs, {len(s.changes)} change point(s)"
+        figures.append(
+            f'<figure data-scenario="{html.escape(scenario)}" data-config="{html.escape(config)}">'
+            f"{_svg(s)}<figcaption>{html.escape(caption)}</figcaption></figure>"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "index.html"
+    page.write_text(
+        f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<script>{_SCRIPT}</script></head><body><h1>{html.escape(title)}</h1>"
+        f"<p>{_options('scenario', 'scenario', sorted(scenarios))} "
+        f"{_options('config', 'configuration', sorted(configs))}</p>"
+        "<p>Points: each build; line: each run's median; orange: a change point and the runs it may lie between; "
+        "text above: what changed in the stack.</p>"
+        f"{''.join(figures)}</body></html>",
+        encoding="utf-8",
+    )
+    return page
