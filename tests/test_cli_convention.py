@@ -64,6 +64,7 @@ BAD_INPUT_CASES = {
     ("doctor",): ["--config", "{tmp}/config.json"],
     ("bundle",): ["{tmp}/run.csv", "--out", "{tmp}/run.tar.gz"],
     ("serve-command",): ["--config", "{tmp}/config.json"],
+    ("bisect",): ["--envs", "{tmp}/envs.txt", "--out", "{tmp}/bisect"],
     ("history", "add"): ["--db", "{tmp}/h.db", "{tmp}/run.csv"],
     ("history", "show"): ["--db", "{tmp}/h.db"],
     ("history", "check"): ["--db", "{tmp}/h.db"],

@@ -150,12 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_tools(commands: Any) -> None:
     """Subcommands whose module owns its arguments and its main, as vLLM's benchmarks do."""
+    from lorabench.ab import bisect
     from lorabench.cli import bundle, doctor, history, serve_command
 
     for name, module, text in (
         ("doctor", doctor, "preflight: would a run start here? one line a finding; exit status 1: one would stop it"),
         ("bundle", bundle, "a run's results, logs, config, doctor output and settings in one file"),
         ("serve-command", serve_command, "the vllm serve command one engine configuration is, to start it yourself"),
+        ("bisect", bisect, "the first environment of a chain where the selection got slower, by A/B sessions"),
         ("history", history, "runs across commits in one store: add runs, show each case's series and change points"),
     ):
         sub = commands.add_parser(name, help=text, description=plain(module.__doc__))

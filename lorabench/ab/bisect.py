@@ -1,0 +1,191 @@
+"""lorabench bisect: the first environment of a chain where a pytest selection got slower.
+
+The chain is a file of interpreters or virtual environments, oldest first, one a line, with
+an optional label after it (``~/venvs/vllm-0401/bin/python nightly-0401``). Each step is a
+``lorabench ab`` session of one environment against the first, the known-good one, so
+every verdict is a paired comparison made as ``ab`` makes it. First the first against
+itself (the selection must not call its own reference slower: else it is too noisy to
+bisect) and the last against the first (it must be slower: else there is nothing to find),
+then a binary search between the last good and the first bad. An environment whose session
+cannot run (exit status 2: it cannot build an engine, say) is skipped, as ``git bisect
+skip`` does, and the search takes the nearest other one. Each step's verdict is kept in
+``OUT/bisect.json`` as soon as it is known, so ``--resume`` goes on from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lorabench.ab.plan import ABError
+from lorabench.analysis.compare.options import add_compare_arguments
+
+GOOD, BAD, SKIP = "good", "bad", "skip"
+_VERDICTS = {0: GOOD, 1: BAD, 2: SKIP}
+
+
+@dataclass(frozen=True)
+class Env:
+    python: str
+    label: str
+
+
+@dataclass
+class Bisection:
+    """The search's state: each environment's verdict against the first, as found."""
+
+    envs: list[Env]
+    verdicts: dict[int, str] = field(default_factory=dict)
+
+    def bounds(self) -> tuple[int, int]:
+        """The last environment known good before the first known bad, and that bad one."""
+        bad = min(i for i, v in self.verdicts.items() if v == BAD)
+        good = max(i for i, v in self.verdicts.items() if v == GOOD and i < bad)
+        return good, bad
+
+    def next_step(self) -> int | None:
+        """The untried environment nearest the middle of the bounds; None when none is left."""
+        good, bad = self.bounds()
+        middle = (good + bad) / 2
+        left = [i for i in range(good + 1, bad) if i not in self.verdicts]
+        return min(left, key=lambda i: (abs(i - middle), i)) if left else None
+
+
+def read_envs(path: Path) -> list[Env]:
+    """The chain; ``ABError`` with one line where the file cannot be one."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ABError(f"--envs {path}: cannot be read ({exc.strerror})") from None
+    envs = []
+    for line in lines:
+        parts = line.split(None, 1)
+        if parts and not parts[0].startswith("#"):
+            python = Path(parts[0]).expanduser()
+            python = python / "bin" / "python" if python.is_dir() else python
+            envs.append(Env(str(python), parts[1].strip() if len(parts) > 1 else parts[0]))
+    if len(envs) < 2:
+        raise ABError(f"--envs {path}: lists {len(envs)} environment(s); a chain needs 2 or more, oldest first")
+    return envs
+
+
+def bisect(state: Bisection, verdict_of: Callable[[int], str], say: Callable[[str], None]) -> str:
+    """Run the search on ``state``; ``verdict_of(i)`` runs environment i against the first.
+    Returns why it stopped: ``found``, ``range`` (skips left more than one), ``no slowdown``,
+    ``noisy`` or ``last skipped``."""
+    last = len(state.envs) - 1
+    for i, needed, stop in ((0, GOOD, "noisy"), (last, BAD, "no slowdown")):
+        if i not in state.verdicts:
+            state.verdicts[i] = verdict_of(i)
+            say(_step_line(state, i))
+        if state.verdicts[i] == SKIP:
+            return "last skipped" if i else "noisy"
+        if state.verdicts[i] != needed:
+            return stop
+    while (step := state.next_step()) is not None:
+        state.verdicts[step] = verdict_of(step)
+        say(_step_line(state, step))
+    good, bad = state.bounds()
+    return "found" if bad - good == 1 else "range"
+
+
+def _step_line(state: Bisection, i: int) -> str:
+    return f"lorabench bisect: {state.envs[i].label} against {state.envs[0].label}: {state.verdicts[i]}"
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--envs", required=True, help="file of interpreters or virtual environments, oldest first, one a line"
+    )
+    parser.add_argument("--out", required=True, help="folder for each step's A/B session and bisect.json")
+    parser.add_argument("--pairs", type=int, default=3, help="pairs of turns in each step's A/B session")
+    parser.add_argument("--config", default="config/common.json", help="the benchmark configuration every step runs")
+    parser.add_argument("--resume", action="store_true", help="go on from the steps bisect.json in --out records")
+    add_compare_arguments(parser.add_argument, runs=False)
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest selection and options")
+
+
+def _record(out: Path, state: Bisection) -> None:
+    path = out / "bisect.json"
+    text = json.dumps({"envs": [e.__dict__ for e in state.envs], "verdicts": state.verdicts}, indent=1)
+    path.with_suffix(".tmp").write_text(text, encoding="utf-8")
+    path.with_suffix(".tmp").replace(path)
+
+
+def _start(args: argparse.Namespace) -> tuple[Bisection, Path]:
+    out = Path(args.out).expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise ABError(f"--out {args.out}: a file is there; give a folder for the steps")
+    state = Bisection(read_envs(Path(args.envs)))
+    record = out / "bisect.json"
+    if args.resume:
+        if not record.is_file():
+            raise ABError(f"--resume: {args.out} holds no bisection (no bisect.json); leave out --resume to start one")
+        kept = json.loads(record.read_text(encoding="utf-8"))
+        if kept["envs"] != [e.__dict__ for e in state.envs]:
+            raise ABError(f"--resume: {args.envs} is not the chain {record} was started with")
+        state.verdicts = {int(i): v for i, v in kept["verdicts"].items()}
+    elif record.exists():
+        raise ABError(
+            f"--out {args.out}: holds an earlier bisection; add --resume to continue it, or give a new folder"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    return state, out
+
+
+def _session(args: argparse.Namespace, state: Bisection, out: Path) -> Callable[[int], str]:
+    """Environment i against the first, as one ``lorabench ab`` session in ``out/step-i``."""
+
+    def verdict_of(i: int) -> str:
+        folder = out / f"step-{i:03d}"
+        command = [sys.executable, "-m", "lorabench", "ab", "--out", str(folder), "--pairs", str(args.pairs)]
+        command += ["--base-python", state.envs[0].python, "--new-python", state.envs[i].python]
+        command += ["--config", args.config, "--alpha", str(args.alpha), "--format", "text"]
+        command += [f"--threshold={t}" for t in args.threshold]
+        if (folder / "ab.json").is_file():
+            command.append("--resume")
+        with (out / f"step-{i:03d}.log").open("w") as log:
+            status = subprocess.run([*command, "--", *args.pytest_args], stdout=log, stderr=log).returncode
+        verdict = _VERDICTS.get(status, SKIP)
+        state.verdicts[i] = verdict
+        _record(out, state)
+        return verdict
+
+    return verdict_of
+
+
+def main(args: argparse.Namespace) -> int:
+    """Exit status 1: the first slower environment found (or its range); 0: the last is not
+    slower than the first; 2: bad input, or a chain that cannot be bisected as given."""
+    try:
+        state, out = _start(args)
+    except ABError as exc:
+        print(f"lorabench bisect: {exc}", file=sys.stderr)
+        return 2
+    if args.pytest_args[:1] == ["--"]:
+        args.pytest_args = args.pytest_args[1:]
+    say = lambda line: print(line, file=sys.stderr)  # noqa: E731
+    stop = bisect(state, _session(args, state, out), say)
+    envs = state.envs
+    if stop == "no slowdown":
+        print(f"no slowdown: {envs[-1].label} is not slower than {envs[0].label} (steps in {out})")
+        return 0
+    if stop in ("noisy", "last skipped"):
+        which = envs[0 if stop == "noisy" else -1].label
+        why = "called slower than itself: raise --pairs" if stop == "noisy" else "could not run: see its step's log"
+        print(f"lorabench bisect: {which} {why} ({out})", file=sys.stderr)
+        return 2
+    good, bad = state.bounds()
+    skipped = [envs[i].label for i in range(good + 1, bad)]
+    if stop == "found":
+        print(f"first slower environment: {envs[bad].label} (after {envs[good].label}), {len(state.verdicts)} sessions")
+    else:
+        print(f"first slower environment: one of {', '.join([*skipped, envs[bad].label])} (skipped: could not run)")
+    for i in sorted(state.verdicts):
+        print(f"  {envs[i].label}: {state.verdicts[i]} ({out / f'step-{i:03d}' / 'comparison.txt'})")
+    return 1

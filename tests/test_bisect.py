@@ -1,0 +1,104 @@
+"""lorabench bisect: the search finds the planted slowdown in a chain within 6 A/B
+sessions wherever it is, says so when there is none, skips what cannot run, resumes; and
+one chain of stand-in interpreters runs end to end through real ``lorabench ab`` sessions."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lorabench.ab.bisect import BAD, GOOD, SKIP, Bisection, Env, bisect
+from tests.helpers import ROOT
+from tests.test_ab import write_fake_python
+
+CHAIN = [Env(f"/envs/{i}/bin/python", f"env{i:02d}") for i in range(16)]
+
+
+def search(slow_from, skip=(), verdicts=None):
+    """The search on the 16-environment chain with a slowdown from ``slow_from`` on (None: none)."""
+    sessions = []
+
+    def verdict_of(i):
+        sessions.append(i)
+        if i in skip:
+            return SKIP
+        return BAD if slow_from is not None and i >= slow_from and i > 0 else GOOD
+
+    state = Bisection(CHAIN, dict(verdicts or {}))
+    return bisect(state, verdict_of, lambda line: None), state, sessions
+
+
+@pytest.mark.parametrize("k", range(1, 16))
+def test_the_slowdown_is_found_wherever_it_is_within_6_sessions(k):
+    stop, state, sessions = search(k)
+    assert stop == "found" and state.bounds() == (k - 1, k)
+    assert len(sessions) <= 6 and sessions[:2] == [0, 15]  # the first against itself, the last against the first
+
+
+def test_no_slowdown_is_said_after_two_sessions():
+    stop, _, sessions = search(None)
+    assert stop == "no slowdown" and sessions == [0, 15]
+
+
+def test_an_environment_that_cannot_run_is_skipped_and_the_answer_is_a_range_when_it_must_be():
+    stop, state, sessions = search(6, skip={7})  # 7, tried first as the middle, cannot run: 8 instead
+    assert stop == "found" and state.bounds() == (5, 6) and state.verdicts[7] == SKIP and sessions[2:4] == [7, 8]
+    stop, state, _ = search(7, skip={6})  # the step is at 7, but 6 cannot tell: 6 or 7
+    assert stop == "range" and state.bounds() == (5, 7) and state.verdicts[6] == SKIP
+
+
+def test_a_resumed_search_runs_only_the_steps_it_lacks():
+    _, first, sessions = search(11)
+    done = dict(list(first.verdicts.items())[:3])
+    stop, state, resumed = search(11, verdicts=done)
+    assert stop == "found" and state.bounds() == (10, 11) and not set(resumed) & set(done)
+    assert len(resumed) == len(sessions) - 3
+
+
+def test_a_noisy_selection_or_a_last_that_cannot_run_stops_the_search():
+    assert search(None, skip={0})[0] == "noisy"
+    assert search(5, skip={15})[0] == "last skipped"
+
+
+def chain_of_fake_interpreters(folder, count, slow_from):
+    fake = write_fake_python(folder)
+    lines = []
+    for i in range(count):
+        wrapper = folder / f"env{i}"
+        scale = 1.3 if i >= slow_from else 1.0
+        wrapper.write_text(f'#!/bin/sh\nFAKE_SCALE={scale} exec "{fake}" "$@"\n')
+        wrapper.chmod(0o755)
+        lines.append(f"{wrapper} nightly-{i}")
+    envs = folder / "envs.txt"
+    envs.write_text("\n".join(lines) + "\n")
+    return envs
+
+
+def test_a_chain_of_interpreters_is_bisected_through_real_ab_sessions_and_resumed(tmp_path):
+    envs, out = chain_of_fake_interpreters(tmp_path, 4, slow_from=2), tmp_path / "bisect"
+    command = [sys.executable, "-m", "lorabench", "bisect", "--envs", str(envs), "--out", str(out), "--pairs", "2"]
+    done = subprocess.run([*command, "--", "bench"], cwd=ROOT, capture_output=True, text=True, env=os.environ)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "first slower environment: nightly-2 (after nightly-1)" in done.stdout, done.stdout
+    record = json.loads((out / "bisect.json").read_text())
+    assert record["verdicts"] == {"0": GOOD, "3": BAD, "1": GOOD, "2": BAD}
+    assert " 0 regressed, " not in (out / "step-002" / "comparison.txt").read_text()  # its evidence, kept
+    again = subprocess.run([*command, "--resume", "--", "bench"], cwd=ROOT, capture_output=True, text=True)
+    assert again.returncode == 1 and "against" not in again.stderr, again.stderr  # no session ran again
+
+
+@pytest.mark.parametrize(
+    "lines, says",
+    [("", "lists 0 environment(s); a chain needs 2 or more"), ("# only a comment\n/one/python\n", "lists 1")],
+)
+def test_a_chain_too_short_is_bad_input(tmp_path, capsys, lines, says):
+    from lorabench.cli.main import main
+
+    (tmp_path / "envs.txt").write_text(lines)
+    assert main(["bisect", "--envs", str(tmp_path / "envs.txt"), "--out", str(tmp_path / "b"), "--", "bench"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
