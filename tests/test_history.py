@@ -222,3 +222,38 @@ def test_the_dashboard_is_one_offline_page_with_each_build_the_change_and_the_st
     assert page.count("<figure ") == 2 and page.count("<circle ") == 2 * 12 * 2  # 2 cases, 12 runs, 2 builds
     assert page.count("change at run 7:") == 2 and page.count("vllm_version 0.32.0 → 0.33.0") == 2
     assert 'data-scenario="multilora"' in page and '<select id="config"' in page
+
+
+def write_digests(csv_path, digest):
+    rows = pd.read_csv(csv_path)
+    records = [
+        {
+            "run_id": rows["run_id"][0],
+            "model": "builtin:tiny-llama",
+            "device_type": "cpu",
+            "engine_id": e,
+            "build": b,
+            "adapter": a,
+            "adapter_rank": 8,
+            "digest": digest if a == "a1" else "same",
+            "base_digest": "b",
+        }
+        for b, e in ((0, "loras2-rank16-cpu4-build0"), (1, "loras2-rank16-cpu4-build1"))
+        for a in ("a0", "a1")
+    ]
+    pd.DataFrame(records).to_csv(csv_path.with_name(csv_path.stem + ".digests.csv"), index=False)
+
+
+def test_the_gate_fails_the_night_an_adapters_output_changed(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    paths = write_runs(tmp_path, 6)
+    for i, path in enumerate(paths):
+        write_digests(path, "d-new" if i == 5 else "d-old")
+    main(["history", "add", "--db", str(db), *map(str, paths[:5])])
+    assert check(db) == 0
+    main(["history", "add", "--db", str(db), str(paths[5])])
+    capsys.readouterr()
+    assert check(db) == 1
+    out = capsys.readouterr().out
+    assert "OUTPUT CHANGED builtin:tiny-llama (cpu) adapter a1: greedy output d-old -> d-new between run run-004" in out
+    assert "adapter a0" not in out and "1 adapter output(s) changed" in out

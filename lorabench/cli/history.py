@@ -3,7 +3,7 @@
 add: put result files' runs in the store (again: nothing changes). show: each case's metric
 over the runs, in order, with its change points. report: the same as one static page.
 check: the nightly gate, exit status 1 when the newest run lies after a change point that
-made a metric worse beyond its threshold.
+made a metric worse beyond its threshold, or an adapter's output changed in it.
 Exit status 0: done, nothing found; 1: a regression (check); 2: bad input.
 """
 
@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from lorabench.analysis.history.changes import ALPHA, Change
-from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, regressions
+from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, output_changes, regressions
 from lorabench.analysis.history.runs import HistoryError
 from lorabench.analysis.history.series import Series, ordered_runs, series
-from lorabench.analysis.history.store import add_runs, connect
+from lorabench.analysis.history.store import add_runs, connect, run_digests
 
 DEFAULT_METRICS = ("ttft_ms", "decode_ms", "e2e_ms")
 
@@ -129,10 +129,29 @@ def _check(args: argparse.Namespace) -> int:
     failed = regressions(found, threshold, per_metric)
     for r in failed:
         print(_regression_line(r))
-    newest = max((s.runs[-1] for s in found), key=lambda r: r.timestamp)
+    changed = _output_changes(args)
     verdict = f"{len(failed)} regressed" if failed else "no regression"
-    print(f"history check: {verdict} beyond {threshold:.0%} in {len(found)} series; newest run {newest.run_id}")
-    return 1 if failed else 0
+    outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
+    print(f"history check: {verdict} beyond {threshold:.0%} in {len(found)} series; {outputs} in the newest run")
+    return 1 if failed or changed else 0
+
+
+def _output_changes(args: argparse.Namespace) -> list[str]:
+    """OUTPUT CHANGED lines: the newest run against the one before it, adapter by adapter."""
+    with connect(args.db, create=False) as conn:
+        runs = ordered_runs(conn, args.order)
+        if len(runs) < 2:
+            return []
+        before, newest = runs[-2], runs[-1]
+        changed = output_changes(run_digests(conn, newest.run_id), run_digests(conn, before.run_id))
+    lines = [
+        f"OUTPUT CHANGED {model} ({device}) adapter {adapter}: greedy output {old} -> {new} between run "
+        f"{before.run_id} and {newest.run_id} (stack {before.stack_id} -> {newest.stack_id})"
+        for (model, device, adapter), old, new in changed
+    ]
+    for line in lines:
+        print(line)
+    return lines
 
 
 def _regression_line(r: Regression) -> str:

@@ -48,3 +48,13 @@ def regressions(found: Sequence[Series], threshold: float, per_metric: dict[str,
             if worse > per_metric.get(s.metric, threshold):
                 out.append(Regression(s, s.changes[-1], worse))
     return out
+
+
+def output_changes(
+    newest: dict[tuple[str, str, str], str], before: dict[tuple[str, str, str], str]
+) -> list[tuple[tuple[str, str, str], str, str]]:
+    """The adapters whose greedy output differs between the run before and the newest (same
+    model and device): the night an output changed fails once, with both digests named."""
+    return [
+        (key, before[key], newest[key]) for key in sorted(newest.keys() & before.keys()) if newest[key] != before[key]
+    ]

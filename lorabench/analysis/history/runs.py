@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorabench.analysis.compare.load import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
+from lorabench.results.records import digests_path_for
 from lorabench.results.schema import ENGINE_KEY, OLDER_FILES, STACK_COLUMNS
 
 
@@ -37,6 +38,8 @@ class ReadRun:
     timestamp: str = ""
     # (case key, configuration, build, {metric: value}) per row.
     rows: list[tuple[str, str, int, dict[str, float]]] = field(default_factory=list)
+    # (model, device type, adapter) -> its greedy output digests, from the digests file beside.
+    digests: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=1 << 16)  # a key's values repeat from run to run
@@ -110,4 +113,20 @@ def read_runs(path: Path) -> list[ReadRun]:
         raise HistoryError(f"{path}: not a CSV file ({exc})") from None
     if not runs:
         raise HistoryError(f"{path}: has no result rows")
+    _read_digests(digests_path_for(path), runs)
     return list(runs.values())
+
+
+def _read_digests(path: Path, runs: dict[str, ReadRun]) -> None:
+    """Each run's adapters' output digests, where the digests file beside has them."""
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                run = runs.get(row.get("run_id") or "")
+                if run is not None and row.get("digest"):
+                    key = (row.get("model") or "", row.get("device_type") or "", row.get("adapter") or "")
+                    run.digests.setdefault(key, set()).add(row["digest"])
+    except FileNotFoundError:
+        return
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise HistoryError(f"{path}: not a CSV file ({exc})") from None

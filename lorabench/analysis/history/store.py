@@ -44,6 +44,13 @@ CREATE TABLE IF NOT EXISTS rows (
     metrics TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS rows_by_case ON rows(case_key);
+CREATE TABLE IF NOT EXISTS digests (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    model TEXT NOT NULL,
+    device_type TEXT NOT NULL,
+    adapter TEXT NOT NULL,
+    digests TEXT NOT NULL
+);
 """
 
 
@@ -91,6 +98,10 @@ def _insert(conn: sqlite3.Connection, run: ReadRun) -> tuple[StoredRun, bool]:
                 "INSERT INTO rows VALUES (?, ?, ?, ?, ?)",
                 [(run.run_id, key, engine, build, json.dumps(m)) for key, engine, build, m in run.rows],
             )
+            conn.executemany(
+                "INSERT INTO digests VALUES (?, ?, ?, ?, ?)",
+                [(run.run_id, *key, ", ".join(sorted(d))) for key, d in run.digests.items()],
+            )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -120,3 +131,9 @@ def case_rows(conn: sqlite3.Connection, case_key: str) -> list[tuple[str, int, d
     """One case's stored rows: (run, build, metrics)."""
     found = conn.execute("SELECT run_id, build, metrics FROM rows WHERE case_key = ?", (case_key,))
     return [(run_id, build, json.loads(metrics)) for run_id, build, metrics in found]
+
+
+def run_digests(conn: sqlite3.Connection, run_id: str) -> dict[tuple[str, str, str], str]:
+    """A run's adapters' output digests: (model, device type, adapter) -> its digests, joined."""
+    found = conn.execute("SELECT model, device_type, adapter, digests FROM digests WHERE run_id = ?", (run_id,))
+    return {(m, d, a): digests for m, d, a, digests in found}
