@@ -257,3 +257,16 @@ def test_the_gate_fails_the_night_an_adapters_output_changed(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "OUTPUT CHANGED builtin:tiny-llama (cpu) adapter a1: greedy output d-old -> d-new between run run-004" in out
     assert "adapter a0" not in out and "1 adapter output(s) changed" in out
+
+
+def test_six_runs_can_show_a_change_though_a_permutation_test_of_them_could_not():
+    """3 and 3 runs have 20 orders: a permutation p-value is never under 0.05. Welch's
+    t-test decides short series, and it is not fooled by their noise."""
+    rng = np.random.default_rng(2)
+    found, false = 0, 0
+    for i in range(100):
+        stepped = rng.normal(1.0, 0.03, 6)
+        stepped[3:] *= 1.3
+        found += [c.position for c in change_points(stepped, seed=i)] == [3]
+        false += len(change_points(rng.normal(1.0, 0.03, 6), seed=i))
+    assert found >= 90 and false <= 2, (found, false)

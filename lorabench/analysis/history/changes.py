@@ -20,6 +20,12 @@ split whose gain falls short of the best by at most ``LOCATION_KAPPA`` times the
 variance. In simulation (scripts/bench_change_points.py) that range holds the true step in
 95 % of series or more, from a 1.7-sigma step (7 runs wide on average) to a 4-sigma one (1).
 
+A permutation test cannot say less than one in as many distinct orders as the runs have:
+6 runs split 3 and 3 have 20, so nothing would ever be significant at 0.01. Below
+``PERMUTATION_MIN_RUNS`` runs, whether a split is real is Student's t-test of the two sides
+(Welch's, as Otava decides throughout), its p-value multiplied by the number of splits
+tried (Bonferroni), since the split tested is the best of them.
+
 A run is one point: the median of its builds, which are replicates of one stack, not
 points of the series.
 """
@@ -37,6 +43,8 @@ MIN_SIZE = 3
 # How far below the best split's gain, in units of the noise's variance, a split still may
 # be where the change lies (about 95 % coverage in simulation, whatever the step's size).
 LOCATION_KAPPA = 6.0
+# From this many runs on, a permutation test can reach ALPHA (C(10, 5) = 252 orders).
+PERMUTATION_MIN_RUNS = 10
 
 
 @dataclass(frozen=True)
@@ -75,11 +83,27 @@ def _split(values: np.ndarray, rng: np.random.Generator) -> tuple[int, float, in
         return None
     own = gains(values[np.newaxis])[0]
     best = int(own.argmax())
-    shuffles = np.array([rng.permutation(values) for _ in range(PERMUTATIONS)])
-    as_large = int((gains(shuffles).max(axis=1) >= own[best] * (1 - 1e-12)).sum())
+    if n < PERMUTATION_MIN_RUNS:
+        p = min(1.0, len(own) * _welch_p(values[: MIN_SIZE + best], values[MIN_SIZE + best :]))
+    else:
+        shuffles = np.array([rng.permutation(values) for _ in range(PERMUTATIONS)])
+        as_large = int((gains(shuffles).max(axis=1) >= own[best] * (1 - 1e-12)).sum())
+        p = (as_large + 1) / (PERMUTATIONS + 1)
     variance = (((values - values.mean()) ** 2).sum() - own[best]) / max(n - 2, 1)
     near = np.flatnonzero(own[best] - own <= LOCATION_KAPPA * variance)
-    return MIN_SIZE + best, (as_large + 1) / (PERMUTATIONS + 1), MIN_SIZE + int(near[0]), MIN_SIZE + int(near[-1])
+    return MIN_SIZE + best, p, MIN_SIZE + int(near[0]), MIN_SIZE + int(near[-1])
+
+
+def _welch_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided p-value of Welch's t-test between ``a`` and ``b``; 0 for two exact levels."""
+    from lorabench.analysis.compare.noise import t_sf
+
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0:
+        return 0.0 if a.mean() != b.mean() else 1.0
+    t = abs(a.mean() - b.mean()) / np.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    return 2 * t_sf(t, df)
 
 
 def change_points(points: np.ndarray, *, alpha: float = ALPHA, seed: int = 0) -> list[Change]:
