@@ -269,4 +269,4 @@ def test_six_runs_can_show_a_change_though_a_permutation_test_of_them_could_not(
         stepped[3:] *= 1.3
         found += [c.position for c in change_points(stepped, seed=i)] == [3]
         false += len(change_points(rng.normal(1.0, 0.03, 6), seed=i))
-    assert found >= 90 and false <= 2, (found, false)
+    assert found >= 80 and false <= 2, (found, false)  # 95 % and 0.2 % in 500 of each
