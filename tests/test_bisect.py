@@ -59,8 +59,8 @@ def test_a_resumed_search_runs_only_the_steps_it_lacks():
     assert len(resumed) == len(sessions) - 3
 
 
-def test_a_noisy_selection_or_a_last_that_cannot_run_stops_the_search():
-    assert search(None, skip={0})[0] == "noisy"
+def test_a_first_or_last_that_cannot_run_stops_the_search():
+    assert search(None, skip={0})[0] == "first skipped"
     assert search(5, skip={15})[0] == "last skipped"
 
 

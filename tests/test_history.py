@@ -157,8 +157,8 @@ def test_the_gate_fails_on_a_regression_naming_its_run_and_what_changed_in_the_s
     out = capsys.readouterr().out
     failed = [line for line in out.splitlines() if line.startswith("REGRESSION")]
     assert len(failed) == 2 and all(" ttft_ms: " in line for line in failed), out  # both cases, ttft only
-    assert all("from run run-007:" in line and "(vllm_version 0.32.0 -> 0.33.0)" in line for line in failed), out
-    assert "history check: 2 regressed beyond 5%" in out
+    assert all(line.endswith("since run run-007: vllm_version 0.32.0 -> 0.33.0") for line in failed), out
+    assert "history check: 2 regressed beyond 5% in 12 series of the newest run run-011" in out
 
 
 @pytest.mark.parametrize(
@@ -270,3 +270,69 @@ def test_six_runs_can_show_a_change_though_a_permutation_test_of_them_could_not(
         found += [c.position for c in change_points(stepped, seed=i)] == [3]
         false += len(change_points(rng.normal(1.0, 0.03, 6), seed=i))
     assert found >= 80 and false <= 2, (found, false)  # 95 % and 0.2 % in 500 of each
+
+
+def series_of(levels, runs_each=6, noise=0.005, seed=0):
+    """A ttft_ms series through the levels given, ``runs_each`` runs at each."""
+    from lorabench.analysis.history.series import Series
+    from lorabench.analysis.history.store import StoredRun
+
+    rng = np.random.default_rng(seed)
+    points = np.concatenate([rng.normal(level, noise * level, runs_each) for level in levels])
+    runs = [StoredRun(f"run-{i}", f"t{i:03d}", f"s{i}", {"vllm_version": str(i)}) for i in range(len(points))]
+    return Series("multilora x", "ttft_ms", runs, [np.array([p]) for p in points], change_points(points))
+
+
+@pytest.mark.parametrize(
+    "levels, fails",
+    [
+        ([100, 115, 110], True),  # a recovery that leaves it 10 % worse than it was
+        ([100, 104, 108.5], True),  # two steps under 5 % that add up to 8.5 %
+        ([100, 103], False),  # a real change, but under 5 %
+    ],
+)
+def test_the_gate_compares_the_newest_level_with_every_level_before_it(levels, fails):
+    from lorabench.analysis.history.gate import regressions
+
+    s = series_of(levels)
+    assert len(s.changes) == len(levels) - 1, s.changes
+    assert bool(regressions([s], 0.05, {})) == fails
+
+
+@pytest.mark.parametrize("n", range(6, 17))
+def test_a_20_percent_regression_on_the_last_3_runs_is_a_change_point_at_any_length(n):
+    rng = np.random.default_rng(n)
+    hits = 0
+    for i in range(20):
+        points = rng.normal(1.0, 0.03, n)
+        points[n - 3 :] *= 1.2
+        hits += any(c.position == n - 3 for c in change_points(points, seed=i))
+    assert hits >= 16, hits
+
+
+def test_a_case_missing_from_the_newest_run_fails_the_gate_and_old_series_are_not_judged(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    paths = write_runs(tmp_path, 10, step_at=5)
+    last = pd.read_csv(paths[-1])
+    last[last["batch_size"] == 2].to_csv(paths[-1], index=False)  # bs8 crashed tonight
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    capsys.readouterr()
+    assert check(db, "--metric", "ttft_ms") == 1
+    out = capsys.readouterr().out
+    assert "MISSING multilora loras2-rank16-cpu4 bs8 in16 out4: measured before, not in the newest run run-009" in out
+    assert "REGRESSION" in out and " bs8 " not in out.split("MISSING")[0] + out.split("MISSING")[1].split("\n", 1)[1]
+
+
+def test_two_machines_are_two_series_not_one_that_jumps(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    paths = write_runs(tmp_path, 12)
+    for i, path in enumerate(paths):  # two hosts alternate, the second 30 % slower
+        rows = pd.read_csv(path)
+        rows["hostname"] = f"host{i % 2}"
+        rows["ttft_ms"] *= 1.3 if i % 2 else 1.0
+        rows.to_csv(path, index=False)
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    capsys.readouterr()
+    assert main(["history", "show", "--db", str(db), "-k", "bs2", "--metric", "ttft_ms"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("(6 runs;") == 2 and " on host0 " in out and " on host1 " in out and "change at" not in out

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from lorabench.ab.plan import ABError
 from lorabench.analysis.compare.options import add_compare_arguments
+from lorabench.analysis.history.gate import GATE_THRESHOLD
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 _VERDICTS = {0: GOOD, 1: BAD, 2: SKIP}
@@ -77,14 +78,14 @@ def read_envs(path: Path) -> list[Env]:
 def bisect(state: Bisection, verdict_of: Callable[[int], str], say: Callable[[str], None]) -> str:
     """Run the search on ``state``; ``verdict_of(i)`` runs environment i against the first.
     Returns why it stopped: ``found``, ``range`` (skips left more than one), ``no slowdown``,
-    ``noisy`` or ``last skipped``."""
+    ``noisy``, ``first skipped`` or ``last skipped``."""
     last = len(state.envs) - 1
     for i, needed, stop in ((0, GOOD, "noisy"), (last, BAD, "no slowdown")):
         if i not in state.verdicts:
             state.verdicts[i] = verdict_of(i)
             say(_step_line(state, i))
         if state.verdicts[i] == SKIP:
-            return "last skipped" if i else "noisy"
+            return "last skipped" if i else "first skipped"
         if state.verdicts[i] != needed:
             return stop
     while (step := state.next_step()) is not None:
@@ -106,8 +107,20 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pairs", type=int, default=3, help="pairs of turns in each step's A/B session")
     parser.add_argument("--config", default="config/common.json", help="the benchmark configuration every step runs")
     parser.add_argument("--resume", action="store_true", help="go on from the steps bisect.json in --out records")
-    add_compare_arguments(parser.add_argument, runs=False)
+    add_compare_arguments(_gate_default(parser), runs=False)
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest selection and options")
+
+
+def _gate_default(parser: argparse.ArgumentParser) -> Callable[..., object]:
+    """``add_argument`` with the threshold's help saying bisect's default, the gate's 5 %:
+    what ``history check`` flags, bisect can find."""
+
+    def add(*names: str, **options: object) -> object:
+        if names == ("--threshold",):
+            options["help"] = str(options["help"]).replace("default 10%%", f"default {100 * GATE_THRESHOLD:g}%% here")
+        return parser.add_argument(*names, **options)
+
+    return add
 
 
 def _record(out: Path, state: Bisection) -> None:
@@ -134,7 +147,10 @@ def _start(args: argparse.Namespace) -> tuple[Bisection, Path]:
         raise ABError(
             f"--out {args.out}: holds an earlier bisection; add --resume to continue it, or give a new folder"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ABError(f"--out {args.out}: cannot be made ({exc.strerror})") from None
     return state, out
 
 
@@ -146,12 +162,14 @@ def _session(args: argparse.Namespace, state: Bisection, out: Path) -> Callable[
         command = [sys.executable, "-m", "lorabench", "ab", "--out", str(folder), "--pairs", str(args.pairs)]
         command += ["--base-python", state.envs[0].python, "--new-python", state.envs[i].python]
         command += ["--config", args.config, "--alpha", str(args.alpha), "--format", "text"]
-        command += [f"--threshold={t}" for t in args.threshold]
+        command += [f"--threshold={t}" for t in args.threshold or [f"{100 * GATE_THRESHOLD:g}%"]]
         if (folder / "ab.json").is_file():
             command.append("--resume")
         with (out / f"step-{i:03d}.log").open("w") as log:
             status = subprocess.run([*command, "--", *args.pytest_args], stdout=log, stderr=log).returncode
-        verdict = _VERDICTS.get(status, SKIP)
+        if status not in _VERDICTS:  # killed (out of memory?), crashed: not a verdict to keep
+            raise ABError(f"{state.envs[i].label}'s session ended with status {status}: see {log.name}; then --resume")
+        verdict = _VERDICTS[status]
         state.verdicts[i] = verdict
         _record(out, state)
         return verdict
@@ -162,21 +180,21 @@ def _session(args: argparse.Namespace, state: Bisection, out: Path) -> Callable[
 def main(args: argparse.Namespace) -> int:
     """Exit status 1: the first slower environment found (or its range); 0: the last is not
     slower than the first; 2: bad input, or a chain that cannot be bisected as given."""
-    try:
-        state, out = _start(args)
-    except ABError as exc:
-        print(f"lorabench bisect: {exc}", file=sys.stderr)
-        return 2
     if args.pytest_args[:1] == ["--"]:
         args.pytest_args = args.pytest_args[1:]
     say = lambda line: print(line, file=sys.stderr)  # noqa: E731
-    stop = bisect(state, _session(args, state, out), say)
+    try:
+        state, out = _start(args)
+        stop = bisect(state, _session(args, state, out), say)
+    except ABError as exc:
+        print(f"lorabench bisect: {exc}", file=sys.stderr)
+        return 2
     envs = state.envs
     if stop == "no slowdown":
         print(f"no slowdown: {envs[-1].label} is not slower than {envs[0].label} (steps in {out})")
         return 0
-    if stop in ("noisy", "last skipped"):
-        which = envs[0 if stop == "noisy" else -1].label
+    if stop in ("noisy", "first skipped", "last skipped"):
+        which = envs[-1 if stop == "last skipped" else 0].label
         why = "called slower than itself: raise --pairs" if stop == "noisy" else "could not run: see its step's log"
         print(f"lorabench bisect: {which} {why} ({out})", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ from lorabench.analysis.history.changes import ALPHA, Change
 from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, output_changes, regressions
 from lorabench.analysis.history.runs import HistoryError
 from lorabench.analysis.history.series import Series, ordered_runs, series
-from lorabench.analysis.history.store import add_runs, connect, run_digests
+from lorabench.analysis.history.store import StoredRun, add_runs, connect, run_digests
 
 DEFAULT_METRICS = ("ttft_ms", "decode_ms", "e2e_ms")
 
@@ -85,7 +85,7 @@ def _selector(expr: str | None):  # noqa: ANN202 - a predicate on a case's label
     return lambda label: compiled.evaluate(lambda name, **_: name.lower() in label.lower())
 
 
-def _series(args: argparse.Namespace, default_metrics: list[str]) -> list[Series]:
+def _series(args: argparse.Namespace, default_metrics: list[str]) -> tuple[list[StoredRun], list[Series]]:
     from lorabench.analysis.compare.load import METRICS
 
     metrics = args.metric or default_metrics
@@ -97,11 +97,11 @@ def _series(args: argparse.Namespace, default_metrics: list[str]) -> list[Series
         found = series(conn, runs, metrics, _selector(args.select))
     if not found:
         raise HistoryError(f"{args.db}: no stored case matches -k {args.select!r}" if args.select else "no runs")
-    return found
+    return runs, found
 
 
 def _show(args: argparse.Namespace) -> int:
-    for s in _series(args, list(DEFAULT_METRICS)):
+    for s in _series(args, list(DEFAULT_METRICS))[1]:
         print(_render(s))
     return 0
 
@@ -112,8 +112,12 @@ def _report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise HistoryError(f"--out {out}: is a file: name a folder for index.html")
-    found = _series(args, list(DEFAULT_METRICS))
-    print(f"report: {write_dashboard(found, out, f'lorabench history: {args.db.name}')}")
+    found = _series(args, list(DEFAULT_METRICS))[1]
+    try:
+        page = write_dashboard(found, out, f"lorabench history: {args.db.name}")
+    except OSError as exc:
+        raise HistoryError(f"--out {out}: cannot be written ({exc.strerror})") from None
+    print(f"report: {page}")
     return 0
 
 
@@ -125,15 +129,23 @@ def _check(args: argparse.Namespace) -> int:
         threshold, per_metric = parse_thresholds(args.threshold, default=GATE_THRESHOLD)
     except CompareError as exc:
         raise HistoryError(str(exc)) from None
-    found = _series(args, list(METRICS))
-    failed = regressions(found, threshold, per_metric)
+    runs, found = _series(args, list(METRICS))
+    newest = runs[-1]
+    judged = [s for s in found if s.runs[-1].run_id == newest.run_id]
+    missing = sorted({s.case for s in found} - {s.case for s in judged})
+    for case in missing:
+        print(f"MISSING {case}: measured before, not in the newest run {newest.run_id} (did it fail?)")
+    failed = regressions(judged, threshold, per_metric)
     for r in failed:
-        print(_regression_line(r))
+        print(_regression_line(r, len(judged)))
     changed = _output_changes(args)
     verdict = f"{len(failed)} regressed" if failed else "no regression"
     outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
-    print(f"history check: {verdict} beyond {threshold:.0%} in {len(found)} series; {outputs} in the newest run")
-    return 1 if failed or changed else 0
+    print(
+        f"history check: {verdict} beyond {threshold:.0%} in {len(judged)} series of the newest run "
+        f"{newest.run_id}; {len(missing)} case(s) missing from it; {outputs}"
+    )
+    return 1 if failed or changed or missing else 0
 
 
 def _output_changes(args: argparse.Namespace) -> list[str]:
@@ -154,19 +166,20 @@ def _output_changes(args: argparse.Namespace) -> list[str]:
     return lines
 
 
-def _regression_line(r: Regression) -> str:
+def _regression_line(r: Regression, family: int) -> str:
     s, c = r.series, r.change
-    before, after = s.runs[c.position - 1], s.runs[c.position]
     return (
-        f"REGRESSION {s.case} {s.metric}: {c.before:.3f} -> {c.after:.3f} "
-        f"({100 * r.worse:.1f} % worse, p {c.p_value:.3f}) from run {after.run_id}{_range(c)}: "
-        f"stack {before.stack_id} -> {after.stack_id} ({r.stack_change()})"
+        f"REGRESSION {s.case} {s.metric}: {r.level:.3f} -> {r.newest:.3f} ({100 * r.worse:.1f} % worse, "
+        f"p {r.p_value:.2g} over {family} series) since run {s.runs[c.position].run_id}{_range(s, c)}: "
+        f"{r.stack_change()}"
     )
 
 
-def _range(c: Change) -> str:
+def _range(s: Series, c: Change) -> str:
     """Where else the change may lie: the noise leaves its exact run uncertain."""
-    return f" (somewhere in runs {c.first}-{c.last})" if c.first != c.last else ""
+    if c.first == c.last:
+        return ""
+    return f" (somewhere from run {s.runs[c.first].run_id} to {s.runs[c.last].run_id})"
 
 
 def _render(s: Series) -> str:
@@ -178,7 +191,7 @@ def _render(s: Series) -> str:
     for c in s.changes:
         before, after = s.runs[c.position - 1], s.runs[c.position]
         lines.append(
-            f"  change at run {c.position}{_range(c)}: {c.before:.3f} -> {c.after:.3f} ({100 * (c.ratio - 1):+.1f} %, "
-            f"p {c.p_value:.3f}), stack {before.stack_id} -> {after.stack_id}"
+            f"  change at run {c.position}{_range(s, c)}: {c.before:.3f} -> {c.after:.3f} "
+            f"({100 * (c.ratio - 1):+.1f} %, p {c.p_value:.3f}), stack {before.stack_id} -> {after.stack_id}"
         )
     return "\n".join(lines)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-FORMATS = ("text", "markdown", "csv", "json")  # the renderers of compare/show.py
+FORMATS = ("text", "markdown", "csv", "json")  # the renderers lorabench.analysis.show prints with
 THRESHOLD_HELP = "smallest change that counts, default 10%%; repeat per metric, e.g. decode_ms=5%%"
 ALPHA_HELP = "significance level after adjustment: the chance that two same-code runs flag anything (default 0.05)"
 NOISE_FROM_HELP = (

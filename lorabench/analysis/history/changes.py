@@ -14,16 +14,19 @@ for the split having been chosen as the best of all positions. A split with
 ``p <= ALPHA`` is a change point, and each side is searched again.
 
 Where exactly is uncertain: with noise, the best split often lies a run or two from the
-true one (at 3 % noise and a 5 % step, within one run in about 3 cases of 4, as any
-estimator can do). So each change point comes with the runs it may lie between: every
+true one (at 3 % noise and a 5 % step, within one run in 2 cases of 3; the least-squares
+split itself, the best one can do, gets 77 %). So each change point comes with the runs it
+may lie between: every
 split whose gain falls short of the best by at most ``LOCATION_KAPPA`` times the noise's
 variance. In simulation (scripts/bench_change_points.py) that range holds the true step in
-95 % of series or more, from a 1.7-sigma step (7 runs wide on average) to a 4-sigma one (1).
+93 % of the series where a 1.7-sigma step was found (7 runs wide on average) and 97 % at 3.3
+sigmas (1.6 runs wide).
 
 A permutation test cannot say less than one in as many distinct orders as the runs have:
-6 runs split 3 and 3 have 20, so nothing would ever be significant at 0.01. Below
-``PERMUTATION_MIN_RUNS`` runs, whether a split is real is Student's t-test of the two sides
-(Welch's, as Otava decides throughout), its p-value multiplied by the number of splits
+6 runs split 3 and 3 have 20, so nothing would ever be significant at 0.01, and a change
+with 3 runs after it among 10 has 2 in 120 orders as extreme. Where a split and its mirror
+are more than ``ALPHA / 2`` of all orders, whether it is real is Student's t-test of the
+two sides (as Otava decides throughout), its p-value multiplied by the number of splits
 tried (Bonferroni), since the split tested is the best of them.
 
 A run is one point: the median of its builds, which are replicates of one stack, not
@@ -32,6 +35,7 @@ points of the series.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,8 +47,6 @@ MIN_SIZE = 3
 # How far below the best split's gain, in units of the noise's variance, a split still may
 # be where the change lies (about 95 % coverage in simulation, whatever the step's size).
 LOCATION_KAPPA = 6.0
-# From this many runs on, a permutation test can reach ALPHA (C(10, 5) = 252 orders).
-PERMUTATION_MIN_RUNS = 10
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,9 @@ def _split(values: np.ndarray, rng: np.random.Generator) -> tuple[int, float, in
         return None
     own = gains(values[np.newaxis])[0]
     best = int(own.argmax())
-    if n < PERMUTATION_MIN_RUNS:
-        p = min(1.0, len(own) * _welch_p(values[: MIN_SIZE + best], values[MIN_SIZE + best :]))
+    cut = MIN_SIZE + best
+    if 2 / math.comb(n, min(cut, n - cut)) > ALPHA / 2:  # this split and its mirror among all orders
+        p = min(1.0, len(own) * student_p(values[:cut], values[cut:]))
     else:
         shuffles = np.array([rng.permutation(values) for _ in range(PERMUTATIONS)])
         as_large = int((gains(shuffles).max(axis=1) >= own[best] * (1 - 1e-12)).sum())
@@ -94,15 +97,17 @@ def _split(values: np.ndarray, rng: np.random.Generator) -> tuple[int, float, in
     return MIN_SIZE + best, p, MIN_SIZE + int(near[0]), MIN_SIZE + int(near[-1])
 
 
-def _welch_p(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sided p-value of Welch's t-test between ``a`` and ``b``; 0 for two exact levels."""
+def student_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sided p-value of Student's t-test between ``a`` and ``b``, their variance pooled:
+    a series' noise is the same on both sides of a level change, and 3 runs alone say
+    little about it; 0 for two exact levels."""
     from lorabench.analysis.compare.noise import t_sf
 
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    if va + vb == 0:
+    df = len(a) + len(b) - 2
+    pooled = (((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()) / df
+    if pooled == 0:
         return 0.0 if a.mean() != b.mean() else 1.0
-    t = abs(a.mean() - b.mean()) / np.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    t = abs(a.mean() - b.mean()) / np.sqrt(pooled * (1 / len(a) + 1 / len(b)))
     return 2 * t_sf(t, df)
 
 

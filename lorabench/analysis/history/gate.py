@@ -1,52 +1,87 @@
-"""The nightly gate: does the newest run lie after a change point that made a metric worse
-by more than its threshold? A regression that persists keeps failing the gate until a
-later change point brings the metric back."""
+"""The nightly gate: is the newest run's level of a metric worse, beyond its threshold, than
+a level the series held before it?
+
+Each series the newest run is in is cut at its change points into levels. The newest level
+is compared with every earlier one, not only with the one just before: a 15 % regression
+followed by a 5 % recovery is still 10 % worse, and two 4 % steps are 8 %. A level the
+series held once is one it can hold. The worst such gap beyond the threshold fails.
+
+Many series are judged at once (every case, every metric), so the gap must also be told
+from noise for the whole family: Student's t-test between the two levels' runs, its p-value
+multiplied by the splits its change points were chosen from and by the number of series
+judged (Bonferroni), must stay under ``ALPHA``. Without it a nightly gate over hundreds of
+series would fail some night on noise alone.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from lorabench.analysis.compare.load import METRICS
-from lorabench.analysis.history.changes import Change
+from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change, student_p
 from lorabench.analysis.history.series import Series
 
 # The smallest worsening that fails the gate: vLLM's dashboard flags 1.2x, vllm-ascend's
-# nightly 0.97x of a baseline; a change point is already told from noise, so the threshold
-# only says how much is worth a failed night.
+# nightly 0.97x of a baseline; a change is already told from noise, so the threshold only
+# says how much is worth a failed night.
 GATE_THRESHOLD = 0.05
 
 
 @dataclass(frozen=True)
 class Regression:
     series: Series
-    change: Change
+    change: Change  # the first change point after the level compared with
+    level: float  # that earlier level (median of its runs)
+    newest: float  # the newest level
     worse: float  # the share by which the metric got worse: 0.12 is 12 % worse
+    p_value: float  # for the family of series judged
 
     def stack_change(self) -> str:
-        """What differs between the stacks either side of the change: ``vllm_version 0.32.0 -> 0.33.0``."""
-        before = self.series.runs[self.change.position - 1].stack
-        after = self.series.runs[self.change.position].stack
+        """What differs between the stacks at the two ends of where the change may lie:
+        ``vllm_version 0.32.0 -> 0.33.0``."""
+        runs = self.series.runs
+        before, after = runs[max(self.change.first - 1, 0)].stack, runs[self.change.last].stack
         changed = [f"{k} {before[k]} -> {after[k]}" for k in before if before[k] != after.get(k)]
         return ", ".join(changed) or "the same stack (the host or the harness drifted)"
 
 
-def worse_by(metric: str, change: Change) -> float:
-    """How much worse ``change`` left ``metric``, in its own direction (negative: better)."""
+def worse_by(metric: str, before: float, after: float) -> float:
+    """How much worse ``after`` is than ``before`` for ``metric``, in its own direction."""
     if METRICS[metric]:  # higher is better
-        return change.before / change.after - 1 if change.after else float("inf")
-    return change.after / change.before - 1 if change.before else float("inf")
+        return before / after - 1 if after else float("inf")
+    return after / before - 1 if before else float("inf")
+
+
+def _levels(s: Series) -> list[np.ndarray]:
+    """The runs' medians of each level, oldest first."""
+    cuts = [0, *(c.position for c in s.changes), len(s.runs)]
+    return [s.medians[a:b] for a, b in zip(cuts, cuts[1:])]
+
+
+def _worst(s: Series, threshold: float, family: int) -> Regression | None:
+    levels = _levels(s)
+    newest = levels[-1]
+    splits = max(len(s.runs) - 2 * MIN_SIZE + 1, 1)
+    found = None
+    for i, level in enumerate(levels[:-1]):
+        worse = worse_by(s.metric, float(np.median(level)), float(np.median(newest)))
+        p = min(1.0, student_p(level, newest) * splits * family)
+        if worse > threshold and p <= ALPHA and (found is None or worse > found.worse):
+            found = Regression(s, s.changes[i], float(np.median(level)), float(np.median(newest)), worse, p)
+    return found
 
 
 def regressions(found: Sequence[Series], threshold: float, per_metric: dict[str, float]) -> list[Regression]:
-    """The series whose last change point (the one the newest run lies after) is a regression
-    beyond the metric's threshold."""
+    """The series (each with the newest run in it) whose newest level is worse than an
+    earlier one beyond the metric's threshold, told from noise for the whole family."""
     out = []
     for s in found:
-        if s.changes:
-            worse = worse_by(s.metric, s.changes[-1])
-            if worse > per_metric.get(s.metric, threshold):
-                out.append(Regression(s, s.changes[-1], worse))
+        worst = _worst(s, per_metric.get(s.metric, threshold), len(found)) if s.changes else None
+        if worst is not None:
+            out.append(worst)
     return out
 
 
@@ -55,6 +90,5 @@ def output_changes(
 ) -> list[tuple[tuple[str, str, str], str, str]]:
     """The adapters whose greedy output differs between the run before and the newest (same
     model and device): the night an output changed fails once, with both digests named."""
-    return [
-        (key, before[key], newest[key]) for key in sorted(newest.keys() & before.keys()) if newest[key] != before[key]
-    ]
+    shared = sorted(newest.keys() & before.keys())
+    return [(key, before[key], newest[key]) for key in shared if newest[key] != before[key]]

@@ -109,6 +109,8 @@ def read_runs(path: Path) -> list[ReadRun]:
                 columns.record(runs[run_id], row)
     except FileNotFoundError:
         raise HistoryError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise HistoryError(f"{path}: cannot be read ({exc.strerror}): give a result CSV file") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise HistoryError(f"{path}: not a CSV file ({exc})") from None
     if not runs:
@@ -128,5 +130,5 @@ def _read_digests(path: Path, runs: dict[str, ReadRun]) -> None:
                     run.digests.setdefault(key, set()).add(row["digest"])
     except FileNotFoundError:
         return
-    except (UnicodeDecodeError, csv.Error) as exc:
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise HistoryError(f"{path}: not a CSV file ({exc})") from None

@@ -43,11 +43,21 @@ def ordered_runs(conn: sqlite3.Connection, order_file: Path | None = None) -> li
         order = [line.split()[0] for line in order_file.read_text().splitlines() if line.strip()]
     except OSError as exc:
         raise HistoryError(f"--order {order_file}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise HistoryError(f"--order {order_file}: not a text file of stack ids, one a line") from None
     position = {stack: i for i, stack in enumerate(order)}
     unknown = sorted({r.stack_id for r in runs} - set(position))
     if unknown:
         raise HistoryError(f"--order {order_file}: does not list stack {unknown[0]}: add a line for it")
     return sorted(runs, key=lambda r: (position[r.stack_id], r.timestamp))
+
+
+def machine(run: StoredRun) -> str:
+    """The host a run measured on: runs of two machines are two series, never one."""
+    stack = run.stack
+    return (
+        f"{stack.get('hostname', 'unknown')} ({stack.get('device_name', 'unknown')} x{stack.get('device_count', '?')})"
+    )
 
 
 def series(
@@ -56,23 +66,32 @@ def series(
     metrics: Sequence[str],
     select: Callable[[str], bool] = lambda label: True,
 ) -> list[Series]:
-    """Each selected case's series for each of ``metrics`` it has values of."""
+    """Each selected case's series for each of ``metrics`` it has values of, one per machine
+    (a case measured on two hosts is labelled with each)."""
     place = {r.run_id: i for i, r in enumerate(runs)}
     found = []
     for key in case_keys(conn):
         label = case_label(case_of(key))
         if not select(label):
             continue
-        rows = [(place[run_id], m) for run_id, _, m in case_rows(conn, key) if run_id in place]
-        for metric in metrics:
-            by_run: dict[int, list[float]] = {}
-            for at, measured in rows:
-                if metric in measured:
-                    by_run.setdefault(at, []).append(measured[metric])
-            if not by_run:
-                continue
-            order = sorted(by_run)
-            builds = [np.array(by_run[at]) for at in order]
-            medians = np.array([np.median(b) for b in builds])
-            found.append(Series(label, metric, [runs[at] for at in order], builds, change_points(medians)))
+        by_machine: dict[str, list[tuple[int, dict[str, float]]]] = {}
+        for run_id, _, measured in case_rows(conn, key):
+            if run_id in place:
+                by_machine.setdefault(machine(runs[place[run_id]]), []).append((place[run_id], measured))
+        for host, rows in sorted(by_machine.items()):
+            name = f"{label} on {host}" if len(by_machine) > 1 else label
+            found += [s for m in metrics if (s := _one(name, m, rows, runs)) is not None]
     return found
+
+
+def _one(name: str, metric: str, rows: list[tuple[int, dict[str, float]]], runs: Sequence[StoredRun]) -> Series | None:
+    by_run: dict[int, list[float]] = {}
+    for at, measured in rows:
+        if metric in measured:
+            by_run.setdefault(at, []).append(measured[metric])
+    if not by_run:
+        return None
+    order = sorted(by_run)
+    builds = [np.array(by_run[at]) for at in order]
+    medians = np.array([np.median(b) for b in builds])
+    return Series(name, metric, [runs[at] for at in order], builds, change_points(medians))

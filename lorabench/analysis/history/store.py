@@ -72,6 +72,8 @@ def connect(db: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
     """The store at ``db``; a missing one is made only where ``create`` (``history add``)."""
     if not create and not db.is_file():
         raise HistoryError(f"{db}: no such history database: lorabench history add --db {db} RUN.csv makes one")
+    if not db.parent.is_dir():
+        raise HistoryError(f"--db {db}: no folder {db.parent}: make it, or name a file in a folder that exists")
     try:
         conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -114,7 +116,10 @@ def add_runs(db: Path, paths: Sequence[Path]) -> list[tuple[StoredRun, bool]]:
     checked before the first is added, so bad input adds nothing."""
     runs = [run for path in paths for run in read_runs(path)]
     with connect(db, create=True) as conn:
-        return [_insert(conn, run) for run in runs]
+        try:
+            return [_insert(conn, run) for run in runs]
+        except sqlite3.Error as exc:  # locked past the timeout, a full disk: the runs before it are kept
+            raise HistoryError(f"{db}: could not add a run ({exc}); add the rest again: what is stored stays") from None
 
 
 def stored_runs(conn: sqlite3.Connection) -> list[StoredRun]:
