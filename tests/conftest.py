@@ -15,7 +15,7 @@ import pytest
 import torch  # noqa: F401
 from _pytest import pytester as _pytester
 
-from lorabench import builtin
+from lorabench.load import builtin
 from tests.helpers import write_json
 
 gc.freeze()  # torch's objects, out of the full collections while the tests are collected too
@@ -87,7 +87,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     test that asks for it), matplotlib (the first report), modules of in-process runs. Left
     alone, the collections took 0.05-0.24 s each again, 7 s over the quick loop; now 1.4 s.
     It also keeps them short while a replay runs: the replay leaves a heap someone else froze
-    to them (``lorabench.replay._frozen_heap``). What is frozen is never collected: memory a
+    to them (``lorabench.measure.replay._frozen_heap``). What is frozen is never collected: memory a
     session of tests can spare."""
     if _FULL_COLLECTIONS["slow"]:
         _FULL_COLLECTIONS["slow"] = False

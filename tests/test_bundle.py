@@ -7,9 +7,9 @@ import tarfile
 
 import pytest
 
-from lorabench.cli import main
-from lorabench.redact import is_secret_name, redact_tree, scrub_text
-from lorabench.results import ResultWriter
+from lorabench.cli.main import main
+from lorabench.host.redact import is_secret_name, redact_tree, scrub_text
+from lorabench.results.files import ResultWriter
 from tests.helpers import make_row, make_sample
 
 
@@ -17,7 +17,7 @@ from tests.helpers import make_row, make_sample
 def _platform_known(monkeypatch):
     """The doctor's view in a bundle, without its seconds-long probe of vLLM's platform
     (tests/test_doctor.py runs that one)."""
-    from lorabench import doctor_host
+    from lorabench.host import doctor as doctor_host
 
     monkeypatch.setattr(doctor_host, "probe_platform", lambda environ: doctor_host.Probe("cpu"))
 
@@ -187,14 +187,14 @@ def test_bad_input_exits_2_and_says_why(tmp_path, capsys, what, message):
     (tmp_path / "folder").mkdir()
     out = tmp_path / "b.tar.gz"
     assert main(["bundle", str(tmp_path / what), "--out", str(out)]) == 2
-    assert message in capsys.readouterr().out
+    assert message in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "b.tar.gz.tmp").exists()
 
 
 def test_the_bundle_never_overwrites_the_run_and_says_what_it_lacks(run, tmp_path, capsys):
     assert main(["bundle", str(run.path), "--out", str(run.path)]) == 2
     assert main(["bundle", str(run.path), "--out", str(run.log_dir / "b.tar.gz")]) == 2
-    assert "one of the run's own files or folders" in capsys.readouterr().out
+    assert "one of the run's own files or folders" in capsys.readouterr().err
     assert run.path.read_text().startswith("timestamp,")
     lone = tmp_path / "elsewhere" / run.path.name
     lone.parent.mkdir()

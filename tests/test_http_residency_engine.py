@@ -8,7 +8,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from lorabench.http.serve import port_free
+from lorabench.targets.http.serve import port_free
 from tests.helpers import ROOT, result_files
 
 

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 
 from lorabench.config import EngineSpec
-from lorabench.replay import ReplayedRequest
-from lorabench.replay_summary import summarize_online
-from lorabench.testing import Costs, StandIn, write_config
-from lorabench.testing.llm import LoraRef, Params, StandInLLM
+from lorabench.measure.replay import ReplayedRequest
+from lorabench.measure.replay_summary import summarize_online
+from lorabench.targets.standin import Costs, StandIn, write_config
+from lorabench.targets.standin.llm import LoraRef, Params, StandInLLM
 from tests.helpers import ROOT, result_files
 
 TIMER_MS = 3.0  # the event loop's rounding, Python's own time around a request, a busy machine
@@ -154,7 +154,7 @@ def test_a_scenario_declaring_an_unknown_column_is_refused_before_any_engine(sta
     monkeypatch.setattr(multilora, "maybe_columns", multilora.maybe_columns | {"ttft_typo_ms"})
     plugin = StandIn(virtual_clock=True)
     result, rows, _ = standin(plugin=plugin)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR and rows is None and not plugin.engines
+    assert result.ret == 2 and rows is None and not plugin.engines
     result.stderr.fnmatch_lines(["*scenario multilora declares columns ResultRow does not have: ttft_typo_ms*"])
 
 
@@ -201,13 +201,13 @@ def test_benchmark_cases_under_xdist_are_refused_in_one_line(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
     pytester.makeconftest(
-        "from lorabench.testing import StandIn\n\ndef pytest_lorabench_backend(config):\n    return StandIn()\n"
+        "from lorabench.targets.standin import StandIn\n\ndef pytest_lorabench_backend(config):\n    return StandIn()\n"
     )
     config = write_config(pytester.path / "run")
     # In process: the worker that refuses is a process of its own either way (a run in a
     # subprocess started a third interpreter, a second more than the test needs).
     result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", "-n", "1")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stdout.fnmatch_lines(["benchmark cases refused: pytest-xdist (-n) would have every worker build its own*"])
     assert not (pytester.path / "run" / "results").exists(), "no engine was built, no result written"
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lorabench import cli, trace
-from lorabench.trace import TraceParams
-from lorabench.traces import data
+from lorabench.cli import main as cli
+from lorabench.load.traces import data
+from lorabench.load.traces import synthetic as trace
+from lorabench.load.traces.synthetic import TraceParams
 from tests.test_trace_import import TRACES
 
 ADAPTERS = [f"a{i}" for i in range(4)]
@@ -118,7 +119,7 @@ GENERATE = ["trace", "generate", "-R", "5", "--duration", "10"]
     ("options", "expected"),
     [
         (["-n", "0"], "num_adapters must be at least 1, got 0"),
-        (["-n", "2", "--alpha", "0"], "alpha must be above 0"),
+        (["-n", "2", "--popularity-alpha", "0"], "alpha must be above 0"),
         (["-n", "2", "--adapters", "missing.json"], "--adapters: adapters file missing.json not found"),
         (["-n", "2", "--rate", "0.001", "--duration", "1"], "no request arrives in --duration 1 s at --rate 0.001"),
         (["-n", "2", "--out", "no/such/folder/t.jsonl"], "no/such/folder/.t.jsonl."),

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench import cli
+from lorabench.cli import main as cli
 from lorabench.config import ConfigError, online_cases, read_config_file, resolve_config
-from lorabench.config.expand import IMPORTED_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, SYNTHETIC_TRACE_COLUMNS
-from lorabench.traces import data
-from lorabench.traces.transforms import replay_window
+from lorabench.config.online_cases import IMPORTED_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, SYNTHETIC_TRACE_COLUMNS
+from lorabench.load.traces import data
+from lorabench.load.traces.transforms import replay_window
 from tests.helpers import ROOT, result_files
 from tests.test_trace_import import CSV_COLUMNS, TRACES, bursty_csv
 
@@ -30,7 +30,7 @@ def online(*suites: dict) -> dict:
 
 def problems(path: Path) -> str:
     with pytest.raises(ConfigError) as info:
-        resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+        resolve_config(path, read_config_file(path), needs_lora=True)
     return str(info.value)
 
 
@@ -52,8 +52,8 @@ def test_a_suite_is_synthetic_or_imported_never_both(tiny_config, suite, expecte
 @pytest.fixture
 def two_traces(tiny_config, tmp_path):
     """A config whose two imported suites replay two different traces, beside a synthetic one."""
-    import_to(tmp_path, "burstgpt", TRACES / "burstgpt.csv", "--adapters", 3, "--max-model-len", 128)
-    import_to(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--adapters", 2, "--max-model-len", 128)
+    import_to(tmp_path, "burstgpt", TRACES / "burstgpt.csv", "--num-adapters", 3, "--max-model-len", 128)
+    import_to(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--num-adapters", 2, "--max-model-len", 128)
     return tiny_config(
         online=online(
             SYNTHETIC,
@@ -64,7 +64,7 @@ def two_traces(tiny_config, tmp_path):
 
 
 def test_imported_suites_resolve_and_expand(two_traces):
-    config = resolve_config(two_traces, read_config_file(two_traces), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(two_traces, read_config_file(two_traces), needs_lora=True)
     cases = [c.located(config.path.parent) for c in online_cases(config.file)]
     assert [c.id for c in cases] == [
         "syn-n2-a1-cv1-r2",
@@ -100,7 +100,7 @@ def test_imported_suites_resolve_and_expand(two_traces):
     ("suite", "options", "expected"),
     [
         ({"rate": [50], "duration": 4}, (), "field 'online.suites[0].rate' has bad value 50: from 0 s on the trace"),
-        ({"rate": [1], "duration": 4}, ("--adapters", 6), "labels requests with 6 adapters, only 4 are configured"),
+        ({"rate": [1], "duration": 4}, ("--num-adapters", 6), "labels requests with 6 adapters, only 4 are configured"),
         ({"rate": [1], "duration": 4}, ("--max-model-len", 4096), "import it again with --max-model-len 128"),
         ({"rate": [1], "duration": 4, "trace": "traces/none.jsonl"}, (), "none.jsonl: not a readable lorabench"),
         ({"rate": [1], "duration": 1}, (), "'online.warmup_s' has bad value 1.0: it leaves nothing of suite 't'"),
@@ -132,7 +132,7 @@ def test_a_replay_window_has_the_rate_asked(tmp_path, rate):
 def test_a_capacity_search_counts_the_requests_its_replay_can_use(tmp_path):
     """From ``start`` in the trace's time, as the replay takes them: a trace imported from
     3 s on starts 0.052 s in, and a probe from 0.05 s has all 10 of its requests."""
-    from lorabench.config.expand import ImportedCase
+    from lorabench.config.online_cases import ImportedCase
     from lorabench.scenarios.capacity_probes import CapacityCase
 
     path = import_to(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--start", 3)
@@ -144,7 +144,7 @@ def test_a_capacity_search_counts_the_requests_its_replay_can_use(tmp_path):
 
 
 def test_stats_of_an_imported_trace_and_its_plot(tmp_path, capsys):
-    out = import_to(tmp_path, "azure", TRACES / "azure_code.csv", "--adapters", 3, "--popularity", "powerlaw:0.5")
+    out = import_to(tmp_path, "azure", TRACES / "azure_code.csv", "--num-adapters", 3, "--popularity", "powerlaw:0.5")
     capsys.readouterr()
     assert cli.main(["trace", "stats", str(out), "--plot", str(tmp_path / "t.png")]) == 0
     text = capsys.readouterr().out
@@ -166,10 +166,10 @@ def test_stats_of_a_synthetic_trace_show_its_rate_over_time(tmp_path, capsys):
 
 def standin_replay(pytester, folder: Path, source: Path, fmt: str) -> Path:
     """Replay an imported trace on the stand-in through the plugin; returns the result file."""
-    from lorabench.testing import Costs, StandIn, write_config
+    from lorabench.targets.standin import Costs, StandIn, write_config
 
     folder.mkdir()
-    import_to(folder, fmt, source, "--adapters", 2, "--max-model-len", 128)
+    import_to(folder, fmt, source, "--num-adapters", 2, "--max-model-len", 128)
     suite = {"name": "real", "trace": f"traces/{source.stem}.jsonl", "rate": [10], "duration": 0.5}
     config = write_config(folder, adapters=2, online={"warmup_s": 0.1, "suites": [suite]})
     result = pytester.runpytest(
@@ -189,8 +189,8 @@ def standin_replay(pytester, folder: Path, source: Path, fmt: str) -> Path:
 def test_replays_of_two_imported_traces_run_and_are_never_matched(pytester):
     """Each row names its trace by file and sha256 and leaves the synthetic columns blank;
     compare pairs no case of a BurstGPT replay with one of a Mooncake replay."""
-    from lorabench.compare.load import CompareError
-    from lorabench.compare.select import run_comparison
+    from lorabench.analysis.compare.load import CompareError
+    from lorabench.analysis.compare.select import run_comparison
 
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
     burst = standin_replay(pytester, pytester.path / "a", TRACES / "burstgpt.csv", "burstgpt")
@@ -207,7 +207,7 @@ def test_replays_of_two_imported_traces_run_and_are_never_matched(pytester):
 @pytest.mark.engine
 def test_the_example_imported_trace_replays_on_the_real_cpu_engine(pytester, tmp_path):
     """config/imported-trace.json as a user runs it: both rates replay, with a timeline."""
-    from lorabench.records import replays_path_for
+    from lorabench.results.records import replays_path_for
 
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
     csv = tmp_path / "imported.csv"
