@@ -102,16 +102,16 @@ def _user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LORABENCH_CACHE_DIR", str(USER_CACHE))
 
 
-@pytest.fixture
-def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytester, whose runs are sessions of their own even when this one runs under
-    pytest-xdist: a worker's environment says it is one (PYTEST_XDIST_WORKER), and the runs
-    it starts inherit that.
-    pytest-benchmark then turned itself off, timing each case once and unwarmed, and the
-    rounds, samples and requests the tests count came out otherwise."""
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a test starts (pytester's runs, a `pytest` or `lorabench` subprocess) is a session
+    of its own even when this one runs under pytest-xdist (`pytest` alone runs on 2 workers):
+    a worker's environment says it is one (PYTEST_XDIST_WORKER), and what it starts inherits
+    that. pytest-benchmark then turned itself off, timing each case once and unwarmed (the
+    rounds, samples and requests the tests count came out otherwise), and warned on stderr
+    where a test reads one line of lorabench's."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
-    return pytester
 
 
 @pytest.fixture
