@@ -12,6 +12,7 @@ shares one run of each.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -59,11 +60,18 @@ def run_bench(folder: Path, *args: str, timeout: float) -> pytest.RunResult:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH", "")]))
     command = [sys.executable, "-m", "pytest", f"--basetemp={folder / 'basetemp'}", "-rfEp", *args]
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    result = pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), 0.0)
-    result.duration = time.perf_counter() - started
-    print(done.stdout, done.stderr, sep="\n")  # shown when a test reading the session fails
-    return result
+    # A session of its own, so that a run past its timeout is killed with its engine processes.
+    with subprocess.Popen(
+        command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            err += f"\nrun_bench: killed after {timeout} s"
+    print(out, err, sep="\n")  # shown when a test reading the session fails
+    return pytest.RunResult(proc.returncode, out.splitlines(), err.splitlines(), time.perf_counter() - started)
 
 
 def bench_session(folder: Path, modules: tuple[str, ...], *args: str, timeout: float) -> BenchSession:
@@ -158,7 +166,7 @@ def compare_session(tmp_path_factory: pytest.TempPathFactory) -> BenchSession:
     base = fast_base(folder / "base.csv")
     args = ("--bench-config", str(path), "-k", "multilora", "-p", "no:cacheprovider", "--bench-builds", "2")
     compare = ("--bench-compare", str(base), "--bench-compare-fail")
-    return bench_session(folder, ("test_no_lora", "test_multilora"), *args, *compare, timeout=400)
+    return bench_session(folder, ("test_no_lora", "test_multilora"), *args, *compare, timeout=900)
 
 
 # The in-process replay session's blocks: two synthetic traces and churn on one build.
@@ -194,4 +202,4 @@ def replay_session(tmp_path_factory: pytest.TempPathFactory) -> BenchSession:
         churn=CHURN,
     )
     args = ("--bench-config", str(config), "-p", "no:cacheprovider", "--bench-report", str(folder / "report"))
-    return bench_session(folder, ("test_multilora_online", "test_multilora_churn"), *args, timeout=600)
+    return bench_session(folder, ("test_multilora_online", "test_multilora_churn"), *args, timeout=900)
