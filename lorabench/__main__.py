@@ -1,5 +1,5 @@
 import sys
 
-from lorabench.cli import main
+from lorabench.cli.main import main
 
 sys.exit(main())

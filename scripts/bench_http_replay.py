@@ -1,10 +1,10 @@
 """Does the online replay keep to its schedule over HTTP? A trace at 50 requests/s replayed
-against the stand-in OpenAI-compatible server (lorabench.testing.server, in a process of
+against the stand-in OpenAI-compatible server (lorabench.targets.standin.server, in a process of
 its own, as a real server is), reporting the send lag. Issue 21's target: p99 under 5 ms.
 
 Over HTTP each request is a streaming POST on aiohttp's connection pool; every stream's
 chunks are parsed on the same event loop that sends, and the /metrics scrapes of the
-timeline (lorabench.http.telemetry) run there too, as in a benchmark run. A timing: run it
+timeline (lorabench.targets.http.telemetry) run there too, as in a benchmark run. A timing: run it
 on a quiet machine.
 
     python scripts/bench_http_replay.py                           # 50/s for 60 s: about 65 s
@@ -22,14 +22,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-from lorabench import replay, trace
 from lorabench.config import engine_specs, read_config_file, resolve_config
-from lorabench.device import cpu_name
-from lorabench.http.engine import HttpEngine
-from lorabench.http.serve import free_port
-from lorabench.http.target import URL, Target
-from lorabench.stats import percentile
-from lorabench.testing import write_config
+from lorabench.config.target import URL, Target
+from lorabench.host.device import cpu_name
+from lorabench.load.traces import synthetic as trace
+from lorabench.measure import replay
+from lorabench.results.stats import percentile
+from lorabench.targets.http.engine import HttpEngine
+from lorabench.targets.http.serve import free_port
+from lorabench.targets.standin import write_config
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,7 +46,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def start_server(adapters: list[str]) -> tuple[subprocess.Popen, str]:
     """The stand-in server as a process of its own, once its /health answers."""
     port = free_port()
-    cmd = [sys.executable, "-m", "lorabench.testing.server", "--port", str(port), "--adapters", ",".join(adapters)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lorabench.targets.standin.server",
+        "--port",
+        str(port),
+        "--adapters",
+        ",".join(adapters),
+    ]
     server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -62,7 +71,7 @@ def start_server(adapters: list[str]) -> tuple[subprocess.Popen, str]:
 def measure(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         path = write_config(Path(folder), adapters=args.adapters)
-        config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+        config = resolve_config(path, read_config_file(path), needs_lora=True)
         (spec,) = engine_specs(config.file, with_lora_off=False)
         adapters = {a.name: a for a in config.adapters}
         server, url = start_server(list(adapters))

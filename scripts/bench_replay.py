@@ -1,8 +1,8 @@
 """Does the online replay keep up with real traces? A long trace at a high rate replayed
-against the stand-in engine (lorabench.testing), reporting the send lag and peak memory.
+against the stand-in engine (lorabench.targets.standin), reporting the send lag and peak memory.
 
 Real traces (Azure, BurstGPT, Mooncake) run for hours at hundreds of requests a second,
-so each send must do the same small work however long the trace (lorabench/replay.py);
+so each send must do the same small work however long the trace (lorabench/measure/replay.py);
 the stand-in keeps the engine's own work small and known. The engine timeline records
 as in a benchmark run (LORABENCH_TIMELINE=off leaves it out). Target: send lag p99 under
 2 ms at 20,000 requests and 500 requests/s. A timing: run it on a quiet machine. On a
@@ -26,11 +26,12 @@ from pathlib import Path
 
 import psutil
 
-from lorabench import replay, trace
 from lorabench.config import engine_specs, read_config_file, resolve_config
-from lorabench.device import cpu_name
-from lorabench.stats import percentile
-from lorabench.testing import Costs, StandInEngine, write_config
+from lorabench.host.device import cpu_name
+from lorabench.load.traces import synthetic as trace
+from lorabench.measure import replay
+from lorabench.results.stats import percentile
+from lorabench.targets.standin import Costs, StandInEngine, write_config
 
 MIB = 1024 * 1024
 
@@ -51,7 +52,7 @@ def stand_in(folder: Path, args: argparse.Namespace) -> StandInEngine:
     """A stand-in engine with every adapter in a slot and room for every request at once."""
     engine = {"max_loras": args.adapters, "max_cpu_loras": args.adapters, "max_num_seqs": 4096}
     path = write_config(folder, adapters=args.adapters, engine=engine)
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
     (spec,) = engine_specs(config.file, with_lora_off=False)
     costs = Costs(prefill_ms_per_token=0.0, decode_ms_per_step=args.decode_ms)
     return StandInEngine(config, spec, "cpu", None, costs=costs, weights={a.name: "" for a in config.adapters})

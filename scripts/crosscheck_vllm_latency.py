@@ -11,9 +11,9 @@ repeat's (vLLM build, lorabench build), adjacent in that order, is one paired
 observation of log(ratio); the ratio and its 95 % t-interval are taken over the pairs.
 
 Like for like: after an engine build lorabench binds the engine core and itself off the
-cores vLLM's CPU worker uses (lorabench.processes.keep_off_worker_cpus). With
+cores vLLM's CPU worker uses (lorabench.host.processes.keep_off_worker_cpus). With
 ``--binding on`` (default) vLLM's benchmark gets the same binding: its child process
-wraps ``vllm.LLM.__init__`` to bind right after the build as lorabench/engine.py does.
+wraps ``vllm.LLM.__init__`` to bind right after the build as lorabench/targets/engine.py does.
 With ``--binding off`` neither side binds (LORABENCH_CPU_BINDING=off).
 ``--compare-binding`` measures what the binding itself changes: lorabench builds with
 binding on and off, alternated, ratio on/off.
@@ -44,9 +44,10 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-from lorabench import processes
 from lorabench.config import EngineSpec, read_config_file, resolve_config
-from lorabench.device import cpu_name, stack_versions
+from lorabench.host import processes
+from lorabench.host.device import cpu_name, stack_versions
+from lorabench.targets.vllm_args import engine_arg_names
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -68,7 +69,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def bind_after_build(cls: type) -> list[bool]:
-    """Make ``cls.__init__`` (vllm.LLM's) bind as lorabench/engine.py does after its build:
+    """Make ``cls.__init__`` (vllm.LLM's) bind as lorabench/targets/engine.py does after its build:
     the processes present before, the build, then keep_off_worker_cpus on those it started.
     Returns a list that gets, per build, whether anything was bound."""
     build = cls.__init__
@@ -92,7 +93,7 @@ def vllm_latency(argv: Sequence[str] | None = None) -> None:
     from vllm.platforms import current_platform
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    # lorabench binds on the CPU only (lorabench/engine.py).
+    # lorabench binds on the CPU only (lorabench/targets/engine.py).
     bound = bind_after_build(vllm.LLM) if current_platform.device_type == "cpu" else []
     parser = FlexibleArgumentParser()
     latency.add_cli_args(parser)
@@ -108,7 +109,7 @@ def vllm_command(args: argparse.Namespace, config_path: Path) -> list[str]:
     m = parsed.matrix
     if m.input_len is None:
         sys.exit(f"{config_path}: set matrix.input_len: vLLM's latency benchmark sends synthetic prompts")
-    config = resolve_config(config_path, parsed, needs_lora=False)
+    config = resolve_config(config_path, parsed, needs_lora=False, engine_args=engine_arg_names)
     command = [sys.executable, "-c", VLLM_CHILD, "--model", str(config.model)]
     command += ["--input-len", str(m.input_len), "--output-len", str(m.output_len)]
     command += ["--batch-size", str(args.batch_size), "--num-iters-warmup", str(args.warmup)]

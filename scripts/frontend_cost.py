@@ -39,9 +39,9 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-from lorabench.compare.load import _norm
-from lorabench.device import cpu_name, stack_versions
-from lorabench.schema import CASE_KEY, OLDER_FILES, PROVENANCE_COLUMNS
+from lorabench.analysis.compare.load import _norm
+from lorabench.host.device import cpu_name, stack_versions
+from lorabench.results.schema import CASE_KEY, OLDER_FILES, PROVENANCE_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent

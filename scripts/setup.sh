@@ -27,7 +27,7 @@ if [[ ",$EXTRAS," == *",cpu,"* ]]; then
     pip_ uninstall --quiet --yes torchvision torchaudio torchcodec
 fi
 
-.venv/bin/python -c "import vllm, lorabench.plugin" 2>/dev/null || {
+.venv/bin/python -c "import vllm, lorabench.pytest_plugin.plugin" 2>/dev/null || {
     echo "set-up failed: 'import vllm' does not work in .venv; run .venv/bin/python -c 'import vllm' to see why" >&2
     exit 1
 }

@@ -16,7 +16,7 @@ import pytest
 import torch  # noqa: F401
 from _pytest import pytester as _pytester
 
-from lorabench import builtin
+from lorabench.load import builtin
 from tests.engine_sessions import compare_session, replay_session, serve_session  # noqa: F401 - one run each
 from tests.helpers import write_tiny_config
 
@@ -89,7 +89,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     test that asks for it), matplotlib (the first report), modules of in-process runs. Left
     alone, the collections took 0.05-0.24 s each again, 7 s over the quick loop; now 1.4 s.
     It also keeps them short while a replay runs: the replay leaves a heap someone else froze
-    to them (``lorabench.replay._frozen_heap``). What is frozen is never collected: memory a
+    to them (``lorabench.measure.replay._frozen_heap``). What is frozen is never collected: memory a
     session of tests can spare."""
     if _FULL_COLLECTIONS["slow"]:
         _FULL_COLLECTIONS["slow"] = False

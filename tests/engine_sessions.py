@@ -23,8 +23,8 @@ import pandas as pd
 import psutil
 import pytest
 
-from lorabench import builtin
-from lorabench.http.serve import port_free
+from lorabench.load import builtin
+from lorabench.targets.http.serve import port_free
 from tests.helpers import ROOT, generate_adapters, result_files, write_tiny_config
 
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lorabench.compare.load import result_files  # noqa: F401  (the tests' way to find a run's files)
-from lorabench.records import Sample
+from lorabench.analysis.compare.load import result_files  # noqa: F401  (the tests' way to find a run's files)
+from lorabench.results.records import Sample
+from lorabench.results.schema import ResultRow
 from lorabench.scenarios.batch import METRIC_COLUMNS
-from lorabench.schema import ResultRow
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def generate_adapters(folder: Path, count: int, ranks: str, seed: int = 0) -> Path:
     """Adapters as an NPU user makes them, with `lorabench adapters generate`; the
     adapters.json a config points at."""
-    from lorabench import cli
+    from lorabench.cli import main as cli
 
     args = ["adapters", "generate", "--base", "builtin:tiny-llama", "--out", str(folder), "--count", str(count)]
     assert cli.main([*args, "--ranks", ranks, "--target-modules", "q_proj,v_proj", "--seed", str(seed)]) == 0

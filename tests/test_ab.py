@@ -23,13 +23,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench import cli
 from lorabench.ab import runner
 from lorabench.ab.plan import BASE, NEW, ABError, alternation
-from lorabench.compare import IMPROVED, REGRESSED, compare_pairs
-from lorabench.compare.load import load_run
-from lorabench.compare.noise import UNTESTABLE_PCT
-from lorabench.compare.paired import compare_paired_runs, fit_pairs, pair_file, pair_files, pair_order
+from lorabench.analysis.compare import IMPROVED, REGRESSED, compare_pairs
+from lorabench.analysis.compare.load import load_run
+from lorabench.analysis.compare.noise import UNTESTABLE_PCT
+from lorabench.analysis.compare.paired import compare_paired_runs, fit_pairs, pair_file, pair_files, pair_order
+from lorabench.cli import main as cli
 from tests.helpers import ROOT
 
 DATA = ROOT / "tests" / "data" / "default-run.csv"

@@ -3,8 +3,9 @@ import json
 import pytest
 from safetensors import safe_open
 
-from lorabench import builtin, cli
-from lorabench.adapters import generate_dummy_adapters, module_shapes, read_adapters_file, read_rank
+from lorabench.cli import main as cli
+from lorabench.load import builtin
+from lorabench.load.adapters import generate_dummy_adapters, module_shapes, read_adapters_file, read_rank
 
 LLAMA_7B = {
     "hidden_size": 4096,

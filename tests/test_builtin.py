@@ -1,6 +1,6 @@
 import json
 
-from lorabench import builtin
+from lorabench.load import builtin
 
 
 def test_tokenizer_is_built_identically_every_time(tmp_path):

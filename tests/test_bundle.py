@@ -7,9 +7,9 @@ import tarfile
 
 import pytest
 
-from lorabench.cli import main
-from lorabench.redact import is_secret_name, redact_tree, scrub_text
-from lorabench.results import ResultWriter
+from lorabench.cli.main import main
+from lorabench.host.redact import is_secret_name, redact_tree, scrub_text
+from lorabench.results.files import ResultWriter
 from tests.helpers import make_row, make_sample
 
 
@@ -17,7 +17,7 @@ from tests.helpers import make_row, make_sample
 def _platform_known(monkeypatch):
     """The doctor's view in a bundle, without its seconds-long probe of vLLM's platform
     (tests/test_doctor.py runs that one)."""
-    from lorabench import doctor_host
+    from lorabench.host import doctor as doctor_host
 
     monkeypatch.setattr(doctor_host, "probe_platform", lambda environ: doctor_host.Probe("cpu"))
 

@@ -13,15 +13,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench import capacity, recommend
-from lorabench.compare import load_run
-from lorabench.compare.analysis import IMPROVED, REGRESSED, compare
+from lorabench.analysis import recommend
+from lorabench.analysis.compare import load_run
+from lorabench.analysis.compare.analysis import IMPROVED, REGRESSED, compare
+from lorabench.analysis.report import capacity_figures, write_report
+from lorabench.analysis.report.runs import ReportRun
 from lorabench.config import ConfigError, read_config_file, resolve_config
-from lorabench.records import replays_path_for, samples_path_for
-from lorabench.report import capacity_figures, write_report
-from lorabench.report.runs import ReportRun
-from lorabench.schema import COLUMNS
-from lorabench.testing import Costs, StandIn, write_config
+from lorabench.measure import capacity
+from lorabench.results.records import replays_path_for, samples_path_for
+from lorabench.results.schema import COLUMNS
+from lorabench.targets.standin import Costs, StandIn, write_config
 from tests.helpers import ROOT, make_row, result_files
 
 LIMITS = capacity.Limits(precision=0.1, min_rate=0.5, max_rate=None, max_probes=20, max_time_s=math.inf)
@@ -188,7 +189,7 @@ CAPACITY = {
 def test_bad_capacity_values_are_refused_with_file_field_and_fix(tmp_path, override, expected):
     path = write_config(tmp_path, capacity={**CAPACITY, **override})
     with pytest.raises(ConfigError) as info:
-        resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+        resolve_config(path, read_config_file(path), needs_lora=True)
     assert str(path) in str(info.value) and expected in str(info.value)
 
 

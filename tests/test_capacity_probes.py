@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench import capacity
-from lorabench.engine import IDLE_POLL_S, Engine, EngineDied, is_engine_dead
-from lorabench.records import replays_path_for, samples_path_for
+from lorabench.load.traces import data as trace_data
+from lorabench.measure import capacity
+from lorabench.results.records import replays_path_for, samples_path_for
 from lorabench.scenarios import capacity_probes
-from lorabench.testing import Costs, StandIn, write_config
-from lorabench.traces import data as trace_data
+from lorabench.targets.engine import IDLE_POLL_S, Engine, EngineDied, is_engine_dead
+from lorabench.targets.standin import Costs, StandIn, write_config
 from tests.helpers import ROOT, result_files
 
 SECONDS = 4.0  # a probe's measured span: the floor, 10 / SECONDS = 2.5 req/s, holds 10 requests on average

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 
 from lorabench.config import ConfigError, read_config_file, resolve_config
-from lorabench.http.lora_api import PROBE_NAME
 from lorabench.scenarios.churn import LOAD, UNLOAD, Op, churn, churn_fields
-from lorabench.testing import Costs, StandIn, write_config
-from lorabench.testing.server import StandInServer
+from lorabench.targets.http.lora_api import PROBE_NAME
+from lorabench.targets.standin import Costs, StandIn, write_config
+from lorabench.targets.standin.server import StandInServer
 from tests.helpers import ROOT, result_files
 
 LOAD_MS = 40.0
@@ -171,11 +171,11 @@ def test_a_section_the_selection_runs_is_refused_saying_which_scenario_needs_it(
     and how to leave it out; with no selection known (every section runs) it is the plain line."""
     path = write_config(tmp_path, adapters=3, churn=CHURN)
     with pytest.raises(ConfigError) as selected:
-        resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False, runs={"churn"})
+        resolve_config(path, read_config_file(path), needs_lora=True, runs={"churn"})
     (line,) = selected.value.problems
     assert "'churn.adapters'" in line and line.endswith("(this selection runs churn; -k 'not churn' leaves it out)")
     with pytest.raises(ConfigError) as everything:
-        resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+        resolve_config(path, read_config_file(path), needs_lora=True)
     assert everything.value.problems == [line.split(" (this selection")[0]]
 
 

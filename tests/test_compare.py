@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench import cli
-from lorabench.compare import (
+from lorabench.analysis.compare import (
     IMPROVED,
     NOT_SIGNIFICANT,
     REGRESSED,
@@ -22,8 +21,9 @@ from lorabench.compare import (
     load_run,
     parse_thresholds,
 )
-from lorabench.compare.analysis import benjamini_hochberg
-from lorabench.compare.noise import t_ppf, t_sf
+from lorabench.analysis.compare.analysis import benjamini_hochberg
+from lorabench.analysis.compare.noise import t_ppf, t_sf
+from lorabench.cli import main as cli
 from tests.helpers import ROOT
 
 DATA = ROOT / "tests" / "data" / "default-run.csv"
@@ -492,7 +492,7 @@ def test_a_file_with_every_column_of_this_version_loads_without_pandas_warnings(
     per column, which a wide file's concatenation gives; compare must print its own lines only."""
     import warnings
 
-    from lorabench.schema import COLUMNS
+    from lorabench.results.schema import COLUMNS
 
     rows = pd.read_csv(ROOT / "tests" / "data" / "default-run.csv")
     rows = pd.concat([rows, pd.DataFrame({c: np.nan for c in COLUMNS if c not in rows}, index=rows.index)], axis=1)

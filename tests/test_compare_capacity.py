@@ -11,12 +11,13 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from lorabench import capacity, cli
-from lorabench.compare import compare_pairs, load_run
-from lorabench.compare.analysis import REGRESSED, compare
-from lorabench.compare.paired import pair_file
-from lorabench.compare.render import bound_line, render_markdown
-from lorabench.compare.select import run_comparison
+from lorabench.analysis.compare import compare_pairs, load_run
+from lorabench.analysis.compare.analysis import REGRESSED, compare
+from lorabench.analysis.compare.paired import pair_file
+from lorabench.analysis.compare.render import bound_line, render_markdown
+from lorabench.analysis.compare.select import run_comparison
+from lorabench.cli import main as cli
+from lorabench.measure import capacity
 from tests.test_capacity import capacity_rows, write_rows
 
 ENGINE = {"max_loras": 2}

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from lorabench.compare import IMPROVED, REGRESSED, compare, load_run
+from lorabench.analysis.compare import IMPROVED, REGRESSED, compare, load_run
 from tests.test_compare import DATA, DATA2, copy_run, run_cli
 
 # Typical medians of the CPU build (ms) and a ratio of loads holding the traffic back.
@@ -95,7 +95,7 @@ def test_files_without_the_churn_columns_still_compare(tmp_path, capsys):
 
 
 def test_what_fails_a_comparison_is_counted_by_kind():
-    from lorabench.compare.analysis import Comparison
+    from lorabench.analysis.compare.analysis import Comparison
 
     clean = Comparison(None, None, findings=[])
     assert clean.reasons() == "" and not clean.failed

@@ -6,14 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from lorabench import builtin
-from lorabench.adapters import GENERATOR_VERSION
 from lorabench.config import ConfigError, EngineSpec, engine_specs, online_cases, read_config_file, resolve_config
+from lorabench.load import builtin
+from lorabench.load.adapters import GENERATOR_VERSION
+from lorabench.targets.vllm_args import engine_arg_names
 from tests.helpers import write_json
 
 
 def load(path: Path, needs_lora: bool = True, output: str | None = None):
-    return resolve_config(path, read_config_file(path), needs_lora=needs_lora, output=output)
+    return resolve_config(
+        path, read_config_file(path), needs_lora=needs_lora, output=output, engine_args=engine_arg_names
+    )
 
 
 def problems_of(path: Path, needs_lora: bool = True) -> str:
@@ -252,7 +255,7 @@ def test_bad_online_suites(tiny_config, suite, expected):
 def test_a_model_folder_without_weights_runs_only_with_dummy_weights(tmp_path, tiny_config):
     """config.json alone is how a big base is benchmarked with random weights; without
     load_format "dummy" vLLM would fail deep inside the engine instead."""
-    from lorabench import builtin
+    from lorabench.load import builtin
 
     model = tmp_path / "llama-shape"
     write_json(model / "config.json", builtin.MODELS["tiny-llama"])

@@ -12,15 +12,15 @@ from types import SimpleNamespace
 import aiohttp
 import pytest
 
-from lorabench import timeline
 from lorabench.config import EngineSpec, read_config_file, resolve_config
-from lorabench.engine import Engine
-from lorabench.http import metrics
-from lorabench.http.engine import HttpEngine
-from lorabench.http.target import URL, Target
-from lorabench.testing import Costs, StandIn, write_config
-from lorabench.testing.llm import LoraRef, Params, StandInLLM
-from lorabench.testing.server import StandInServer
+from lorabench.config.target import URL, Target
+from lorabench.targets import timeline
+from lorabench.targets.engine import Engine
+from lorabench.targets.http import metrics
+from lorabench.targets.http.engine import HttpEngine
+from lorabench.targets.standin import Costs, StandIn, write_config
+from lorabench.targets.standin.llm import LoraRef, Params, StandInLLM
+from lorabench.targets.standin.server import StandInServer
 
 # In process on a virtual clock; over HTTP on real sockets, on the wall clock.
 TARGETS = ["in_process", pytest.param("http", marks=pytest.mark.realtime)]
@@ -31,7 +31,7 @@ STAGGER_S = 0.01
 def run_planted(tmp_path, target, costs, max_loras, requests):
     """Send ``requests`` on the stand-in (``target``) with ``max_loras``; the timeline's records."""
     path = write_config(tmp_path, adapters=3)
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
     spec = EngineSpec(True, max_loras, 8, 4)
     with ExitStack() as stack:
         if target == "http":

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from lorabench.adapters import Adapter
-from lorabench.correctness import AdapterNotApplied, DigestBook, digest
+from lorabench.load.adapters import Adapter
+from lorabench.measure.correctness import AdapterNotApplied, DigestBook, digest
 
 A, B = Adapter("a", Path("/a"), rank=8), Adapter("b", Path("/b"), rank=16)
 PROVENANCE = {"run_id": "r", "model": "m", "device_type": "cpu"}

@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 
-from lorabench import processes
+from lorabench.host import processes
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "crosscheck_vllm_latency.py"
 T_975_2DF = 4.302652729749462  # Student's t, 97.5th percentile, 2 degrees of freedom

@@ -1,6 +1,6 @@
 import builtins
 
-from lorabench import device
+from lorabench.host import device
 
 
 def test_platform_here_is_the_cpu():

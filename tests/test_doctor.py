@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from lorabench import doctor, doctor_host, smi, stack
-from lorabench.http.target import parse_target
+from lorabench.cli import doctor
+from lorabench.config.target import parse_target
+from lorabench.host import doctor as doctor_host
+from lorabench.host import smi, stack
 from tests.helpers import ROOT
 
 NPU_SMI = """\
@@ -369,8 +371,8 @@ def full_card(npu_host, tmp_path, monkeypatch):
 
 
 def test_a_url_target_passes_on_a_node_whose_device_memory_the_server_holds(full_card, tmp_path, capsys):
-    from lorabench.testing import write_config
-    from lorabench.testing.server import StandInServer
+    from lorabench.targets.standin import write_config
+    from lorabench.targets.standin.server import StandInServer
 
     config = str(write_config(tmp_path / "run", adapters=3))
     assert doctor.main(argparse.Namespace(config=config, target=None)) == 1  # in process: no room for an engine
@@ -384,8 +386,8 @@ def test_a_url_target_passes_on_a_node_whose_device_memory_the_server_holds(full
 
 
 def test_the_configs_url_target_counts_too_and_a_server_must_be_one_of_its_configurations(full_card, tmp_path):
-    from lorabench.testing import write_config
-    from lorabench.testing.server import StandInServer
+    from lorabench.targets.standin import write_config
+    from lorabench.targets.standin.server import StandInServer
 
     with StandInServer(["a0", "a1", "a2"]) as server:
         path = write_config(tmp_path / "run", adapters=3, target={"url": server.url}, engine={"max_loras": [1, 2]})
@@ -401,8 +403,8 @@ def test_the_configs_url_target_counts_too_and_a_server_must_be_one_of_its_confi
 
 
 def test_a_url_target_that_does_not_answer_fails_and_a_bad_one_exits_2(full_card, tmp_path, capsys):
-    from lorabench.http.serve import free_port
-    from lorabench.testing import write_config
+    from lorabench.targets.http.serve import free_port
+    from lorabench.targets.standin import write_config
 
     config = str(write_config(tmp_path / "run", adapters=3))
     url = f"http://127.0.0.1:{free_port()}"

@@ -13,7 +13,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from lorabench.schema import COLUMNS
+from lorabench.results.schema import COLUMNS
 from tests.helpers import ROOT, make_row, make_sample, result_files
 
 
@@ -89,9 +89,9 @@ def test_interrupted_run_keeps_every_finished_row(tmp_path, tiny_config, sig):
 APPEND_MANY = """
 import json, sys
 from pathlib import Path
-from lorabench.results import ResultWriter
-from lorabench.records import Sample
-from lorabench.schema import ResultRow
+from lorabench.results.files import ResultWriter
+from lorabench.results.records import Sample
+from lorabench.results.schema import ResultRow
 
 path, worker, row, sample = json.loads(sys.argv[1])
 writer = ResultWriter(Path(path).parent, Path(path), "c", False)
@@ -149,7 +149,7 @@ def pytest_runtest_logreport(report):
 @pytest.fixture(autouse=True, scope="session")
 def _refuse_loras1():
     """Stands in for a configuration vLLM refuses to build."""
-    from lorabench import engine
+    from lorabench.targets import engine
 
     real_enter = engine.Engine.__enter__
 

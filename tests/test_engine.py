@@ -6,9 +6,10 @@ import shutil
 import psutil
 import pytest
 
-from lorabench import builtin
 from lorabench.config import EngineSpec, read_config_file, resolve_config
-from lorabench.engine import Engine, EngineBuildError
+from lorabench.load import builtin
+from lorabench.targets.engine import Engine, EngineBuildError
+from lorabench.targets.vllm_args import engine_arg_names
 
 pytestmark = pytest.mark.engine
 
@@ -23,7 +24,7 @@ def test_engine_core_and_front_end_stay_off_the_workers_cores(tiny_config):
     engine core on the others while the engine lives, and gives this process all of its
     cores back at shutdown, so the next build's worker sees them all."""
     path = tiny_config()
-    config = resolve_config(path, read_config_file(path), needs_lora=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=False, engine_args=engine_arg_names)
     allowed = set(os.sched_getaffinity(0))
     with Engine(config, EngineSpec(enable_lora=False), "cpu") as engine:
         workers = [p for p in engine._processes if "Worker" in p.name()]
@@ -44,7 +45,7 @@ def test_a_corrupt_weight_file_fails_the_build_with_its_cause(tiny_config, tmp_p
     shutil.copytree(builtin.ensure_model("tiny-llama"), model)
     (model / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
     path = tiny_config(model=str(model))
-    config = resolve_config(path, read_config_file(path), needs_lora=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=False, engine_args=engine_arg_names)
     log = tmp_path / "logs" / "lora-off-build0.log"
     with pytest.raises(EngineBuildError) as failure:
         Engine(config, EngineSpec(enable_lora=False), "cpu", log_path=log).__enter__()

@@ -19,9 +19,10 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from lorabench import device, smi
-from lorabench.memory import DeviceNotReleased, PeakMemory
-from lorabench.results import provenance
+from lorabench.host import device, smi
+from lorabench.host.memory import DeviceNotReleased, PeakMemory
+from lorabench.results.provenance import provenance
+from lorabench.targets.vllm_args import engine_arg_names
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,12 +151,12 @@ def test_memory_is_summed_over_the_engines_devices_and_waited_for(fake_npu, monk
 def test_an_engine_on_npu_spawns_its_processes_and_waits_for_release(fake_npu, tiny_config, monkeypatch):
     """The build itself is replaced (there is no NPU here); everything around it is real."""
     from lorabench.config import EngineSpec, read_config_file, resolve_config
-    from lorabench.engine import SPAWN, Engine
+    from lorabench.targets.engine import SPAWN, Engine
 
     calls, set_hbm = fake_npu
     monkeypatch.delenv(SPAWN, raising=False)
     path = tiny_config()
-    config = resolve_config(path, read_config_file(path), needs_lora=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=False, engine_args=engine_arg_names)
     seen = {}
 
     async def build(self):

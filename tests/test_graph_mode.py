@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from lorabench import graph
 from lorabench.config import ConfigError, engine_specs, read_config_file, resolve_config
-from lorabench.schema import CASE_KEY
+from lorabench.results import graph
+from lorabench.results.schema import CASE_KEY
 from tests.helpers import ROOT, result_files
 
 PIECEWISE = {"cudagraph_mode": "PIECEWISE"}
@@ -31,7 +31,7 @@ def test_each_graph_setting_is_its_own_configuration(tiny_config):
     assert len({s.name for s in specs}) == 8
     modes = {s.name.rsplit("-g", 1)[0] for s in specs if s.enable_lora}
     assert modes == {"loras2-rank16-cpu4-eager", "loras2-rank16-cpu4-graph"}
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
     eager_piecewise = next(s for s in specs if s.enable_lora and s.enforce_eager and "PIECEWISE" in s.graph_config)
     kwargs = config.llm_kwargs(eager_piecewise)
     assert kwargs["enforce_eager"] is True and kwargs["compilation_config"] == PIECEWISE
@@ -40,7 +40,7 @@ def test_each_graph_setting_is_its_own_configuration(tiny_config):
 
 def test_unset_graph_settings_pass_nothing_and_keep_the_old_names(tiny_config):
     path = tiny_config(engine={"max_loras": 2})
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
     (off, lora) = specs_of(path)
     assert (off.name, lora.name) == ("lora-off", "loras2-rank16-cpu4")
     assert not {"enforce_eager", "compilation_config", "additional_config"} & set(config.llm_kwargs(lora))
@@ -90,12 +90,12 @@ def test_compile_times_in_other_vllm_versions_wording(line):
 
 def test_an_engine_reads_only_what_its_own_build_logged(tmp_path, tiny_config):
     """The log file is appended to: a line an earlier run left there is not this build's."""
-    from lorabench.testing import Costs, StandInEngine
+    from lorabench.targets.standin import Costs, StandInEngine
 
     log = tmp_path / "engine.log"
     log.write_text("INFO torch.compile took 99.00 s in total\n")
     path = tiny_config(engine={"max_loras": 2})
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
     spec = engine_specs(config.file, with_lora_off=False)[0]
     with StandInEngine(config, spec, "cpu", log, costs=Costs(), weights={}) as engine:
         assert engine.graph.compile_s is None
@@ -103,7 +103,7 @@ def test_an_engine_reads_only_what_its_own_build_logged(tmp_path, tiny_config):
 
 
 def test_eager_and_graph_rows_on_the_stand_in_have_their_own_keys(pytester):
-    from lorabench.testing import Costs, StandIn, write_config
+    from lorabench.targets.standin import Costs, StandIn, write_config
 
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
     config = write_config(pytester.path / "run", engine={"enforce_eager": [True, False]})

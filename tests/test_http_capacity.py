@@ -9,10 +9,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from lorabench import capacity
-from lorabench.records import replays_path_for, samples_path_for
-from lorabench.testing import Costs, write_config
-from lorabench.testing.server import StandInServer
+from lorabench.measure import capacity
+from lorabench.results.records import replays_path_for, samples_path_for
+from lorabench.targets.standin import Costs, write_config
+from lorabench.targets.standin.server import StandInServer
 from tests.helpers import ROOT, result_files
 from tests.test_capacity import CAPACITY, hidden_overload_rps, service_rps
 

@@ -8,16 +8,16 @@ import socket
 
 import pytest
 
-from lorabench import replay
 from lorabench.config import EngineSpec, read_config_file, resolve_config
-from lorabench.http import metrics
-from lorabench.http.client import Client, RequestFailed, chunk_of, parse_event
-from lorabench.http.engine import UNKNOWN_TOKEN, HttpEngine, served_adapters
-from lorabench.http.serve import cli_flags, free_port, port_free
-from lorabench.http.target import URL, Target, parse_target
-from lorabench.testing import Costs, write_config
-from lorabench.testing.server import BASE, StandInServer
-from lorabench.trace import TraceRequest
+from lorabench.config.target import URL, Target, parse_target
+from lorabench.load.traces.synthetic import TraceRequest
+from lorabench.measure import replay
+from lorabench.targets.http import metrics
+from lorabench.targets.http.client import Client, RequestFailed, chunk_of, parse_event
+from lorabench.targets.http.engine import UNKNOWN_TOKEN, HttpEngine, served_adapters
+from lorabench.targets.http.serve import cli_flags, free_port, port_free
+from lorabench.targets.standin import Costs, write_config
+from lorabench.targets.standin.server import BASE, StandInServer
 
 ADAPTERS = ["a0", "a1", "a2"]
 
@@ -114,7 +114,7 @@ def test_adapters_are_discovered_from_v1_models(tmp_path):
 @pytest.mark.realtime
 def test_the_http_engine_counts_failures_and_times_on_its_own_clock(tmp_path):
     path = write_config(tmp_path, adapters=3)
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
     # Request 1 is the build's first token; 2 is served, 3 dropped.
     with StandInServer(ADAPTERS, Costs(decode_ms_per_step=5), failures={3: "drop"}) as server:
         engine = HttpEngine(config, EngineSpec(True, 2, 8, 4), "remote", None, Target(URL, server.url))
@@ -178,7 +178,7 @@ def test_waiting_for_an_idle_server_reads_its_request_gauges(tmp_path):
     """A server counts requests until its engine drops them: the wait for idle is on /metrics.
     Two long requests still running keep it busy until the wait runs out; cancelled, they go."""
     path = write_config(tmp_path, adapters=3)
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
 
     async def scenario(engine: HttpEngine) -> tuple:
         async def consume(adapter):
@@ -237,7 +237,7 @@ def test_a_chunk_is_stamped_when_it_arrives_not_after_it_is_parsed(monkeypatch):
     chunk is stamped before its parse, so a slow parse leaves the stamps where the bytes came."""
     import time
 
-    from lorabench.http import client as client_module
+    from lorabench.targets.http import client as client_module
 
     parsed_at = []
     real_parse = client_module.parse_event
@@ -261,7 +261,7 @@ def test_a_replay_over_http_with_a_150k_token_prompt_finishes_and_measures_it(tm
     ids are under 1000, about 4 bytes each: a line past aiohttp's 512 KiB limit); the replay goes
     on to the next request and both are measured, where LineTooLong aborted the whole replay."""
     path = write_config(tmp_path, adapters=2)
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
     adapters = {a.name: a for a in config.adapters}
     trace = [TraceRequest(0.0, "a0", 150_000, 2), TraceRequest(0.05, "a1", 8, 2)]
     with StandInServer(ADAPTERS, Costs(prefill_ms_per_token=0.0, kv_blocks=10_000)) as server:

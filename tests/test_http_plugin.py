@@ -9,9 +9,9 @@ import json
 import pandas as pd
 import pytest
 
-from lorabench.schema import ENGINE_ONLY
-from lorabench.testing import Costs, write_config
-from lorabench.testing.server import BASE, VERSION, StandInServer
+from lorabench.results.schema import ENGINE_ONLY
+from lorabench.targets.standin import Costs, write_config
+from lorabench.targets.standin.server import BASE, VERSION, StandInServer
 from tests.helpers import ROOT, result_files
 
 ONLINE = {

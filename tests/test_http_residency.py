@@ -8,10 +8,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from lorabench.http.client import RequestFailed
-from lorabench.http.lora_api import missing_route, server_paths
-from lorabench.testing import Costs, write_config
-from lorabench.testing.server import StandInServer
+from lorabench.targets.http.client import RequestFailed
+from lorabench.targets.http.lora_api import missing_route, server_paths
+from lorabench.targets.standin import Costs, write_config
+from lorabench.targets.standin.server import StandInServer
 from tests.helpers import ROOT, result_files
 
 DISK_MS, SLOT_MS = 20.0, 6.0
@@ -145,8 +145,8 @@ def test_the_path_to_load_is_the_servers_own():
 def test_the_residency_figure_marks_an_http_disk_bar_whose_load_came_before_the_request(target, hatched):
     from pathlib import Path
 
-    from lorabench.report import cache_figures
-    from lorabench.report.runs import ReportRun
+    from lorabench.analysis.report import cache_figures
+    from lorabench.analysis.report.runs import ReportRun
 
     frame = pd.DataFrame(
         {

@@ -14,11 +14,11 @@ import psutil
 import pytest
 
 from lorabench.config import EngineSpec, read_config_file, resolve_config
-from lorabench.engine import EngineBuildError
-from lorabench.http.serve import ServeEngine, port_free
-from lorabench.http.target import SERVE, Target
-from lorabench.records import replays_path_for
-from lorabench.testing import write_config
+from lorabench.config.target import SERVE, Target
+from lorabench.results.records import replays_path_for
+from lorabench.targets.engine import EngineBuildError
+from lorabench.targets.http.serve import ServeEngine, port_free
+from lorabench.targets.standin import write_config
 from tests.engine_sessions import SERVE_ONLINE
 from tests.helpers import ROOT
 
@@ -32,12 +32,12 @@ class StandInServe(ServeEngine):
         if self.script is not None:
             return [sys.executable, "-c", self.script]
         names = ",".join(a.name for a in self.config.adapters)
-        return [sys.executable, "-m", "lorabench.testing.server", "--port", str(port), "--adapters", names]
+        return [sys.executable, "-m", "lorabench.targets.standin.server", "--port", str(port), "--adapters", names]
 
 
 def engine(tmp_path, script=None, **sections):
     path = write_config(tmp_path, adapters=3, **sections)
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
     served = StandInServe(config, EngineSpec(True, 2, 8, 4), "cpu", tmp_path / "logs" / "e.log", Target(SERVE))
     served.script = script
     return served, config
@@ -53,7 +53,9 @@ def test_the_server_is_started_waited_for_stopped_and_reaped(tmp_path):
         served.check_alive()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert port_free(port) and served.server is None
-    assert "lorabench.testing.server --port" in (tmp_path / "logs" / "e.log").read_text(), "the command is logged"
+    assert "lorabench.targets.standin.server --port" in (tmp_path / "logs" / "e.log").read_text(), (
+        "the command is logged"
+    )
 
 
 def test_a_server_that_exits_fails_the_build_with_its_logs_reason(tmp_path):

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench.http import telemetry
-from lorabench.records import replays_path_for, samples_path_for
-from lorabench.testing import Costs, write_config
-from lorabench.testing.server import StandInServer
+from lorabench.results.records import replays_path_for, samples_path_for
+from lorabench.targets.http import telemetry
+from lorabench.targets.standin import Costs, write_config
+from lorabench.targets.standin.server import StandInServer
 from tests.helpers import ROOT, result_files
 
 # An excerpt of vLLM 0.32's /metrics, with a line lorabench does not read.

@@ -1,123 +1,57 @@
-"""The import graph of the lorabench package, read from the source (no module imported):
-no circles, and the command line imported by nothing but ``python -m lorabench``.
-
-Every import counts: at the top, inside a function, under ``TYPE_CHECKING``. A circle
-through a lazy import still ties the two modules together, and it turns into an import
-error the day someone moves the import to the top.
-"""
+"""The package's layering, stated as import-linter contracts in pyproject.toml
+([tool.importlinter]; docs/extending.md#layers draws them): checked here, so the quick loop
+catches a breach, and shown to catch one on a copy of the package with breaches put in."""
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import ROOT
 
-PACKAGE = ROOT / "lorabench"
+LINT_IMPORTS = str(Path(sys.executable).parent / "lint-imports")
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def lint(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on the package under ``root`` (found there first, not the installed one)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([LINT_IMPORTS, "--no-cache"], cwd=root, env=env, capture_output=True, text=True)
 
 
-def imported(tree: ast.AST, here: str, is_package: bool, modules: set[str]) -> Iterator[str]:
-    """The package's modules that ``tree`` imports; ``from X import name`` counts as
-    importing ``X.name`` where that is a module, else ``X``."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = here.split(".")[: len(here.split(".")) - node.level + is_package]
-                base = ".".join([*anchor, base] if base else anchor)
-            for alias in node.names:
-                yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+def test_every_contract_is_kept():
+    done = lint(ROOT)
+    assert done.returncode == 0 and " 0 broken" in done.stdout, done.stdout + done.stderr
 
 
-def import_graph() -> dict[str, set[str]]:
-    files = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
-    graph = {}
-    for name, path in files.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        targets = imported(tree, name, path.name == "__init__.py", set(files))
-        graph[name] = {t for t in targets if t in files and t != name}
-    return graph
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One circle through each group of modules that import one another (Tarjan's strongly
-    connected components), as the path ``a -> b -> ... -> a``."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    groups: list[set[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            group: set[str] = set()
-            while node not in group:
-                group.add(stack.pop())
-            if len(group) > 1:
-                groups.append(group)
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return [_path_round(graph, group) for group in groups]
-
-
-def _path_round(graph: dict[str, set[str]], group: set[str]) -> list[str]:
-    """A shortest way from the group's first module back to itself, inside the group."""
-    start = min(group)
-    paths = {start: [start]}
-    frontier = [start]
-    while frontier:
-        following = []
-        for node in frontier:
-            for nxt in sorted(graph[node] & group):
-                if nxt == start:
-                    return [*paths[node], start]
-                if nxt not in paths:
-                    paths[nxt] = [*paths[node], nxt]
-                    following.append(nxt)
-        frontier = following
-    return sorted(group)
-
-
-def test_the_package_imports_no_circle():
-    found = [" -> ".join(c) for c in circles(import_graph())]
-    assert not found, "import circles:\n  " + "\n  ".join(found)
-
-
-def test_only_python_m_lorabench_imports_the_command_line():
-    importers = sorted(m for m, targets in import_graph().items() if "lorabench.cli" in targets)
-    assert importers == ["lorabench.__main__"]
-
-
-def test_the_check_sees_lazy_and_type_checking_imports(tmp_path):
-    """The check itself, on a made-up package: a circle closed by an import inside a
-    function and one closed under TYPE_CHECKING are both found."""
-    source = {
-        "a": "import p.b\n",
-        "b": "def f():\n    from p import c\n",
-        "c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.a import X\n",
-        "d": "from . import e\n",
-        "e": "from .d import Y\n",
+def test_the_contracts_catch_each_kind_of_breach(tmp_path):
+    shutil.copytree(ROOT / "lorabench", tmp_path / "lorabench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    breaches = {
+        # config reaching the machine (the vLLM-argument check once did, through vllm_args)
+        "config/strict.py": "from lorabench.host import device",
+        # a lower layer importing a face (ab once imported the pytest plugin's options)
+        "results/stats.py": "from lorabench.pytest_plugin import options",
+        # the command line imported by a module; an accelerator runtime in the process
+        "load/workload.py": "def _lazy():\n    import lorabench.cli.main\n    import torch_npu",
+        # a circle inside a layer, closed under TYPE_CHECKING
+        "analysis/report/figures.py": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import lorabench.analysis.show"
+        ),
     }
-    names = {f"p.{name}" for name in source}
-    graph = {
-        f"p.{name}": set(imported(ast.parse(text), f"p.{name}", False, names | {"p"})) & names
-        for name, text in source.items()
-    }
-    assert sorted(circles(graph)) == [["p.a", "p.b", "p.c", "p.a"], ["p.d", "p.e", "p.d"]]
+    for module, line in breaches.items():
+        path = tmp_path / "lorabench" / module
+        path.write_text(path.read_text() + "\n" + line + "\n")
+    done = lint(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Contracts: 0 kept, 5 broken." in done.stdout, done.stdout
+    for shown in (
+        "lorabench.config.strict -> lorabench.host.device",
+        "lorabench.results.stats -> lorabench.pytest_plugin.options",
+        "lorabench.load.workload -> lorabench.cli.main",
+        "lorabench.load.workload -> torch_npu",
+        "No cycles are allowed in lorabench.analysis.",
+    ):
+        assert shown in done.stdout, (shown, done.stdout)

@@ -4,9 +4,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from lorabench.adapters import Adapter
-from lorabench.measure import MeasurementError, measure_round, summarize
-from lorabench.workload import Batch, Request
+from lorabench.load.adapters import Adapter
+from lorabench.load.workload import Batch, Request
+from lorabench.measure.latency import MeasurementError, measure_round, summarize
 
 A = Adapter("a", Path("/a"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lorabench.testing import Costs, StandIn, write_config
+from lorabench.targets.standin import Costs, StandIn, write_config
 from tests.helpers import ROOT, result_files
 
 # 40 requests/s for 1 s, 40 output tokens each (0.16 s of decode steps): a drain of 0.05 s

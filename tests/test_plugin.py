@@ -5,7 +5,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from lorabench.records import samples_path_for
+from lorabench.results.records import samples_path_for
 from tests.engine_sessions import CHURN_SUITE, ONLINE_WARMUP_S, SMOKE_SUITE, TIMELINE_SUITE, fast_base
 from tests.helpers import ROOT, result_files
 from tests.test_session_end import CONFTEST as FINISHED_RUN
@@ -70,7 +70,7 @@ def test_bad_config_is_a_usage_error_before_any_engine(bench_dir, tiny_config):
 
 
 def test_a_weightless_model_folder_is_refused_before_any_engine(bench_dir, tiny_config, tmp_path):
-    from lorabench import builtin
+    from lorabench.load import builtin
 
     model = tmp_path / "no-weights"
     model.mkdir()
@@ -298,8 +298,8 @@ def test_online_replay_on_the_real_cpu_engine(replay_session):
     """A short trace replayed on a real async engine: every request accounted for. The
     ``smoke`` trace of the replay session (tests/engine_sessions.py), which also replays the
     timeline test's trace and a churn case on the same build."""
-    from lorabench import trace
     from lorabench.config import online_cases, read_config_file
+    from lorabench.load.traces import synthetic as trace
 
     result, report = replay_session.result, replay_session.folder / "report"
     assert replay_session.passed("test_multilora_online") == 2 and not replay_session.failed()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lorabench.processes import root_cause
+from lorabench.host.processes import root_cause
 
 
 def test_the_root_cause_of_an_exception_whose_message_starts_on_the_next_line():

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from lorabench import recommend
+from lorabench.analysis import recommend
 from tests.test_capacity import capacity_rows
 
 TWO, EIGHT = {"max_loras": 2}, {"max_loras": 8}

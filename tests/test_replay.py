@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from lorabench import replay as replay_module
-from lorabench.replay import ReplayedRequest, replay
-from lorabench.replay_summary import jain_index, summarize_online
-from lorabench.replay_summary import samples as summary_samples
-from lorabench.trace import TraceRequest
-from lorabench.workload import synthetic_prompt
+from lorabench.load.traces.synthetic import TraceRequest
+from lorabench.load.workload import synthetic_prompt
+from lorabench.measure import replay as replay_module
+from lorabench.measure.replay import ReplayedRequest, replay
+from lorabench.measure.replay_summary import jain_index, summarize_online
+from lorabench.measure.replay_summary import samples as summary_samples
 
 
 def request(index, adapter, scheduled, sent, tokens, finished=True):
@@ -138,7 +138,7 @@ def test_an_engine_error_during_replay_is_raised_not_counted_as_unfinished():
 
 
 class FakeGC:
-    """The collector as the replay sees it (``lorabench.replay.gc``), without touching the
+    """The collector as the replay sees it (``lorabench.measure.replay.gc``), without touching the
     real heap (the test session freezes it: tests/conftest.py)."""
 
     def __init__(self, frozen=0, enabled=True):
@@ -188,7 +188,7 @@ def test_a_heap_frozen_or_a_collector_turned_off_by_someone_else_is_left_alone(m
 
 
 def test_a_fail_that_the_late_sends_alone_account_for_is_the_clients():
-    from lorabench.replay_summary import client_behind, late_sends_fail, probe_behind
+    from lorabench.measure.replay_summary import client_behind, late_sends_fail, probe_behind
 
     # 40 requests, each served in 100 ms from its send (a 500 ms TTFT target); 3 of them
     # (7.5 %, under the 10 % rule) were sent 600 ms late. Against a 95 % target they fail the

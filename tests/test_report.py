@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from lorabench import cli
-from lorabench.progress import RunProgress, trace_reporter
+from lorabench.cli import main as cli
+from lorabench.results.progress import RunProgress, trace_reporter
 from tests.helpers import ROOT
 
 DATA = ROOT / "tests" / "data"

@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench import cli
-from lorabench.records import SAMPLE_COLUMNS, SAMPLE_KEY, samples_path_for
-from lorabench.report.trace_figures import replayed_trace
+from lorabench.analysis.report.trace_figures import replayed_trace
+from lorabench.cli import main as cli
+from lorabench.results.records import SAMPLE_COLUMNS, SAMPLE_KEY, samples_path_for
 from tests.helpers import ROOT
 
 DATA = ROOT / "tests" / "data"

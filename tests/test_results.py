@@ -4,10 +4,11 @@ import subprocess
 import pandas as pd
 import pytest
 
-from lorabench.device import Platform
-from lorabench.records import SAMPLE_COLUMNS
-from lorabench.results import ResultsFileError, ResultWriter, format_summary, git_state, provenance
-from lorabench.schema import COLUMNS
+from lorabench.host.device import Platform
+from lorabench.results.files import ResultsFileError, ResultWriter, format_summary
+from lorabench.results.provenance import git_state, provenance
+from lorabench.results.records import SAMPLE_COLUMNS
+from lorabench.results.schema import COLUMNS
 from tests.helpers import make_row as row
 from tests.helpers import make_sample as sample
 

@@ -4,12 +4,12 @@ import dataclasses
 
 import pytest
 
-from lorabench.compare.load import REQUIRED_KEY
+from lorabench.analysis.compare.load import REQUIRED_KEY
 from lorabench.config import EngineSpec
-from lorabench.records import SAMPLE_COLUMNS
+from lorabench.results.records import SAMPLE_COLUMNS
+from lorabench.results.schema import CASE_KEY, COLUMNS, ENGINE_KEY, SCENARIO_COLUMNS, ResultRow, engine_name
+from lorabench.results.schema_check import SchemaError, check_row
 from lorabench.scenarios import SCENARIOS
-from lorabench.schema import CASE_KEY, COLUMNS, ENGINE_KEY, SCENARIO_COLUMNS, ResultRow, engine_name
-from lorabench.schema_check import SchemaError, check_row
 from tests.helpers import make_row, make_sample
 
 

@@ -15,8 +15,8 @@ import urllib.request
 import pandas as pd
 import pytest
 
-from lorabench.cli import main
-from lorabench.http.serve import free_port, port_free
+from lorabench.cli.main import main
+from lorabench.targets.http.serve import free_port, port_free
 from tests.helpers import ROOT, result_files
 
 

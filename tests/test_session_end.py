@@ -18,7 +18,7 @@ CONFTEST = """
 from pathlib import Path
 from types import SimpleNamespace
 
-from lorabench.session import STATE
+from lorabench.pytest_plugin.session import STATE
 
 
 def pytest_sessionstart(session):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lorabench import smi
+from lorabench.host import smi
 
 # npu-smi 24.1: two 910B3 cards; HBM "used / total" sometimes without a space.
 NPU_SMI_24 = """\

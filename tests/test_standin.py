@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 
 from lorabench.config import EngineSpec
-from lorabench.replay import ReplayedRequest
-from lorabench.replay_summary import summarize_online
-from lorabench.testing import Costs, StandIn, write_config
-from lorabench.testing.llm import LoraRef, Params, StandInLLM
+from lorabench.measure.replay import ReplayedRequest
+from lorabench.measure.replay_summary import summarize_online
+from lorabench.targets.standin import Costs, StandIn, write_config
+from lorabench.targets.standin.llm import LoraRef, Params, StandInLLM
 from tests.helpers import ROOT, result_files
 
 TIMER_MS = 3.0  # the event loop's rounding, Python's own time around a request, a busy machine
@@ -201,7 +201,7 @@ def test_benchmark_cases_under_xdist_are_refused_in_one_line(pytester):
     pytest.importorskip("xdist")
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
     pytester.makeconftest(
-        "from lorabench.testing import StandIn\n\ndef pytest_lorabench_backend(config):\n    return StandIn()\n"
+        "from lorabench.targets.standin import StandIn\n\ndef pytest_lorabench_backend(config):\n    return StandIn()\n"
     )
     config = write_config(pytester.path / "run")
     # In process: the worker that refuses is a process of its own either way (a run in a

@@ -11,16 +11,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench import timeline
-from lorabench.records import replays_path_for, samples_path_for
-from lorabench.report import write_report
-from lorabench.report.runs import case_keys
-from lorabench.testing import Costs, StandIn, write_config
+from lorabench.analysis.report import write_report
+from lorabench.analysis.report.runs import case_keys
+from lorabench.results.records import replays_path_for, samples_path_for
+from lorabench.targets import timeline
+from lorabench.targets.standin import Costs, StandIn, write_config
 from tests.engine_sessions import ONLINE_WARMUP_S
 from tests.helpers import ROOT, result_files
 
 # Steps of 10 ms, records of 5 ms (BUCKET_S, patched from 50 ms where SHORT_RECORDS is used):
-# a step never lasts less than 9 ms (lorabench.testing), so each step is its own record.
+# a step never lasts less than 9 ms (lorabench.targets.standin), so each step is its own record.
 # At 50 ms records the steps had to last 60 ms, and the build's digests alone took 2 s.
 SHORT_RECORDS = 0.005
 SLOW_STEPS = Costs(decode_ms_per_step=10)
@@ -147,7 +147,7 @@ def test_case_keys_match_across_files_whatever_pandas_read():
 
 
 def test_adapters_awaiting_a_first_token_from_the_samples():
-    from lorabench.report.online_figures import _awaiting_first_token
+    from lorabench.analysis.report.online_figures import _awaiting_first_token
 
     requests = pd.DataFrame(
         {

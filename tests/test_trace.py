@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from lorabench import cli, trace
-from lorabench.trace import TraceParams, adapter_shares
+from lorabench.cli import main as cli
+from lorabench.load.traces import synthetic as trace
+from lorabench.load.traces.synthetic import TraceParams, adapter_shares
 
 ADAPTERS = [f"dummy-lora-rank-8-{i}" for i in range(8)]
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lorabench import cli, trace
-from lorabench.trace import TraceParams
-from lorabench.traces import data
+from lorabench.cli import main as cli
+from lorabench.load.traces import data
+from lorabench.load.traces import synthetic as trace
+from lorabench.load.traces.synthetic import TraceParams
 from tests.test_trace_import import TRACES
 
 ADAPTERS = [f"a{i}" for i in range(4)]

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from lorabench import cli
-from lorabench.trace import adapter_shares
-from lorabench.traces import data
-from lorabench.traces.sources import _datetime_seconds
+from lorabench.cli import main as cli
+from lorabench.load.traces import data
+from lorabench.load.traces.sources import _datetime_seconds
+from lorabench.load.traces.synthetic import adapter_shares
 
 TRACES = Path(__file__).parent / "data" / "traces"
 

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench import cli
+from lorabench.cli import main as cli
 from lorabench.config import ConfigError, online_cases, read_config_file, resolve_config
 from lorabench.config.expand import IMPORTED_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, SYNTHETIC_TRACE_COLUMNS
-from lorabench.traces import data
-from lorabench.traces.transforms import replay_window
+from lorabench.load.traces import data
+from lorabench.load.traces.transforms import replay_window
 from tests.helpers import ROOT, result_files
 from tests.test_trace_import import CSV_COLUMNS, TRACES, bursty_csv
 
@@ -30,7 +30,7 @@ def online(*suites: dict) -> dict:
 
 def problems(path: Path) -> str:
     with pytest.raises(ConfigError) as info:
-        resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+        resolve_config(path, read_config_file(path), needs_lora=True)
     return str(info.value)
 
 
@@ -64,7 +64,7 @@ def two_traces(tiny_config, tmp_path):
 
 
 def test_imported_suites_resolve_and_expand(two_traces):
-    config = resolve_config(two_traces, read_config_file(two_traces), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(two_traces, read_config_file(two_traces), needs_lora=True)
     cases = [c.located(config.path.parent) for c in online_cases(config.file)]
     assert [c.id for c in cases] == [
         "syn-n2-a1-cv1-r2",
@@ -166,7 +166,7 @@ def test_stats_of_a_synthetic_trace_show_its_rate_over_time(tmp_path, capsys):
 
 def standin_replay(pytester, folder: Path, source: Path, fmt: str) -> Path:
     """Replay an imported trace on the stand-in through the plugin; returns the result file."""
-    from lorabench.testing import Costs, StandIn, write_config
+    from lorabench.targets.standin import Costs, StandIn, write_config
 
     folder.mkdir()
     import_to(folder, fmt, source, "--adapters", 2, "--max-model-len", 128)
@@ -189,8 +189,8 @@ def standin_replay(pytester, folder: Path, source: Path, fmt: str) -> Path:
 def test_replays_of_two_imported_traces_run_and_are_never_matched(pytester):
     """Each row names its trace by file and sha256 and leaves the synthetic columns blank;
     compare pairs no case of a BurstGPT replay with one of a Mooncake replay."""
-    from lorabench.compare.load import CompareError
-    from lorabench.compare.select import run_comparison
+    from lorabench.analysis.compare.load import CompareError
+    from lorabench.analysis.compare.select import run_comparison
 
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
     burst = standin_replay(pytester, pytester.path / "a", TRACES / "burstgpt.csv", "burstgpt")
@@ -207,7 +207,7 @@ def test_replays_of_two_imported_traces_run_and_are_never_matched(pytester):
 @pytest.mark.engine
 def test_the_example_imported_trace_replays_on_the_real_cpu_engine(pytester, tmp_path):
     """config/imported-trace.json as a user runs it: both rates replay, with a timeline."""
-    from lorabench.records import replays_path_for
+    from lorabench.results.records import replays_path_for
 
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
     csv = tmp_path / "imported.csv"

@@ -1,4 +1,4 @@
-"""The stand-in on a virtual clock (lorabench.testing.virtual_clock): a replay takes no real
+"""The stand-in on a virtual clock (lorabench.targets.standin.virtual_clock): a replay takes no real
 time, the same replay gives the same times to the nanosecond, and a planted cost comes out
 exactly, where the wall clock adds up to a millisecond of the loop's rounding and any stall
 of a busy host."""
@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from lorabench import replay
 from lorabench.config import engine_specs, read_config_file, resolve_config
-from lorabench.testing import Costs, StandInEngine, write_config
-from lorabench.testing.virtual_clock import START_S, VirtualClockLoop, block
-from lorabench.trace import TraceRequest
+from lorabench.load.traces.synthetic import TraceRequest
+from lorabench.measure import replay
+from lorabench.targets.standin import Costs, StandInEngine, write_config
+from lorabench.targets.standin.virtual_clock import START_S, VirtualClockLoop, block
 
 # Ten requests over two adapters, 20 ms apart: later ones arrive while earlier ones decode.
 TRACE = [TraceRequest(0.02 * i, f"a{i % 2}", 20 + i, 3 + i % 3) for i in range(10)]
@@ -22,7 +22,7 @@ TRACE = [TraceRequest(0.02 * i, f"a{i % 2}", 20 + i, 3 + i % 3) for i in range(1
 
 def replayed(tmp_path, costs: Costs, trace=TRACE, virtual_clock: bool = True) -> list[replay.ReplayedRequest]:
     path = write_config(tmp_path, adapters=2)
-    config = resolve_config(path, read_config_file(path), needs_lora=True, check_vllm_args=False)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
     spec = engine_specs(config.file, with_lora_off=False)[0]
     adapters = {a.name: a for a in config.adapters}
     with StandInEngine(config, spec, "cpu", None, costs=costs, weights={}, virtual_clock=virtual_clock) as engine:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from lorabench import vllm_args
+from lorabench.targets import vllm_args
 from tests.test_config import break_import, problems_of
 
 ARG_UTILS = """\

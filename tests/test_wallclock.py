@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from lorabench.testing import Costs, StandIn, write_config
-from lorabench.wallclock import BUILDS, HARNESS, MEASURED, WARMUPS, WallClock
+from lorabench.measure.wallclock import BUILDS, HARNESS, MEASURED, WARMUPS, WallClock
+from lorabench.targets.standin import Costs, StandIn, write_config
 from tests.helpers import ROOT
 
 SPLIT = re.compile(
@@ -40,7 +40,7 @@ def test_a_planted_cost_comes_out_in_the_measured_and_warm_up_shares(pytester):
 
 def test_the_split_sums_to_the_wall_time_and_says_each_share(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr("lorabench.wallclock.time.perf_counter", lambda: now[0])
+    monkeypatch.setattr("lorabench.measure.wallclock.time.perf_counter", lambda: now[0])
     clock = WallClock(started=now[0])
     clock.add(BUILDS, 112.0)
     clock.add(MEASURED, 180.0)

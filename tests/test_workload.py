@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from lorabench.adapters import Adapter
-from lorabench.workload import (
+from lorabench.load.adapters import Adapter
+from lorabench.load.workload import (
     Shape,
     assign_adapters,
     build_batch,

@@ -23,7 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from lorabench.ab import PAIR_ENV
 from lorabench.ab.plan import (
     BASE,
     NEW,
@@ -34,8 +33,9 @@ from lorabench.ab.plan import (
     make_side,
     pytest_command,
 )
-from lorabench.options import add_compare_arguments
-from lorabench.progress import duration
+from lorabench.analysis.compare.options import add_compare_arguments
+from lorabench.results.progress import duration
+from lorabench.results.provenance import PAIR_ENV
 
 DEFAULT_PAIRS = 6
 PYTEST_USAGE = (4, 5)  # pytest: usage error, no tests collected
@@ -270,8 +270,8 @@ def _last_line(log: Path) -> str:
 
 
 def _compare(out: Path, args: argparse.Namespace) -> int:
-    from lorabench.compare import CompareError, compare_pairs, parse_thresholds, render_text
-    from lorabench.compare.show import show_comparison
+    from lorabench.analysis.compare import CompareError, compare_pairs, parse_thresholds, render_text
+    from lorabench.analysis.show import show_comparison
 
     try:
         threshold, per_metric = parse_thresholds(args.threshold)

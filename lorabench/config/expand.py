@@ -14,15 +14,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from lorabench import graph, trace
-from lorabench.adapters import Adapter
 from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix
 from lorabench.config.trace_sections import TraceShape
-from lorabench.schema import engine_id, engine_name
-from lorabench.trace import TraceParams, TraceRequest
-from lorabench.traces import data as trace_data
-from lorabench.traces import transforms
-from lorabench.workload import Shape
+from lorabench.load.adapters import Adapter
+from lorabench.load.traces import data as trace_data
+from lorabench.load.traces import synthetic as trace
+from lorabench.load.traces import transforms
+from lorabench.load.traces.synthetic import TraceParams, TraceRequest
+from lorabench.load.workload import Shape
+from lorabench.results import graph
+from lorabench.results.schema import engine_id, engine_name
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class EngineSpec:
     max_loras: int | None = None
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None
-    # Graph mode (lorabench.graph): None leaves vLLM's default.
+    # Graph mode (lorabench.results.graph): None leaves vLLM's default.
     enforce_eager: bool | None = None
     graph_config: str | None = None
     # Which of the run's builds of this configuration (matrix.builds) this is.
@@ -100,7 +101,7 @@ def engine_specs(file: ConfigFile, *, with_lora_off: bool, builds: int = 1) -> l
     return [EngineSpec(**{**s.__dict__, "build": b}) for b in range(builds) for s in configurations]
 
 
-# The trace columns (lorabench.schema, group "trace") every online case fills...
+# The trace columns (lorabench.results.schema, group "trace") every online case fills...
 ONLINE_TRACE_COLUMNS = frozenset(
     {"trace_suite", "trace_num_adapters", "trace_rate", "trace_duration_s", "trace_warmup_s"}
 )

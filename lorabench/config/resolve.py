@@ -11,35 +11,33 @@ from __future__ import annotations
 import csv
 import difflib
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
 
-from lorabench import builtin
-from lorabench.adapters import Adapter, read_adapters_file, read_rank
 from lorabench.config.expand import BenchConfig, as_list, shape_of
 from lorabench.config.read import ConfigError, read_json
 from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters
 from lorabench.config.trace_sections import Churn
 from lorabench.config.traces import check_traces, length_limit
-from lorabench.records import SAMPLE_COLUMNS, samples_path_for
-from lorabench.schema import COLUMNS
-from lorabench.workload import pool_size
+from lorabench.load import builtin
+from lorabench.load.adapters import Adapter, read_adapters_file, read_rank
+from lorabench.load.workload import pool_size
+from lorabench.results.records import SAMPLE_COLUMNS, samples_path_for
+from lorabench.results.schema import COLUMNS
 
 
-def _check_against_vllm(parsed: ConfigFile, path: Path) -> list[str]:
+def _check_against_vllm(parsed: ConfigFile, path: Path, engine_args: Callable[[], frozenset[str]]) -> list[str]:
     """Catch typos in engine arguments by comparing them with vLLM's own EngineArgs.
 
     Without vLLM there is nothing to compare with, and the engine build says what to
     install. A vLLM that is installed but fails to import (a missing library, a torch of
     another build) would fail every engine build after the session started: say so now.
     The names are kept in the cache for this install once it has imported
-    (``lorabench.vllm_args``): the import takes seconds.
+    (``lorabench.targets.vllm_args``): the import takes seconds.
     """
-    from lorabench.vllm_args import engine_arg_names
-
     try:
-        known = engine_arg_names()
+        known = engine_args()
     except Exception as exc:  # noqa: BLE001 - whatever a broken install raises is reported
         if isinstance(exc, ModuleNotFoundError) and exc.name == "vllm":
             return []
@@ -68,7 +66,7 @@ def resolve_config(
     *,
     needs_lora: bool,
     output: str | None = None,
-    check_vllm_args: bool = True,
+    engine_args: Callable[[], frozenset[str]] | None = None,
     runs: Collection[str] | None = None,
 ) -> BenchConfig:
     """Resolve paths, read the adapter and prompt files and check them against the matrix.
@@ -78,10 +76,13 @@ def resolve_config(
     ``runs``: the scenarios the selection runs (None: all). Every section is checked, but the
     problems of a section only other scenarios read (online, capacity, churn, working_set) are
     warnings naming the selection that would refuse them, not a refusal of this one.
+    ``engine_args``: vLLM's engine argument names, from the caller that knows the engine
+    (``lorabench.targets.vllm_args.engine_arg_names``), so config never reaches the engine
+    layer itself; None leaves the engine arguments unchecked (a URL target's server has its own).
     """
     path = Path(path).resolve()
     base = path.parent
-    problems = _check_against_vllm(parsed, path) if check_vllm_args else []
+    problems = _check_against_vllm(parsed, path, engine_args) if engine_args else []
     model, is_builtin = _model(path, parsed, problems)
     tokenizer = _resolve(base, parsed.tokenizer) if parsed.tokenizer else None
     if tokenizer is not None and not tokenizer.exists():

@@ -22,9 +22,9 @@ from pydantic import (
 )
 
 from lorabench.config.strict import Strict, unique
+from lorabench.config.target import check_url
 from lorabench.config.trace_sections import Capacity, Churn, Online
-from lorabench.graph import GRAPH_KEYS
-from lorabench.http.target import check_url
+from lorabench.results.graph import GRAPH_KEYS
 
 WORKLOADS = ("distinct", "uniform", "skewed", "identical", "mixed")
 Workload = Literal["distinct", "uniform", "skewed", "identical", "mixed"]
@@ -50,7 +50,7 @@ Settings = dict[str, Any]
 
 class EngineArgs(BaseModel):
     """Keyword arguments for vLLM's engine. The three LoRA knobs and the graph-mode
-    settings (``lorabench.graph``) may be lists: each combination is a configuration."""
+    settings (``lorabench.results.graph``) may be lists: each combination is a configuration."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -127,7 +127,7 @@ class WorkingSet(Strict):
 
 
 class Serve(Strict):
-    """The ``serve`` target's waits for the ``vllm serve`` it starts (``lorabench.http.serve``):
+    """The ``serve`` target's waits for the ``vllm serve`` it starts (``lorabench.targets.http.serve``):
     the defaults are here, and nowhere else."""
 
     # From start to /health answering: the model's load, compile and graph capture. A 70B
@@ -150,7 +150,7 @@ class Serve(Strict):
 
 
 class UrlTarget(Strict):
-    """A server that already runs (``lorabench.http``): nothing is started or stopped."""
+    """A server that already runs (``lorabench.targets.http``): nothing is started or stopped."""
 
     url: str
 
@@ -178,7 +178,7 @@ class ConfigFile(Strict):
     working_set: WorkingSet | None = None
     capacity: Capacity | None = None
     churn: Churn | None = None
-    # Where requests go (lorabench.http.target); --bench-target overrides it.
+    # Where requests go (lorabench.config.target); --bench-target overrides it.
     target: Literal["inprocess", "serve"] | UrlTarget = "inprocess"
     # How long the serve target waits for its server to start and to stop.
     serve: Serve = Serve()

@@ -20,11 +20,23 @@ from pydantic import (
     model_validator,
 )
 
-from lorabench.capacity import MIN_REQUESTS, shortest_probe_s
 from lorabench.config.strict import Strict, unique
 
 # What describes a synthetic trace: a suite that replays a trace file sets none of it.
 SYNTHETIC_FIELDS = ("num_adapters", "alpha", "cv", "input_range", "output_range", "lengths", "seed")
+
+# Below this many measured requests a probe's attainment means little: the search never
+# goes to a rate whose probe would hold fewer on average, and a probe that holds fewer by
+# chance decides nothing (it is rerun longer).
+MIN_REQUESTS = 10
+
+
+def shortest_probe_s(slo_ttft_s: float, precision: float, target: float, warmup_s: float) -> float:
+    """The shortest probe that fails at ``1 + precision`` times the rate the engine keeps up
+    with. There the queue, empty at the start, grows so that a request arriving at ``t``
+    waits about ``precision * t``; it misses the TTFT SLO once ``t > slo / precision``, and
+    more than ``1 - target`` of the measured requests must arrive after that."""
+    return (slo_ttft_s / precision - (1 - target) * warmup_s) / target
 
 
 class TraceShape(Strict):
@@ -92,7 +104,7 @@ class Online(Strict):
 
 
 class Capacity(Strict):
-    """The capacity search (``lorabench.capacity``): the highest rate at which ``target`` of
+    """The capacity search (``lorabench.measure.capacity``): the highest rate at which ``target`` of
     the requests meet both SLOs, for each trace shape, on every LoRA engine."""
 
     shapes: list[TraceShape] = Field(min_length=1)
@@ -106,7 +118,7 @@ class Capacity(Strict):
     # Requests arriving in a probe's first seconds are left out of its attainment.
     warmup_s: NonNegativeFloat = 2.0
     # The least a request gets to finish from its arrival before it is aborted and its probe is
-    # over; more where its output needs it (lorabench.replay.drain_s, docs/capacity.md#the-drain).
+    # over; more where its output needs it (lorabench.measure.replay.drain_s, docs/capacity.md#the-drain).
     drain_s: PositiveFloat = 5.0
     max_probes: int = Field(default=8, ge=2)
     max_time_s: PositiveFloat = 300.0

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from lorabench.config.schema import ConfigFile
 from lorabench.config.trace_sections import TraceShape
-from lorabench.traces.data import TraceData
-from lorabench.traces.data import load as load_trace
-from lorabench.traces.transforms import from_start, replay_window
+from lorabench.load.traces.data import TraceData
+from lorabench.load.traces.data import load as load_trace
+from lorabench.load.traces.transforms import from_start, replay_window
 
 Limit = tuple[int | None, str]
 

@@ -13,15 +13,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lorabench.records import Sample
-from lorabench.wallclock import MEASURED, WARMUPS, WallClock
+from lorabench.measure.wallclock import MEASURED, WARMUPS, WallClock
+from lorabench.results.records import Sample
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from lorabench.config import BenchConfig, ConfigFile
-    from lorabench.correctness import DigestBook
-    from lorabench.engine import Engine
+    from lorabench.measure.correctness import DigestBook
+    from lorabench.targets.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class Context:
     keep: Callable[[str, Sequence[Any], Mapping[str, Any]], Path]
     # Writes a line to the terminal while the case runs (progress of a long replay).
     progress: Callable[[str], None] | None = None
-    # The session's split of its wall time (lorabench.wallclock).
+    # The session's split of its wall time (lorabench.measure.wallclock).
     clock: WallClock = field(default_factory=WallClock)
 
     def time(self, work: Callable[[], None], *, rounds: int = 1, warmup_rounds: int = 0) -> None:
@@ -84,7 +84,7 @@ class Outcome:
     extra_info: dict[str, Any] = field(default_factory=dict)
     # Outputs of this case whose digest differs from their adapter's reference (residency tiers).
     digest_mismatches: int = 0
-    # Records kept in files of their own beside the samples, by kind (lorabench.results.REPLAY_FILES):
+    # Records kept in files of their own beside the samples, by kind (lorabench.results.files.REPLAY_FILES):
     # an online replay's engine timeline and per-adapter usage.
     records: dict[str, list[Any]] = field(default_factory=dict)
 
@@ -96,7 +96,7 @@ class Scenario:
     engine with LoRA disabled to the LoRA configurations it runs on; ``needs_adapters``
     says whether the config must list adapters; ``columns`` are the optional result
     columns its rows fill, ``maybe_columns`` those some of its rows fill
-    (``lorabench.schema_check.check_row`` holds it to that).
+    (``lorabench.results.schema_check.check_row`` holds it to that).
     """
 
     name: str = ""

@@ -11,16 +11,16 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from lorabench.measure import measure_round, summarize
-from lorabench.records import Sample
+from lorabench.load.workload import Batch, build_batch
+from lorabench.measure.latency import measure_round, summarize
+from lorabench.measure.wallclock import MEASURED, WARMUPS
+from lorabench.results.records import Sample
+from lorabench.results.schema import PER_REQUEST_METRICS, PERCENTILES
 from lorabench.scenarios.base import Context, Outcome, Parametrization
-from lorabench.schema import PER_REQUEST_METRICS, PERCENTILES
-from lorabench.wallclock import MEASURED, WARMUPS
-from lorabench.workload import Batch, build_batch
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile
-    from lorabench.engine import Engine
+    from lorabench.targets.engine import Engine
 
 METRIC_COLUMNS = frozenset(
     col for name in (*PER_REQUEST_METRICS, "e2e_ms") for col in (name, *(f"{name}_p{p}" for p in PERCENTILES))

@@ -1,5 +1,5 @@
 """``capacity``: for each trace shape of the config's ``capacity`` block, the highest request
-rate this engine serves within the SLOs (``lorabench.capacity``). Each probe replays the
+rate this engine serves within the SLOs (``lorabench.measure.capacity``). Each probe replays the
 shape at one rate for ``probe_duration_s``, as the online scenario replays a trace, once
 the engine has no request left of the last. Every probe is kept: on disk as soon as it
 finishes (``<run>.replays/probes.csv``, so a search that fails midway loses none), and its
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lorabench import capacity
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, trace_cases
+from lorabench.measure import capacity
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.capacity_probes import CapacityCase, Prober
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile
-    from lorabench.engine import Engine
+    from lorabench.targets.engine import Engine
 
 SEARCH_COLUMNS = frozenset(
     {"slo_ttft_ms", "slo_tpot_ms", "slo_target", "capacity_precision", "capacity_drain_s"}

@@ -11,23 +11,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from lorabench import capacity, replay, replay_summary, timeline
-from lorabench.clock import now
 from lorabench.config.expand import ImportedCase, OnlineCase
-from lorabench.engine import EngineDied, is_engine_dead
-from lorabench.records import ProbeRecord
-from lorabench.results import SAMPLES
+from lorabench.load.traces import transforms
+from lorabench.load.workload import synthetic_prompt
+from lorabench.measure import capacity, replay, replay_summary
+from lorabench.results.files import SAMPLES
+from lorabench.results.records import ProbeRecord
 from lorabench.scenarios.base import Context, Outcome
-from lorabench.traces import transforms
-from lorabench.workload import synthetic_prompt
+from lorabench.targets import timeline
+from lorabench.targets.clock import now
+from lorabench.targets.engine import EngineDied, is_engine_dead
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from lorabench.adapters import Adapter
     from lorabench.config.trace_sections import Capacity as CapacityBlock
-    from lorabench.engine import Engine
-    from lorabench.trace import TraceRequest
+    from lorabench.load.adapters import Adapter
+    from lorabench.load.traces.synthetic import TraceRequest
+    from lorabench.targets.engine import Engine
 
 
 @dataclass(frozen=True)

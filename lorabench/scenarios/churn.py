@@ -8,7 +8,7 @@ are vLLM's ``add_lora`` / ``remove_lora``; over HTTP ``/v1/load_lora_adapter`` a
 ``/v1/unload_lora_adapter`` (the engines' ``load_lora`` / ``unload_lora``). Each is timed as
 its caller sees it, on the replay's clock, so a request can be told apart by whether it was
 sent while a load was in flight. Over HTTP each load registers a fresh alias of the adapter
-(a new id: a real read from disk, ``lorabench.http.lora_api``) and its unload drops the alias,
+(a new id: a real read from disk, ``lorabench.targets.http.lora_api``) and its unload drops the alias,
 so the server's own names are never touched. The churn adapters are unloaded before the
 replay and after it, untimed.
 
@@ -27,18 +27,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from lorabench import replay
-from lorabench.clock import now
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, ImportedCase, OnlineCase, trace_cases
+from lorabench.measure import replay
+from lorabench.results.stats import percentile
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.online import METRIC_COLUMNS, ONLINE_COLUMNS, TIMELINE_COLUMNS, replay_outcome
-from lorabench.stats import percentile
+from lorabench.targets.clock import now
 
 if TYPE_CHECKING:
-    from lorabench.adapters import Adapter
     from lorabench.config import ConfigFile
-    from lorabench.engine import Engine
-    from lorabench.timeline import Recorder
+    from lorabench.load.adapters import Adapter
+    from lorabench.targets.engine import Engine
+    from lorabench.targets.timeline import Recorder
 
 CHURN_COLUMNS = frozenset(
     {"churn_rate", "churn_adapters", "churn_ops", "churn_failed_ops"}

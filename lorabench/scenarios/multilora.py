@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from lorabench.load.workload import base_requests
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import COLUMNS, LORA_COLUMNS, MIXED_COLUMNS, SKEWED_COLUMNS, run_batch
-from lorabench.workload import base_requests
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile
-    from lorabench.engine import Engine
+    from lorabench.targets.engine import Engine
 
 
 class MultiLora(Scenario):

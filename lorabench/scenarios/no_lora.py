@@ -10,7 +10,7 @@ from lorabench.scenarios.batch import COLUMNS, batch_sizes, run_batch
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile
-    from lorabench.engine import Engine
+    from lorabench.targets.engine import Engine
 
 
 class NoLora(Scenario):

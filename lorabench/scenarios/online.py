@@ -1,22 +1,23 @@
 """``online``: traces replayed in real time against the engine, one case per trace of the
 config's online suites: synthetic (Gamma arrivals, power-law adapter popularity) or
 imported (``lorabench trace import``). Each replay also gives the engine's timeline
-(``lorabench.timeline``) and each adapter's usage, written beside the samples."""
+(``lorabench.targets.timeline``) and each adapter's usage, written beside the samples."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lorabench import replay, replay_summary, timeline
 from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, online_cases
-from lorabench.progress import trace_reporter
+from lorabench.measure import replay, replay_summary
+from lorabench.results.progress import trace_reporter
+from lorabench.results.schema import PERCENTILES
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
-from lorabench.schema import PERCENTILES
+from lorabench.targets import timeline
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile, OnlineCase
     from lorabench.config.expand import ImportedCase
-    from lorabench.engine import Engine
+    from lorabench.targets.engine import Engine
 
 ONLINE_COLUMNS = frozenset(
     {
@@ -38,7 +39,7 @@ ONLINE_COLUMNS = frozenset(
         "ttft_from_send_ms_p99",
     }
 )
-# Filled from the engine timeline recorded while the trace replays (lorabench.timeline.summarize).
+# Filled from the engine timeline recorded while the trace replays (lorabench.targets.timeline.summarize).
 TIMELINE_COLUMNS = frozenset({"kv_usage_max", "waiting_p99", "preemptions", "adapters_waiting_max"})
 METRIC_COLUMNS = frozenset(
     col

@@ -21,7 +21,7 @@ as many times as there are requests. ``timed_adapter_loads`` counts the timed re
 that loaded their adapter from disk: all of them in the disk tier, none in the others.
 
 Over HTTP nothing lists the engine's caches, and nothing removes an adapter from them
-(``lorabench.http.lora_api``): the slot and cpu tiers are set up as above and follow from
+(``lorabench.targets.http.lora_api``): the slot and cpu tiers are set up as above and follow from
 vLLM's LRU, unchecked. The disk tier goes through the runtime LoRA API: before each timed
 request a fresh alias of the adapter (same path, new id) is loaded with
 ``/v1/load_lora_adapter``, timed alone (``disk_load_ms``), and the request is sent with the
@@ -39,18 +39,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from lorabench.correctness import OUTPUT_LEN, PROMPT_LEN, probe_prompt
-from lorabench.http.target import INPROCESS, URL
-from lorabench.measure import MeasurementError, RoundSample, measure_round, summarize
+from lorabench.config.target import INPROCESS, URL
+from lorabench.load.workload import Batch, Request
+from lorabench.measure.correctness import OUTPUT_LEN, PROMPT_LEN, probe_prompt
+from lorabench.measure.latency import MeasurementError, RoundSample, measure_round, summarize
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import METRIC_COLUMNS
-from lorabench.workload import Batch, Request
 
 if TYPE_CHECKING:
-    from lorabench.adapters import Adapter
     from lorabench.config import ConfigFile
-    from lorabench.engine import Engine
-    from lorabench.http.engine import HttpEngine
+    from lorabench.load.adapters import Adapter
+    from lorabench.targets.engine import Engine
+    from lorabench.targets.http.engine import HttpEngine
 
 TIERS = ("slot", "cpu", "disk")
 

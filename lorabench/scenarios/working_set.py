@@ -22,16 +22,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lorabench.http.target import INPROCESS
-from lorabench.measure import RoundSample, measure_round, summarize
+from lorabench.config.target import INPROCESS
+from lorabench.load.workload import Batch, Request, synthetic_prompt
+from lorabench.measure.latency import RoundSample, measure_round, summarize
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import METRIC_COLUMNS
-from lorabench.workload import Batch, Request, synthetic_prompt
 
 if TYPE_CHECKING:
-    from lorabench.adapters import Adapter
     from lorabench.config import ConfigFile
-    from lorabench.engine import Engine
+    from lorabench.load.adapters import Adapter
+    from lorabench.targets.engine import Engine
 
 DEFAULT_INPUT_LEN = 32
 

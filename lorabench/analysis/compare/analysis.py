@@ -1,0 +1,302 @@
+"""Compare two benchmark runs: what got slower or faster, by how much, and is it real.
+
+Cases are matched on their key (model, device, scenario, workload, batch size,
+lengths, LoRA settings), never on file order or test id. A case-metric is a
+regression or an improvement only when its change passes the threshold *and* it is
+significant against the noise of the level the runs vary at.
+
+Noise has levels: run, engine build, round (Kalibera and Jones, "Rigorous Benchmarking
+in Reasonable Time", 2013). Rounds within one build agree closely; builds of one run
+settle at speeds 5-20 % apart on a shared CPU; and whole runs of the same code drift
+apart by as much again, as the machine's state changes between them. The unit of the
+test is the highest level that repeats on a side:
+
+- several runs on a side: each run's mean (over its builds) of a case is one draw, and
+  the spread between runs, which holds the build spread within it, is the noise;
+- one run a side, with earlier runs of one commit given (``noise_from``): the spread
+  between those runs' means is a floor under the noise;
+- one run a side and nothing more: builds are the draws; that cannot see drift between
+  runs, and the comparison says that it assumes none (``lorabench ab`` measures both
+  sides in alternation instead: ``lorabench.analysis.compare.paired``).
+
+Each metric's spread is pooled over all shared cases (in log space, as the noise is
+relative), with degrees of freedom counted per draw (engine build or run), not per case,
+since a draw's offset moves all its cases together. Each case-metric gets a t-test on
+its draws' mean log values, and the p-values are adjusted over every case-metric
+(Benjamini-Hochberg): when nothing changed, the chance of flagging anything is alpha;
+when things did change, about alpha of the flags are expected to be false. With one
+build a side and no run noise there is no noise estimate and nothing is tested.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lorabench.analysis.compare.capacity import CapacityBound, capacity_verdicts
+from lorabench.analysis.compare.churn import failed_operations
+from lorabench.analysis.compare.load import METRICS, CompareError, Run, case_of
+from lorabench.analysis.compare.noise import (
+    BUILDS,
+    Noise,
+    detectable,
+    estimate_noise,
+    raise_to_run_floor,
+    side_draws,
+    t_sf,
+)
+from lorabench.results.schema import STACK_COLUMNS
+
+PROVENANCE_CHECKED = STACK_COLUMNS
+DEFAULT_THRESHOLD = 0.10
+DEFAULT_ALPHA = 0.05
+
+REGRESSED, IMPROVED = "regressed", "improved"
+WITHIN, NOT_SIGNIFICANT, TOO_FEW = "within threshold", "not significant", "too few builds"
+
+
+@dataclass
+class Finding:
+    case: dict[str, str]
+    metric: str
+    base: float
+    new: float
+    ratio: float
+    change_pct: float
+    threshold_pct: float
+    builds: tuple[int, int]  # draws behind base and new: builds, runs or A/B pairs
+    p_value: float | None  # t-test on the draws' log values, before adjustment
+    p_adjusted: float | None  # Benjamini-Hochberg over every tested case-metric; decides the verdict
+    verdict: str
+
+    @property
+    def worse_pct(self) -> float:
+        """The change in the bad direction: positive is worse, whichever way 'better' points."""
+        return -self.change_pct if METRICS[self.metric] else self.change_pct
+
+
+@dataclass
+class Comparison:
+    base: Run
+    new: Run
+    findings: list[Finding]
+    noise: dict[str, Noise] = field(default_factory=dict)
+    # Per metric, at this noise: the smallest change that can be flagged in one case alone,
+    # and in every case at once (a change of the whole machine or engine); None where no
+    # change short of noise.UNTESTABLE_PCT could be.
+    detectable_pct: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
+    only_base: list[dict[str, str]] = field(default_factory=list)
+    only_new: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    # How the comparison was made and what it assumes, for the header.
+    notes: list[str] = field(default_factory=list)
+    # Adapters whose greedy output changed between the runs: (model, adapter, base digests, new digests).
+    digest_changes: list[tuple[str, str, str, str]] = field(default_factory=list)
+    # Cases whose capacity fell below the search's range on the new side (compare.capacity).
+    capacity_collapses: list[str] = field(default_factory=list)
+    # New searches that stopped with no verdict (requests failed, client fell behind).
+    capacity_unjudged: list[str] = field(default_factory=list)
+    # Cases whose capacity is a bound on either side, judged on the intervals (compare.capacity).
+    capacity_bounds: list[CapacityBound] = field(default_factory=list)
+    # Churn cases whose new side failed loads or unloads (compare.churn).
+    churn_failures: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Finding]:
+        return [f for f in self.findings if f.verdict == REGRESSED]
+
+    @property
+    def failed(self) -> bool:
+        """A regression (a capacity bound's included), an adapter that answers differently, a
+        capacity gone or a failed churn operation: what fails a gate."""
+        return bool(self.reasons())
+
+    def reasons(self) -> str:
+        """What fails it, counted in one phrase ("1 regression, 2 capacities collapsed"), or ""."""
+        counts = (
+            (len(self.regressions), "regression", "regressions"),
+            (len(self.digest_changes), "changed adapter output", "changed adapter outputs"),
+            (len(self.capacity_collapses), "capacity collapsed", "capacities collapsed"),
+            (len(self.capacity_unjudged), "capacity search with no verdict", "capacity searches with no verdict"),
+            (sum(b.change < 0 for b in self.capacity_bounds), "capacity bound regressed", "capacity bounds regressed"),
+            (len(self.churn_failures), "churn case with failed operations", "churn cases with failed operations"),
+        )
+        return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
+
+
+def digest_changes(base: Run, new: Run) -> list[tuple[str, str, str, str]]:
+    """Adapters of the same model and device whose greedy digests differ between the sides."""
+    if base.digests.empty or new.digests.empty:
+        return []
+    key = ["model", "device_type", "adapter"]
+    sides = [d.groupby(key)["digest"].agg(lambda v: ", ".join(sorted(set(v)))) for d in (base.digests, new.digests)]
+    both = sides[0].to_frame("base").join(sides[1].to_frame("new"), how="inner")
+    changed = both[both["base"] != both["new"]]
+    return [(model, adapter, row.base, row.new) for (model, _, adapter), row in changed.iterrows()]
+
+
+def _t_test(xs: np.ndarray, ys: np.ndarray, noise: Noise) -> float | None:
+    """Two-sided p-value of a difference in mean log value, with the pooled build noise."""
+    if noise.df < 1 or not len(xs) or not len(ys):
+        return None
+    se = noise.sd * math.sqrt(1 / len(xs) + 1 / len(ys))
+    diff = float(ys.mean() - xs.mean())
+    if se == 0:
+        return 1.0 if diff == 0 else 0.0
+    return 2 * t_sf(abs(diff) / se, noise.df)
+
+
+def shared_cases(base: Run, new: Run, alpha: float) -> tuple[list[str], list[str]]:
+    """The case keys both sides have, and the metrics both measured (older files lack the newer ones)."""
+    if not 0 < alpha < 1:
+        raise CompareError(f"--alpha {alpha}: a significance level lies between 0 and 1, such as 0.05")
+    common = [k for k in new.rows.index if k in base.rows.index]
+    if not common:
+        raise CompareError(
+            f"{base.label} and {new.label} have no case in common: compare runs of the same model, device and matrix"
+        )
+    return common, [m for m in METRICS if base.all_rows[m].notna().any() and new.all_rows[m].notna().any()]
+
+
+def compare(
+    base: Run,
+    new: Run,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    per_metric: dict[str, float] | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    noise_from: Run | None = None,
+) -> Comparison:
+    """Every shared case-metric with its verdict, the noise it was judged against, and warnings.
+
+    ``noise_from``: earlier runs of one commit, whose spread is a floor under the noise
+    when each side is a single run.
+    """
+    common, metrics = shared_cases(base, new, alpha)
+    by_run = len(base.paths) > 1 or len(new.paths) > 1
+    logs = {m: side_draws(base, new, m, common, by_run) for m in metrics}
+    noise = {metric: estimate_noise(base, new, logs[metric], metric, by_run) for metric in metrics}
+    if not by_run and noise_from is not None:
+        raise_to_run_floor(noise, logs, noise_from, common)
+    findings = _findings(base, new, common, logs, noise, threshold, per_metric or {})
+    judge(findings, alpha)
+    result = Comparison(
+        base,
+        new,
+        findings,
+        noise=noise,
+        only_base=[case_of(k) for k in base.rows.index if k not in new.rows.index],
+        only_new=[case_of(k) for k in new.rows.index if k not in base.rows.index],
+    )
+    result.detectable_pct = detectable(noise, sum(f.p_value is not None for f in findings), alpha)
+    result.warnings = _warnings(base, new, findings)
+    result.notes = _notes(by_run, noise, noise_from)
+    result.digest_changes = digest_changes(base, new)
+    result.capacity_collapses, result.capacity_unjudged, result.capacity_bounds = capacity_verdicts(
+        base, new, capacity_threshold(threshold, per_metric)
+    )
+    result.churn_failures = failed_operations(base, new)
+    return result
+
+
+def capacity_threshold(threshold: float, per_metric: dict[str, float] | None) -> float:
+    """The threshold capacity bounds are judged with: capacity_rps's own, else the default."""
+    return (per_metric or {}).get("capacity_rps", threshold)
+
+
+def _notes(by_run: bool, noise: dict[str, Noise], noise_from: Run | None) -> list[str]:
+    if by_run:
+        return ["several runs a side: each run's mean is one draw, so drift between runs counts as noise"]
+    if any(nz.level != BUILDS for nz in noise.values()):
+        return [
+            f"one run a side: noise no smaller than the spread of {len(noise_from.paths)} earlier runs of one commit"
+        ]
+    return [
+        "one run a side: verdicts assume no drift between runs (on a shared machine, runs of the same code can "
+        "drift 15 % apart); measure both sides in alternation with `lorabench ab`, or give --noise-from "
+        "with repeated runs of the base commit"
+    ]
+
+
+def _findings(
+    base: Run, new: Run, common: list[str], logs: dict, noise: dict[str, Noise], threshold: float, per_metric: dict
+) -> list[Finding]:
+    findings = []
+    for key in common:
+        for metric in noise:
+            b, n = float(base.rows.at[key, metric]), float(new.rows.at[key, metric])
+            if math.isnan(b) or math.isnan(n) or b == 0:
+                continue
+            xs, ys = logs[metric][key]
+            p = _t_test(xs, ys, noise[metric])
+            limit = per_metric.get(metric, threshold) * 100.0
+            change = (n - b) / b * 100.0
+            findings.append(Finding(case_of(key), metric, b, n, n / b, change, limit, (len(xs), len(ys)), p, None, ""))
+    return findings
+
+
+def judge(findings: list[Finding], alpha: float) -> None:
+    """Adjust the p-values over every tested case-metric, then give each its verdict."""
+    tested = [f for f in findings if f.p_value is not None]
+    for f, adjusted in zip(tested, benjamini_hochberg([f.p_value for f in tested])):
+        f.p_adjusted = float(adjusted)
+    for f in findings:
+        if abs(f.worse_pct) < f.threshold_pct:
+            f.verdict = WITHIN
+        elif f.p_adjusted is None:
+            f.verdict = TOO_FEW
+        elif f.p_adjusted >= alpha:
+            f.verdict = NOT_SIGNIFICANT
+        else:
+            f.verdict = REGRESSED if f.worse_pct > 0 else IMPROVED
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
+    """The p-values adjusted for a false discovery rate, step for step as
+    ``scipy.stats.false_discovery_control`` does it (without importing ``scipy.stats``):
+    sorted, each times m / rank, then the smallest of it and every one ranked above it."""
+    ps = np.asarray(p_values, dtype=float)
+    if len(ps) <= 1:
+        return ps
+    order = np.argsort(ps)
+    adjusted = ps[order] * (len(ps) / np.arange(1, len(ps) + 1, dtype=float))
+    np.minimum.accumulate(adjusted[::-1], out=adjusted[::-1])
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return np.clip(out, 0.0, 1.0)
+
+
+def _warnings(base: Run, new: Run, findings: list[Finding]) -> list[str]:
+    warnings = []
+    if any(f.p_value is None for f in findings):
+        warnings.append(
+            "one engine build per case on each side: the noise between builds cannot be measured, so no change "
+            "is tested; run with matrix.builds >= 2 (or --bench-builds 2), or pool runs as A.csv,B.csv"
+        )
+    for column in PROVENANCE_CHECKED:
+        if column in base.rows and column in new.rows and base.provenance(column) != new.provenance(column):
+            warnings.append(f"{column} differs: {base.provenance(column) or '-'} -> {new.provenance(column) or '-'}")
+    return warnings
+
+
+def parse_thresholds(values: Sequence[str]) -> tuple[float, dict[str, float]]:
+    """``["5%", "decode_ms=2%"]`` -> (0.05, {"decode_ms": 0.02}); a bare number is a percentage."""
+    default, per_metric = DEFAULT_THRESHOLD, {}
+    for value in values:
+        metric, _, amount = value.rpartition("=")
+        try:
+            fraction = float(amount.strip().rstrip("%")) / 100.0
+        except ValueError:
+            raise CompareError(f"--threshold {value!r}: expected a percentage such as 10% or decode_ms=5%") from None
+        if fraction < 0:
+            raise CompareError(f"--threshold {value!r}: must not be negative")
+        if not metric:
+            default = fraction
+        elif metric in METRICS:
+            per_metric[metric] = fraction
+        else:
+            raise CompareError(f"--threshold {value!r}: unknown metric {metric!r}; metrics are {', '.join(METRICS)}")
+    return default, per_metric

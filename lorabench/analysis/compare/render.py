@@ -1,0 +1,296 @@
+"""Rendering a comparison: text and markdown tables, CSV, JSON, and the ratio plot."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lorabench.analysis.compare.analysis import (
+    IMPROVED,
+    NOT_SIGNIFICANT,
+    REGRESSED,
+    TOO_FEW,
+    WITHIN,
+    Comparison,
+    Finding,
+)
+from lorabench.analysis.compare.capacity import CapacityBound
+from lorabench.analysis.compare.load import METRICS, rank_medians
+from lorabench.analysis.compare.noise import UNTESTABLE_PCT
+from lorabench.analysis.compare.paired import PAIRS
+from lorabench.results.schema import engine_name
+
+
+def case_label(case: dict[str, str]) -> str:
+    lora = engine_name(
+        *(case[c] for c in ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras")),
+        case.get("enforce_eager"),
+        case.get("graph_config"),
+    )
+    if case.get("trace_suite"):
+        churn = f" churn{case['churn_rate']}" if case.get("churn_rate") else ""
+        return (
+            f"{case['scenario']} {lora} {case['trace_suite']} n{case['trace_num_adapters']} "
+            f"a{case['trace_alpha']} cv{case['trace_cv']} r{case['trace_rate']}{churn}"
+        )
+    where = "".join(
+        f" {prefix}{case[column]}" for column, prefix in (("tier", ""), ("working_set", "ws")) if case.get(column)
+    )
+    return f"{case['scenario']} {lora}{where} bs{case['batch_size']} in{case['input_len']} out{case['output_len']}"
+
+
+def _ordered(comparison: Comparison) -> list[tuple[str, list[Finding]]]:
+    """Findings grouped by workload; worst regression first, within and across groups."""
+    groups: dict[str, list[Finding]] = {}
+    for f in comparison.findings:
+        groups.setdefault(f.case["workload"], []).append(f)
+    rank = {REGRESSED: 0, NOT_SIGNIFICANT: 1, TOO_FEW: 1, WITHIN: 2, IMPROVED: 3}
+    for findings in groups.values():
+        findings.sort(key=lambda f: (rank[f.verdict], -f.worse_pct))
+    return sorted(groups.items(), key=lambda item: (rank[item[1][0].verdict], -item[1][0].worse_pct))
+
+
+MARKS = {
+    REGRESSED: "REGRESSED",
+    IMPROVED: "improved",
+    WITHIN: "",
+    NOT_SIGNIFICANT: "? not significant",
+    TOO_FEW: "? too few builds",
+}
+
+
+def cells(f: Finding) -> list[str]:
+    p = "" if f.p_adjusted is None else f"{f.p_adjusted:.3g}"
+    return [
+        case_label(f.case),
+        f.metric,
+        f"{f.base:.2f}",
+        f"{f.new:.2f}",
+        f"{f.ratio:.3f}",
+        f"{f.change_pct:+.1f}%",
+        p,
+        MARKS[f.verdict],
+    ]
+
+
+HEADER = ["case", "metric", "base", "new", "ratio", "change", "p (BH)", "verdict"]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i < 2 or i == 7 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return [fmt(HEADER), "  ".join("-" * w for w in widths), *(fmt(r).rstrip() for r in rows)]
+
+
+def preamble(c: Comparison) -> list[str]:
+    lines = [
+        f"base: {c.base.label}  commit {c.base.commit}",
+        f"new:  {c.new.label}  commit {c.new.commit}",
+    ]
+    lines += c.notes
+    if c.detectable_pct:
+        for level in dict.fromkeys(nz.level for nz in c.noise.values()):
+            noise = ", ".join(f"{m} {nz.pct:.1f}% (df {nz.df})" for m, nz in c.noise.items() if nz.level == level)
+            lines.append(f"noise between {level}: {noise}")
+        smallest = ", ".join(f"{m} {_pct(lone)} / {_pct(every)}" for m, (lone, every) in c.detectable_pct.items())
+        lines.append(f"smallest change flagged at this noise, in one case alone / in every case: {smallest}")
+        lines += _untestable(c)
+    lines += [f"WARNING: {w}" for w in c.warnings]
+    return lines
+
+
+def _pct(figure: float | None) -> str:
+    return "not testable" if figure is None else f"{figure:.0f}%"
+
+
+def _untestable(c: Comparison) -> list[str]:
+    """Why a figure reads "not testable", and what gives the test something to work with."""
+    lone = [m for m, (figure, _) in c.detectable_pct.items() if figure is None]
+    every = [m for m, (_, figure) in c.detectable_pct.items() if figure is None]
+    if not lone:  # every case's figure is the smaller one: it is never missing alone
+        return []
+    parts = [f"{kind} in {', '.join(ms)}" for kind, ms in (("one case alone", lone), ("every case", every)) if ms]
+    df = min(c.noise[m].df for m in lone)
+    draws = "pairs (lorabench ab --pairs, with --resume)" if c.noise[lone[0]].level == PAIRS else "builds or runs"
+    return [
+        f"not testable: a change of {' or of '.join(parts)} would have to pass +{UNTESTABLE_PCT:.0f}% to be "
+        f"flagged at this noise on {df} degree{'s' if df > 1 else ''} of freedom; run more {draws}"
+    ]
+
+
+def _summary_line(c: Comparison) -> str:
+    counts = {v: sum(f.verdict == v for f in c.findings) for v in (REGRESSED, IMPROVED, NOT_SIGNIFICANT, TOO_FEW)}
+    bounds = [sum(b.change == change for b in c.capacity_bounds) for change in (-1, 1, 0)]
+    return (
+        f"{len({tuple(f.case.values()) for f in c.findings})} cases compared: {counts[REGRESSED]} regressed, "
+        f"{counts[IMPROVED]} improved, {counts[NOT_SIGNIFICANT]} past the threshold but not significant, "
+        f"{counts[TOO_FEW]} past the threshold with too few builds to test"
+        + (
+            f"; capacity bounds: {bounds[0]} regressed, {bounds[1]} improved, {bounds[2]} not shown"
+            if any(bounds)
+            else ""
+        )
+    )
+
+
+def bound_line(b: CapacityBound) -> str:
+    """A capacity judged on its bounds, with both sides' intervals and the verdict's reason."""
+    head = {-1: "CAPACITY REGRESSED", 1: "capacity improved", 0: "capacity not shown"}[b.change]
+    return f"{head}: {b.case['workload']} {case_label(b.case)}: base {b.base}, new {b.new}: {b.why}"
+
+
+def bound_lines(c: Comparison) -> list[str]:
+    return [bound_line(b) for b in c.capacity_bounds]
+
+
+def failure_lines(c: Comparison) -> list[str]:
+    """What fails the comparison whatever the timings say: changed outputs, collapsed
+    capacities, capacity searches with no verdict, failed churn operations."""
+    changed = [
+        f"OUTPUT CHANGED: adapter {adapter} ({model}) answers the greedy probe differently: {b} -> {n}"
+        for model, adapter, b, n in c.digest_changes
+    ]
+    return [*changed, *c.capacity_collapses, *c.capacity_unjudged, *c.churn_failures]
+
+
+def _unmatched(c: Comparison) -> list[str]:
+    lines = []
+    for side, cases in (("base", c.only_base), ("new", c.only_new)):
+        for case in cases:
+            lines.append(f"only in {side}: {case['workload']} {case_label(case)}")
+    return lines
+
+
+def render_text(c: Comparison) -> str:
+    lines = preamble(c)
+    for workload, findings in _ordered(c):
+        lines += ["", f"workload: {workload}", *_table([cells(f) for f in findings])]
+    lines += ["", *_unmatched(c), *bound_lines(c), *failure_lines(c), _summary_line(c)]
+    return "\n".join(lines)
+
+
+def render_markdown(c: Comparison) -> str:
+    lines = [f"- {line}" for line in preamble(c)]
+    for workload, findings in _ordered(c):
+        lines += ["", f"### {workload}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["| " + " | ".join(cells(f)) + " |" for f in findings]
+    lines += ["", *(f"- {u}" for u in (*_unmatched(c), *bound_lines(c), *failure_lines(c))), "", _summary_line(c)]
+    return "\n".join(lines)
+
+
+def _records(c: Comparison) -> list[dict[str, Any]]:
+    return [{**f.case, **{k: v for k, v in asdict(f).items() if k != "case"}} for f in c.findings]
+
+
+def render_csv(c: Comparison) -> str:
+    return pd.DataFrame(_records(c)).to_csv(index=False)
+
+
+def _bound_record(b: CapacityBound) -> dict[str, Any]:
+    """A capacity bound for JSON: each side's ends (null where unbounded), as said and judged."""
+    ends = {f"{side}_{end}": getattr(getattr(b, side), end) for side in ("base", "new") for end in ("low", "high")}
+    return {
+        **b.case,
+        **{k: v if np.isfinite(v) else None for k, v in ends.items()},
+        "base": str(b.base),
+        "new": str(b.new),
+        "verdict": {-1: REGRESSED, 1: IMPROVED, 0: "not shown"}[b.change],
+        "why": b.why,
+    }
+
+
+def render_json(c: Comparison) -> str:
+    return json.dumps(
+        {
+            "base": {"paths": [str(p) for p in c.base.paths], "commit": c.base.commit},
+            "new": {"paths": [str(p) for p in c.new.paths], "commit": c.new.commit},
+            "warnings": c.warnings,
+            "notes": c.notes,
+            "noise": {
+                m: {"sd_pct": nz.pct, "df": nz.df, "draws": nz.draws, "level": nz.level} for m, nz in c.noise.items()
+            },
+            "detectable_pct": c.detectable_pct,
+            "findings": _records(c),
+            "only_base": c.only_base,
+            "only_new": c.only_new,
+            "regressions": len(c.regressions),
+            "digest_changes": [dict(zip(("model", "adapter", "base", "new"), d)) for d in c.digest_changes],
+            "capacity_collapses": c.capacity_collapses,
+            "capacity_unjudged": c.capacity_unjudged,
+            "capacity_bounds": [_bound_record(b) for b in c.capacity_bounds],
+            "churn_failures": c.churn_failures,
+        },
+        indent=2,
+    )
+
+
+def render_by_rank(c: Comparison) -> str:
+    """Median TTFT and decode per scenario, engine configuration and adapter rank, base and new."""
+    base, new = rank_medians(c.base), rank_medians(c.new)
+    if base.empty or new.empty:
+        return "by adapter rank: the samples files beside the result files carry no adapter_rank"
+    both = base.join(new, lsuffix="_base", rsuffix="_new", how="inner")
+    lines = ["by adapter rank (median over LoRA requests):"]
+    for (scenario, engine, rank), row in both.iterrows():
+        lines.append(
+            f"  {scenario} {engine} rank {rank}: ttft {row.ttft_ms_base:.1f} -> {row.ttft_ms_new:.1f} ms "
+            f"({row.ttft_ms_new / row.ttft_ms_base:.3f}), decode {row.decode_ms_base:.2f} -> "
+            f"{row.decode_ms_new:.2f} ms ({row.decode_ms_new / row.decode_ms_base:.3f})"
+        )
+    return "\n".join(lines)
+
+
+RENDERERS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "json": render_json}
+
+
+def plot(c: Comparison, out: Path) -> None:
+    """One panel per metric: the new/base ratio of every case, regressions in red."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.patches
+    import matplotlib.pyplot as plt
+
+    labels = sorted({f"{f.case['workload']} {case_label(f.case)}" for f in c.findings})
+    colors = {
+        REGRESSED: "tab:red",
+        IMPROVED: "tab:green",
+        NOT_SIGNIFICANT: "tab:orange",
+        TOO_FEW: "tab:orange",
+        WITHIN: "tab:gray",
+    }
+    # A panel for each metric compared: most scenarios fill only some (churn, capacity).
+    metrics = [m for m in METRICS if any(f.metric == m for f in c.findings)] or list(METRICS)[:1]
+    size = (4 * len(metrics), 0.35 * len(labels) + 1.5)
+    fig, axes = plt.subplots(1, len(metrics), figsize=size, sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, metric in zip(axes, metrics):
+        by_label = {f"{f.case['workload']} {case_label(f.case)}": f for f in c.findings if f.metric == metric}
+        ratios = [by_label[label].ratio if label in by_label else np.nan for label in labels]
+        ax.barh(
+            labels,
+            ratios,
+            color=[colors[by_label[label].verdict] if label in by_label else "white" for label in labels],
+        )
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_title(f"{metric} ({'higher' if METRICS[metric] else 'lower'} is better)", fontsize=9)
+        ax.set_xlabel("new / base")
+    axes[0].tick_params(axis="y", labelsize=7)
+    legend = [
+        (REGRESSED, "tab:red"),
+        (IMPROVED, "tab:green"),
+        ("past threshold, untested or not significant", "tab:orange"),
+        (WITHIN, "tab:gray"),
+    ]
+    fig.legend(
+        handles=[matplotlib.patches.Patch(color=c, label=t) for t, c in legend], loc="lower center", ncol=4, fontsize=8
+    )
+    fig.suptitle(f"{c.base.commit} -> {c.new.commit}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,87 @@
+"""Figures of capacity searches: SLO attainment against the probed rate (where the knee is)
+and each configuration's capacity, a panel per trace shape and SLOs. Conventions as in
+``figures``: a colour per engine configuration, a line style per run, error bars over
+builds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lorabench.analysis.recommend import shapes
+from lorabench.analysis.report.figures import STYLES, colors_for, pyplot, spread
+from lorabench.analysis.report.runs import ReportRun
+
+
+def _panels(frames: Sequence[pd.DataFrame]) -> list[str]:
+    return list(dict.fromkeys(label for f in frames for label, _ in shapes(f)))
+
+
+def knee(runs: Sequence[ReportRun]) -> Any | None:
+    """Every probe of every search: attainment with its 95 % interval against the rate; a
+    hollow marker is a probe that failed (below the target, or left requests unfinished)."""
+    frames = [r.probes for r in runs]
+    panels = _panels(frames)
+    if not panels:
+        return None
+    colors, plt = colors_for(runs, [f for f in frames if not f.empty]), pyplot()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 4 * len(panels)), squeeze=False)
+    for r, (run, frame) in enumerate(zip(runs, frames)):
+        for label, shape in shapes(frame):
+            ax = axes[panels.index(label)][0]
+            for (engine, _), probes in shape.groupby(["engine", "build"]):
+                _probes(
+                    ax, probes.sort_values("rate"), colors[engine], STYLES[r % len(STYLES)], f"{run.label} {engine}"
+                )
+            ax.axhline(float(shape["slo_target"].iloc[0]), color="gray", linestyle=":", linewidth=1)
+    for ax, label in zip(axes[:, 0], panels):
+        ax.set(xscale="log", xlabel="probed rate (requests/s)", ylabel="SLO attainment", ylim=(-0.02, 1.02))
+        ax.set_title(f"{label} (dotted: target; hollow: failed; x: too few requests to decide)", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _probes(ax: Any, probes: pd.DataFrame, color: Any, style: tuple[str, str], label: str) -> None:
+    line, marker = style
+    ax.plot(probes["rate"], probes["attainment"], linestyle=line, color=color, label=label)
+    passed = probes["passed"].astype(str).str.lower() == "true"
+    # A probe of too few requests decided nothing (older files have no such column: all decided).
+    decided = probes["decided"].astype(str).str.lower() != "false" if "decided" in probes else passed | True
+    kinds = ((passed & decided, marker, color), (~passed & decided, marker, "none"), (~decided, "x", color))
+    for mask, fmt, face in kinds:
+        shown = probes[mask]
+        error = np.clip([shown["attainment"] - shown["ci_low"], shown["ci_high"] - shown["attainment"]], 0, None)
+        ax.errorbar(shown["rate"], shown["attainment"], yerr=error, fmt=fmt, color=color, mfc=face, capsize=2)
+
+
+def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:
+    """Each configuration's capacity per trace shape: the mean over builds, bars to the
+    lowest and highest build (a search below its range counts 0); a tick at the lowest
+    failing rate."""
+    frames = [r.scenario("capacity") for r in runs]
+    panels = _panels(frames)
+    if not panels:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False)
+    for r, (run, frame) in enumerate(zip(runs, frames)):
+        for label, shape in shapes(frame):
+            ax = axes[panels.index(label)][0]
+            engines = sorted(shape["engine"].unique())
+            x = np.arange(len(engines)) + r * 0.8 / len(runs)
+            cases = [shape[shape["engine"] == e].fillna({"capacity_rps": 0.0}) for e in engines]
+            y, lo, hi = (np.array(v, dtype=float) for v in zip(*(spread(c, "capacity_rps") for c in cases)))
+            ax.bar(x, y, 0.8 / len(runs), yerr=np.vstack([lo, hi]), capsize=3, label=run.label)
+            ax.scatter(x, [c["capacity_over_rps"].min() for c in cases], marker="_", s=200, color="black")
+            ax.set_xticks(np.arange(len(engines)))
+            ax.set_xticklabels(engines, fontsize=8)
+    for ax, label in zip(axes[:, 0], panels):
+        ax.set_ylabel("requests/s within the SLOs")
+        ax.set_title(f"{label} (tick: lowest failing rate)", fontsize=9)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

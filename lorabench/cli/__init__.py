@@ -1,0 +1,1 @@
+"""The ``lorabench`` command line: one module per subcommand, ``main`` parses and dispatches."""

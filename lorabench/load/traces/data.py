@@ -1,0 +1,162 @@
+"""A trace file read into arrays, whichever version wrote it.
+
+Version 1 (``lorabench-trace/1``, ``lorabench trace generate``) is synthetic: its header
+holds the generator's parameters. Version 2 (``lorabench-trace/2``, ``lorabench trace
+import``) is imported: its header names the source file, its sha256 and every transform
+applied with the rows it touched, and says the trace's duration. Both list the adapters
+and share the request lines, so one reader serves both. Requests are held as arrays, not
+objects: a week of Azure traffic is millions of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lorabench.load.traces.files import write_whole
+from lorabench.load.traces.synthetic import FORMAT as SYNTHETIC_FORMAT
+from lorabench.load.traces.synthetic import TraceRequest
+
+IMPORTED_FORMAT = "lorabench-trace/2"
+# Arrival times are written to the microsecond, as `trace generate` writes them.
+TIME_DECIMALS = 6
+_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, eq=False)
+class TraceData:
+    """Requests in arrival order; request ``k`` goes to ``adapters[adapter[k]]``."""
+
+    header: dict[str, Any]
+    adapters: list[str]
+    arrival_s: np.ndarray
+    adapter: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    # The span the trace covers, from 0: its mean rate is len(self) / duration_s.
+    duration_s: float
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def rate(self) -> float:
+        return len(self) / self.duration_s if self.duration_s > 0 else float("nan")
+
+    def select(self, keep: np.ndarray | slice) -> TraceData:
+        """The requests ``keep`` picks (a mask, indices or a slice), everything else unchanged."""
+        return replace(
+            self,
+            arrival_s=self.arrival_s[keep],
+            adapter=self.adapter[keep],
+            input_len=self.input_len[keep],
+            output_len=self.output_len[keep],
+        )
+
+    def requests(self) -> list[TraceRequest]:
+        names = self.adapters
+        columns = (self.arrival_s, self.adapter, self.input_len, self.output_len)
+        return [TraceRequest(t, names[a], i, o) for t, a, i, o in zip(*(c.tolist() for c in columns))]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _header_fields(header: Any) -> tuple[list[str], float]:
+    if not isinstance(header, dict):
+        raise ValueError("the first line is not a JSON object")
+    if header.get("format") == SYNTHETIC_FORMAT:
+        return list(header["adapters"]), float(header["params"]["duration"])
+    if header.get("format") == IMPORTED_FORMAT:
+        return list(header["adapters"]), float(header["duration_s"])
+    raise ValueError(f"format {header.get('format')!r} is neither {SYNTHETIC_FORMAT} nor {IMPORTED_FORMAT}")
+
+
+def _check_count(path: Path, header: dict[str, Any], found: int) -> None:
+    """A file whose request lines are not as many as its header says was cut short or
+    changed after it was written. Synthetic files written before the count was added
+    have none, and are read as they are."""
+    expected = header.get("requests")
+    if expected is None or expected == found:
+        return
+    again = "generate" if header.get("format") == SYNTHETIC_FORMAT else "import"
+    raise ValueError(
+        f"{path}: the header says {expected} requests and the file holds {found}: it was cut short or changed "
+        f"after it was written; write it again with `lorabench trace {again}`"
+    )
+
+
+def load(path: Path) -> TraceData:
+    """Read a trace file of either version; a bad line is named by its number."""
+    path = Path(path)
+    arrival, adapter, inputs, outputs = array("d"), array("i"), array("q"), array("q")
+    number = 1
+    try:
+        with path.open(encoding="utf-8") as f:
+            header = json.loads(f.readline())
+            adapters, duration = _header_fields(header)
+            index = {name: i for i, name in enumerate(adapters)}
+            for line in f:
+                number += 1
+                if line.strip():
+                    r = json.loads(line)
+                    arrival.append(r["arrival_s"])
+                    adapter.append(index[r["adapter"]])
+                    inputs.append(r["input_len"])
+                    outputs.append(r["output_len"])
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        where = f"line {number}: " if number > 1 else ""
+        raise ValueError(
+            f"{path}: not a readable lorabench trace ({where}{type(exc).__name__}: {exc}): "
+            "write it with `lorabench trace import` or `lorabench trace generate`"
+        ) from None
+    _check_count(path, header, len(arrival))
+    return TraceData(
+        header=header,
+        adapters=adapters,
+        arrival_s=np.frombuffer(arrival, dtype=np.float64),
+        adapter=np.frombuffer(adapter, dtype=np.int32),
+        input_len=np.frombuffer(inputs, dtype=np.int64),
+        output_len=np.frombuffer(outputs, dtype=np.int64),
+        duration_s=duration,
+    )
+
+
+def write(path: Path, data: TraceData) -> None:
+    """Write ``data`` as version 2, whole or not at all (``files.write_whole``): its header
+    (source, transforms) completed with the adapters, the duration and the count. The
+    lines are those ``json.dumps(..., sort_keys=True)`` writes, built by hand because that
+    is a third of the import's time."""
+    header = {
+        **data.header,
+        "format": IMPORTED_FORMAT,
+        "adapters": data.adapters,
+        "duration_s": data.duration_s,
+        "requests": len(data),
+    }
+    names = [json.dumps(a) for a in data.adapters]
+    arrivals = np.round(data.arrival_s, TIME_DECIMALS)
+
+    def chunks() -> Iterator[str]:
+        yield json.dumps(header, sort_keys=True) + "\n"
+        for start in range(0, len(data), _CHUNK):
+            part = slice(start, start + _CHUNK)
+            columns = (arrivals[part], data.adapter[part], data.input_len[part], data.output_len[part])
+            yield "".join(
+                f'{{"adapter": {names[a]}, "arrival_s": {t!r}, "input_len": {i}, "output_len": {o}}}\n'
+                for t, a, i, o in zip(*(c.tolist() for c in columns))
+            )
+
+    write_whole(path, chunks())

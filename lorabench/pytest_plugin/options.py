@@ -1,0 +1,126 @@
+"""lorabench's pytest options, each with its ini twin and one help text, and one resolver.
+
+The comparison's own options (threshold, alpha) are declared once, in
+``lorabench.analysis.compare.options``, and added both to ``lorabench compare`` and,
+prefixed, to pytest (``--bench-compare-threshold``), so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from lorabench.analysis.compare.options import ALPHA_HELP, NOISE_FROM_HELP, THRESHOLD_HELP, parse_alpha
+from lorabench.config.target import parse_target
+
+GROUP = ("lorabench", "multi-LoRA benchmarks on vLLM")
+
+
+def _builds(text: str) -> int:
+    try:
+        builds = int(text)
+    except ValueError:
+        raise ValueError("expected a whole number such as 2") from None
+    if builds < 1:
+        raise ValueError("an engine configuration is built at least once; use 1 or more")
+    return builds
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: ``--bench-x`` on the command line, ``bench_x`` in the ini file."""
+
+    name: str
+    help: str
+    metavar: str | None = None
+    convert: Callable[[str], Any] | None = None
+    path: bool = False  # a path: relative to the working directory on the command line, to the rootdir in the ini
+    flag: bool = False
+    repeat: bool = False
+    ini_default: str = ""
+
+    @property
+    def flag_name(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+OPTIONS = {
+    o.name: o
+    for o in (
+        Option("bench_config", "benchmark configuration (JSON)", "PATH", path=True, ini_default="config/common.json"),
+        Option(
+            "bench_output",
+            "append results to this CSV instead of a new file per run under the config's results_dir",
+            "PATH",
+            path=True,
+        ),
+        Option(
+            "bench_builds",
+            "build each engine configuration N times, overriding the config's matrix.builds; "
+            "lorabench compare needs 2 or more a side to test a change",
+            "N",
+            convert=_builds,
+        ),
+        Option(
+            "bench_compare",
+            "at the end, compare this run's results with BASE (a result CSV, or A.csv,B.csv)",
+            "BASE",
+            path=True,
+        ),
+        Option("bench_compare_fail", "fail the session when --bench-compare finds a regression", flag=True),
+        Option("bench_compare_threshold", THRESHOLD_HELP, "[METRIC=]PCT", repeat=True),
+        Option("bench_compare_alpha", ALPHA_HELP, "ALPHA", convert=parse_alpha),
+        Option("bench_compare_noise_from", NOISE_FROM_HELP, "RUNS", path=True),
+        Option(
+            "bench_target",
+            "where requests go: inprocess (vLLM in this process, the default), serve (lorabench starts "
+            "vllm serve) or a running server's URL such as http://127.0.0.1:8000; overrides the config's target",
+            "TARGET",
+            convert=parse_target,
+        ),
+        Option(
+            "bench_report",
+            "at the end, draw this run's results as a page of figures in DIR/index.html",
+            "DIR",
+            path=True,
+        ),
+    )
+}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup(*GROUP)
+    for o in OPTIONS.values():
+        if o.flag:
+            group.addoption(o.flag_name, action="store_true", default=None, help=o.help)
+            parser.addini(o.name, o.help, type="bool", default=False)
+        elif o.repeat:
+            group.addoption(o.flag_name, action="append", metavar=o.metavar, help=o.help)
+            parser.addini(o.name, o.help, type="linelist", default=[])
+        else:
+            group.addoption(o.flag_name, metavar=o.metavar, help=o.help)
+            parser.addini(o.name, o.help, default=o.ini_default)
+
+
+def value(config: pytest.Config, name: str) -> Any:
+    """The command-line value, else the ini value, else None; converted, or a usage error
+    that names where the bad value came from."""
+    o = OPTIONS[name]
+    raw = config.getoption(name)
+    source = f"{o.flag_name} {raw}"
+    if raw is None or raw == []:
+        raw = config.getini(name)
+        source = f"{config.inipath}: ini option {name} = {raw}"
+        if raw in ("", []):
+            return None
+        if o.path:
+            raw = str(config.rootpath / raw)
+    if o.flag or o.repeat or o.convert is None:
+        return raw
+    try:
+        return o.convert(raw)
+    except ValueError as exc:
+        raise pytest.UsageError(f"lorabench: {source}: {exc}") from None

@@ -1,0 +1,62 @@
+"""What a benchmark session does at its end, after every case: the report page and the
+comparison with a base (``--bench-report``, ``--bench-compare``), judged by the rules
+``lorabench report`` and ``lorabench compare`` use.
+
+The two are independent: a report that cannot be drawn is said in the summary and the
+comparison still runs, since a gate (``--bench-compare-fail``) must not pass or fail on
+whether a page of figures could be written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lorabench.analysis import compare
+from lorabench.analysis.compare.select import run_comparison
+from lorabench.pytest_plugin import options
+from lorabench.pytest_plugin.session import STATE, BenchState
+
+
+def finish_session(session: pytest.Session) -> None:
+    config = session.config
+    state = config.stash[STATE]
+    if state.writer is None or state.writer.path is None:
+        return
+    report = options.value(config, "bench_report")
+    if report:
+        _write_report(state, Path(report), config)
+    base = options.value(config, "bench_compare")
+    if not base:
+        return
+    fail = options.value(config, "bench_compare_fail")
+    try:
+        result = run_comparison(
+            base,
+            str(state.writer.path),
+            thresholds=options.value(config, "bench_compare_threshold") or [],
+            alpha=options.value(config, "bench_compare_alpha"),
+            noise_from=options.value(config, "bench_compare_noise_from"),
+        )
+    except compare.CompareError as exc:
+        state.comparison = [f"cannot compare with {base}: {exc}"]
+        if fail:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
+    state.comparison = compare.render_text(result).splitlines()
+    if fail and result.failed:
+        state.comparison.append(f"{result.reasons()}: the session fails (--bench-compare-fail)")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_report(state: BenchState, folder: Path, config: pytest.Config) -> None:
+    """The page of this run's figures; whatever stops it (a folder that is a file, a
+    figure that fails to draw) becomes one line of the summary, not an internal error."""
+    from lorabench.analysis.report import write_report
+
+    try:
+        state.report = write_report([state.writer.path], folder, title=f"lorabench run {state.writer.path.stem}")
+    except Exception as exc:  # noqa: BLE001 - a failed page must not end the session before the comparison
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        state.report_error = f"report not written to {folder}: {reason}; the results are in {state.writer.path}"

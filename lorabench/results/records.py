@@ -1,0 +1,155 @@
+"""The records a run keeps beside its result rows, declared once: per-request samples,
+the engine's timeline and each adapter's share of an online replay, capacity probes and
+adapter digests, with their CSV columns and the files they go to.
+
+Each file's columns are derived from its record; samples, timeline, adapters and probes
+lead with ``SAMPLE_KEY``, enough to find the case row they belong to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorabench.results.schema import CASE_KEY, field_names
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """One request of one measured round (batch scenarios) or of a replayed trace (online)."""
+
+    round: int
+    request: int
+    adapter: str
+    adapter_rank: int | None
+    prompt_tokens: int
+    output_tokens: int
+    queue_ms: float
+    ttft_ms: float  # online: from the scheduled arrival
+    decode_ms: float
+    request_e2e_ms: float
+    ttft_from_send_ms: float | None = None  # online: from the send
+    prefill_ms: float | None = None
+    batch_e2e_ms: float | None = None
+    arrival_s: float | None = None
+    send_lag_ms: float | None = None
+    finished: bool | None = None
+    failed: bool | None = None  # the engine failed it (HTTP: an error status, a broken stream)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimelineRecord:
+    """The engine over one stretch of an online replay (``lorabench.targets.timeline``): one engine
+    step, or the steps less than 50 ms after the stretch's first, merged."""
+
+    t_s: float  # the stretch's first step, in seconds since the trace started
+    steps: int
+    # The most over the stretch's steps: KV cache in use (0-1), requests and distinct adapters.
+    kv_usage: float
+    running: int
+    waiting: int
+    adapters_running: int
+    adapters_waiting: int
+    # Summed over the stretch's steps.
+    preemptions: int
+    prompt_tokens: int
+    generation_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdapterRecord:
+    """One adapter's share of an online replay: its measured requests (after the warm-up)."""
+
+    adapter: str
+    requests: int
+    finished: int
+    prompt_tokens: int
+    output_tokens: int  # generated, finished or not
+    ttft_ms: float  # mean over finished requests, as the row's ttft_ms
+    ttft_ms_p50: float
+    ttft_ms_p99: float
+    decode_ms_p50: float
+    slo_attainment: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProbeRecord:
+    """One probe of a capacity search: a replay at one rate (``lorabench.measure.capacity.Probe``)."""
+
+    probe: int  # in the order the search ran them
+    rate: float
+    requests: int  # measured: arrived after the warm-up
+    met: int
+    unfinished: int  # still running after the drain bound, then aborted
+    failed_requests: int = 0  # failed by the engine (HTTP: an error status, a broken stream)
+    attainment: float
+    ci_low: float
+    ci_high: float
+    passed: bool
+    # Measured at least capacity.MIN_REQUESTS requests: a pass or a fail. An undecided probe is
+    # run again at its rate, longer (duration_s), and neither passes nor fails.
+    decided: bool | None = None
+    # Why an undecided probe decided nothing: too few requests, its client fell behind, or
+    # requests failed (docs/capacity.md); blank for a decided one.
+    undecided_why: str | None = None
+    duration_s: float | None = None  # its arrivals, warm-up included: probe_duration_s, longer when rerun
+    # Waited before it for the engine to have no unfinished request (the last probe's aborted
+    # leftovers), and the requests still unfinished when it started; blank where the engine cannot tell.
+    idle_wait_s: float | None = None
+    busy_at_start: int | None = None
+    goodput_rps: float
+    ttft_ms_p99: float
+    decode_ms_p99: float
+    ttft_from_send_ms_p99: float | None = None
+    send_lag_ms_p50: float | None = None
+    send_lag_ms_p99: float | None = None
+    send_lag_ms_max: float | None = None
+    kv_usage_max: float | None = None
+    preemptions: int | None = None
+    adapters_waiting_max: int | None = None
+    seconds: float  # the probe's wall time, its drain included
+
+
+@dataclass(frozen=True, kw_only=True)
+class DigestRecord:
+    """One adapter's greedy output digest on one engine build (``<run>.digests.csv``)."""
+
+    run_id: str
+    model: str
+    device_type: str
+    engine_id: str
+    build: int
+    adapter: str
+    adapter_rank: int | None
+    digest: str
+    base_digest: str
+
+
+# Enough to find a sample's case row: the run, the engine build and the case key.
+SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))
+SAMPLE_COLUMNS = SAMPLE_KEY + field_names(Sample)
+TIMELINE_FIELDS = field_names(TimelineRecord)
+TIMELINE_COLUMNS = SAMPLE_KEY + TIMELINE_FIELDS
+ADAPTER_COLUMNS = SAMPLE_KEY + field_names(AdapterRecord)
+PROBE_COLUMNS = SAMPLE_KEY + field_names(ProbeRecord)
+DIGEST_COLUMNS = field_names(DigestRecord)
+
+
+def beside(csv_path: Path, kind: str) -> Path:
+    """A file beside a result file: ``run.csv`` -> ``run.KIND.csv`` (samples, digests)."""
+    return csv_path.with_name(f"{csv_path.stem}.{kind}.csv")
+
+
+def replays_path_for(csv_path: Path, kind: str) -> Path:
+    """What online replays record, in a folder beside a result file: ``run.csv`` ->
+    ``run.replays/KIND.csv`` (timeline, adapters); there, what reads a results folder's
+    CSV files (``lorabench compare``'s ``result_files``) cannot take them for results."""
+    return csv_path.with_name(f"{csv_path.stem}.replays") / f"{kind}.csv"
+
+
+def samples_path_for(csv_path: Path) -> Path:
+    return beside(csv_path, "samples")
+
+
+def digests_path_for(csv_path: Path) -> Path:
+    return beside(csv_path, "digests")

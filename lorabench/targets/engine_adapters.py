@@ -1,0 +1,77 @@
+"""An engine's adapters: vLLM's LoRA requests, and its CPU cache of adapters through
+``add_lora``, ``list_loras`` and ``remove_lora``, loaded outside the timings and timed alone."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lorabench.load.adapters import Adapter
+
+
+class AdapterCache:
+    """A part of ``lorabench.targets.engine.Engine``, which gives ``llm`` (vLLM's engine), ``run`` (a
+    coroutine on the engine's loop) and ``_lora_ids`` (each adapter's LoRA id, from 1)."""
+
+    llm: Any
+    run: Callable[[Any], Any]
+    _lora_ids: dict[str, int]
+
+    def lora_request(self, adapter: Adapter | None) -> Any:
+        if adapter is None:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(adapter.name, self._lora_ids[adapter.name], str(adapter.path))
+
+    def load_adapters(self, adapters: Sequence[Adapter]) -> None:
+        """Load the adapters not yet in the engine's CPU cache, before a case's timing starts.
+
+        Moving an adapter from the CPU cache into one of the ``max_loras`` slots still
+        happens while serving; that is part of multi-LoRA cost and stays in the timings.
+        """
+        if not adapters:
+            return
+        resident = self.run(self.llm.list_loras())
+        for adapter in adapters:
+            if self._lora_ids[adapter.name] not in resident:
+                self.run(self.llm.add_lora(self.lora_request(adapter)))
+
+    def add_adapter(self, adapter: Adapter) -> float:
+        """Seconds to load ``adapter`` from disk into the CPU cache, nothing else timed:
+        it is removed first if it is cached, so the load always reads the disk."""
+        if adapter.name in self.cached_adapters():
+            self.remove_adapter(adapter)
+        start = self.loop.time()
+        self.run(self.llm.add_lora(self.lora_request(adapter)))
+        return self.loop.time() - start
+
+    def measure_adapter_loads(self, adapters: Sequence[Adapter]) -> float:
+        """Mean seconds of one adapter's load from disk, over every adapter, each timed alone."""
+        return statistics.fmean(self.add_adapter(a) for a in adapters)
+
+    def cached_adapters(self) -> set[str]:
+        """The adapters in the engine's CPU cache, by vLLM's own list (``list_loras``)."""
+        ids = self.run(self.llm.list_loras())
+        return {name for name, i in self._lora_ids.items() if i in ids}
+
+    def remove_adapter(self, adapter: Adapter) -> None:
+        """Drop an adapter from the engine's caches, so that its next use loads it from disk."""
+        self.run(self.llm.remove_lora(self._lora_ids[adapter.name]))
+
+    def runtime_api_missing(self) -> str | None:
+        """In process, ``add_lora`` and ``remove_lora`` are always there (over HTTP, see
+        ``lorabench.targets.http.lora_api``)."""
+        return None
+
+    async def load_lora(self, adapter: Adapter) -> None:
+        """Load ``adapter`` into the CPU cache while requests are served (the churn scenario
+        times it); a refusal (``add_lora`` answering False) is an error."""
+        if not await self.llm.add_lora(self.lora_request(adapter)):
+            raise RuntimeError(f"add_lora refused adapter {adapter.name}")
+
+    async def unload_lora(self, adapter: Adapter) -> None:
+        """Drop ``adapter`` from the engine's caches while requests are served; one already
+        evicted (``remove_lora`` answering False) is not an error."""
+        await self.llm.remove_lora(self._lora_ids[adapter.name])

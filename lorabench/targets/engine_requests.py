@@ -1,0 +1,73 @@
+"""What an engine is sent: sampling parameters for exactly so many tokens, prompts as vLLM
+takes them, one request's stream of outputs, and a batch sent at once and gathered."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from lorabench.config import EngineSpec
+from lorabench.load.adapters import Adapter
+from lorabench.load.workload import Prompt
+
+
+class Requests:
+    """A part of ``lorabench.targets.engine.Engine``, which gives ``llm`` (vLLM's engine), ``run`` (a
+    coroutine on the engine's loop), ``spec`` (its configuration), ``lora_request`` (an
+    adapter's LoRA request) and ``_request_ids`` (a counter for request ids)."""
+
+    llm: Any
+    run: Callable[[Any], Any]
+    spec: EngineSpec
+    lora_request: Callable[[Adapter | None], Any]
+    _request_ids: itertools.count
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.llm.vllm_config.model_config.get_vocab_size())
+
+    def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Any:
+        """Exactly ``max_tokens`` tokens (``ignore_eos``): sampled, or with ``greedy`` the most likely.
+
+        ``stream``: each output carries the tokens new since the last; otherwise the
+        request yields one final output.
+        """
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
+        temperature = 0.0 if greedy else 1.0
+        return SamplingParams(
+            n=1, temperature=temperature, top_p=1.0, ignore_eos=True, max_tokens=max_tokens, output_kind=kind
+        )
+
+    def prompt_input(self, prompt: Prompt) -> Any:
+        """What the engine is sent for ``prompt``: token ids as vLLM's TokensPrompt, text as is."""
+        from vllm.inputs import TokensPrompt
+
+        return TokensPrompt(prompt_token_ids=prompt) if isinstance(prompt, list) else prompt
+
+    def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[Any]:
+        """One request's outputs as the engine produces them (on this engine's loop)."""
+        lora = self.lora_request(adapter) if self.spec.enable_lora else None
+        request_id = f"req-{next(self._request_ids)}"
+        return self.llm.generate(self.prompt_input(prompt), params, request_id=request_id, lora_request=lora)
+
+    def generate(
+        self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int, *, greedy: bool = False
+    ) -> list[Any]:
+        """Serve one batch: every request sent at once, the final outputs gathered in order."""
+        params = self.sampling_params(output_len, greedy=greedy)
+
+        async def one(prompt: Prompt, adapter: Adapter | None) -> Any:
+            final = None
+            async for output in self.stream(prompt, params, adapter):
+                final = output
+            return final
+
+        async def batch() -> list[Any]:
+            return list(await asyncio.gather(*(one(p, a) for p, a in zip(prompts, adapters))))
+
+        return self.run(batch())

@@ -1,0 +1,319 @@
+"""An engine behind an OpenAI-compatible server, with the interface of lorabench's in-process
+``Engine``: the batch, no-LoRA, online and capacity scenarios run over HTTP unchanged.
+
+A request is a streaming ``POST /v1/completions`` whose ``model`` is the adapter's name (the
+base model's served name for none), with the prompt as token ids. Everything is timed on
+this process's clock, as a user of the server sees it: the request's send, each chunk's
+arrival, the stream's end. What only the engine can stamp (the scheduler's queue, prefill
+apart from TTFT) and what only it knows (its CPU cache of adapters) is left blank
+(``lorabench.results.schema.ENGINE_ONLY``); its steps are read from ``/metrics`` (``lorabench.targets.http.telemetry``);
+adapters are loaded from disk and timed through the runtime LoRA API (``lorabench.targets.http.lora_api``).
+
+A request that fails (an error status, a stream that breaks off) is counted, not raised: an
+online replay goes on and reports it unfinished, and its row says how many failed. A batch
+with a failed request cannot be measured, and its case fails with the server's reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+import warnings
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import ClientError
+
+from lorabench.config import BenchConfig, EngineSpec
+from lorabench.config.target import URL, Target
+from lorabench.load.adapters import Adapter
+from lorabench.load.workload import SYNTHETIC_TOKEN_LIMIT, Prompt
+from lorabench.targets import clock
+from lorabench.targets.engine import Engine, EngineBuildError
+from lorabench.targets.http.checks import server_mismatches
+from lorabench.targets.http.client import Client, RequestFailed
+from lorabench.targets.http.lora_api import RuntimeApiMissing, RuntimeLoras, server_paths
+from lorabench.targets.http.metrics import ServerState, server_state
+from lorabench.targets.http.telemetry import Awaiting, Scraper
+
+# Seconds between two scrapes of /metrics while waiting for the server to be idle.
+IDLE_SCRAPE_S = 0.05
+# A token the stream counted but did not name (a server that sends no token ids).
+UNKNOWN_TOKEN = -1
+
+
+@dataclass(frozen=True)
+class HttpParams:
+    max_tokens: int
+    greedy: bool
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+
+
+@dataclass
+class ClientTiming:
+    """When this process sent the request and got its first and last token's bytes (``lorabench.targets.clock``)."""
+
+    sent_ts: float
+    first_token_ts: float = 0.0
+    last_token_ts: float = 0.0
+
+
+@dataclass
+class HttpOutput:
+    """One streamed delta, or (``finished``) the request's last; ``metrics`` is None: the
+    engine's timestamps do not reach the client."""
+
+    outputs: list[Completion]
+    finished: bool
+    timing: ClientTiming
+    prompt_token_ids: list[int] = field(default_factory=list)
+    metrics: None = None
+    # When its tokens' bytes arrived, before they were parsed (``lorabench.measure.replay`` stamps them so).
+    received_at: float | None = None
+
+
+def _corrected(last: list[int], missing: int) -> list[int]:
+    """The last chunk's tokens, with the ones the chunk count missed (``usage`` says how
+    many) added, or the ones it over-counted taken off."""
+    return last + [UNKNOWN_TOKEN] * missing if missing >= 0 else last[: max(0, len(last) + missing)]
+
+
+def served_adapters(models: Sequence[dict[str, Any]]) -> tuple[str | None, set[str]]:
+    """The base model's served name and the adapters' names, from ``/v1/models``: vLLM lists
+    an adapter with its base model as ``parent``."""
+    base = next((m["id"] for m in models if not m.get("parent")), None)
+    return base, {m["id"] for m in models if m.get("parent")}
+
+
+class HttpEngine(RuntimeLoras, Engine):
+    """A server at ``target.url``: nothing is started or stopped (``ServeEngine`` starts one)."""
+
+    def __init__(
+        self, config: BenchConfig, spec: EngineSpec, device_type: str, log_path: Path | None, target: Target
+    ) -> None:
+        super().__init__(config, spec, device_type, log_path)
+        self.target = target.kind
+        self.endpoint = target.url
+        self.client: Client | None = None
+        self.base_model: str | None = None
+        self.failed_requests = 0
+        self.failures: list[str] = []
+        self.server_version = ""
+        self.paths: dict[str, str] = {}
+        self._churned: dict[str, str] = {}
+        # The server's LoRA knobs where it says them (a URL server in vLLM's dev mode), else None.
+        self.server_lora: dict | None = None
+        # The online timeline from the server's /metrics, scraped while a replay runs, with the
+        # adapters of this client's requests awaiting a first token.
+        self.awaiting = Awaiting()
+        self.timeline = Scraper(lambda: self.client, self.awaiting.adapters)  # type: ignore[assignment]
+
+    def __enter__(self) -> HttpEngine:
+        self.loop = asyncio.new_event_loop()
+        if self.target == URL:
+            self.memory.source = "client"  # the server's memory is not this host's: the figure is the client's RSS
+        self.memory.start()
+        try:
+            start = time.perf_counter()
+            self._start_server()
+            self.client = Client(self.endpoint)
+            self.run(self._discover())
+            self.build_s = time.perf_counter() - start
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start_server(self) -> None:
+        """Nothing to start: the server at the URL runs already."""
+
+    async def _discover(self) -> None:
+        """The served names; refuse a server that lacks one of the config's adapters."""
+        try:
+            models = await self.client.models()
+            self.base_model, adapters = served_adapters(models)
+            self.paths = server_paths(models)
+        except (RequestFailed, OSError, ValueError) as exc:
+            raise EngineBuildError(f"{self.endpoint}: cannot list the served models: {exc}") from exc
+        wanted = [a.name for a in self.config.adapters] if self.spec.enable_lora else []
+        missing = [name for name in wanted if name not in adapters]
+        if missing:
+            served = ", ".join(sorted(adapters)) or "none"
+            raise EngineBuildError(
+                f"{self.endpoint} does not serve the adapters {', '.join(missing)} (its /v1/models lists: {served}): "
+                "start it with --lora-modules NAME=PATH for each, or name the config's adapters as it does"
+            )
+        self.server_version = await self.client.version()
+        if wanted:
+            await self._first_token(self.config.adapters[0])  # the server says its max_lora once it has served one
+        status, text = await self.client.get("/metrics")
+        state = server_state(text) if status == 200 else ServerState()
+        self.kv_cache_tokens = state.kv_cache_tokens or 0
+        if self.target == URL:
+            self.server_lora = await self._server_lora()
+            max_model_len = self.config.llm_kwargs(self.spec).get("max_model_len")
+            found = server_mismatches(self.spec, max_model_len, state, models, self.server_lora)
+            if found:
+                raise EngineBuildError(
+                    f"{self.endpoint} runs {'; '.join(found)}: its rows would name the wrong configuration; "
+                    "select the configuration the server was started as (-k NAME), or change the config's engine block"
+                )
+
+    async def _server_lora(self) -> dict | None:
+        """The server's LoRA settings from ``/server_info``, which vLLM serves in its dev mode
+        only (``VLLM_SERVER_DEV_MODE=1``); None elsewhere."""
+        try:
+            status, text = await self.client.get("/server_info?config_format=json", timeout_s=60.0)
+            lora = json.loads(text)["vllm_config"]["lora_config"] if status == 200 else None
+        except (ClientError, TimeoutError, ValueError, KeyError, TypeError):
+            return None
+        return lora if isinstance(lora, dict) else None
+
+    async def _first_token(self, adapter: Adapter) -> None:
+        """One token of ``adapter``, untimed; a failure here is the build's."""
+        async for _ in self.stream([1] * 4, self.sampling_params(1), adapter):
+            pass
+        if self.failures:
+            raise EngineBuildError(f"{self.endpoint}: a first request to {adapter.name} failed: {self.failures[-1]}")
+
+    def close(self) -> None:
+        try:
+            if self.client is not None and self.loop is not None:
+                self.run(self.client.close())
+        finally:
+            self.client = None
+            self._stop_server()
+            if self.loop is not None:
+                self.loop.close()
+                self.loop = None
+
+    def _stop_server(self) -> None:
+        """Nothing to stop: the server at the URL is not lorabench's."""
+
+    def provenance(self) -> dict[str, Any]:
+        """What the rows say about the software that served: the server's own version where it
+        gives one (the local install says nothing about a server elsewhere)."""
+        return {"vllm_version": self.server_version, "vllm_ascend_version": "", "torch_version": ""}
+
+    def check_alive(self) -> None:
+        """A server elsewhere cannot be watched; its failures show as failed requests."""
+
+    @property
+    def vocab_size(self) -> int:
+        """From the model folder's config.json where the client has it; prompts' ids stay below
+        ``SYNTHETIC_TOKEN_LIMIT`` anyway, which any real vocabulary exceeds."""
+        try:
+            config = json.loads((Path(self.config.model) / "config.json").read_text())
+            return int(config.get("vocab_size") or config.get("text_config", {}).get("vocab_size"))
+        except (OSError, ValueError, TypeError):
+            return SYNTHETIC_TOKEN_LIMIT
+
+    def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> HttpParams:
+        """Every request streams: a final-only output is the stream's last."""
+        return HttpParams(max_tokens, greedy)
+
+    def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[HttpOutput]:
+        model = adapter.name if adapter is not None else self.base_model
+        return self.awaiting.track(adapter, self._stream(model, prompt, params))
+
+    async def _stream(self, model: str, prompt: Prompt, params: HttpParams) -> AsyncIterator[HttpOutput]:
+        """Deltas as they arrive; the finishing one is held until the stream ends, so that the
+        final ``usage`` count is in it. A failure ends the stream unfinished and is counted."""
+        timing = ClientTiming(clock.now())
+        counted, held, held_at, prompt_tokens = 0, None, None, len(prompt) if isinstance(prompt, list) else 0
+        temperature = 0.0 if params.greedy else 1.0
+        try:
+            async for chunk in self.client.complete(model, prompt, params.max_tokens, temperature):
+                if chunk.count:
+                    timing.first_token_ts = timing.first_token_ts or chunk.arrived
+                    timing.last_token_ts = chunk.arrived
+                ids = chunk.token_ids or [UNKNOWN_TOKEN] * chunk.count
+                counted += len(ids)
+                prompt_tokens = chunk.prompt_tokens or prompt_tokens
+                if chunk.finished:
+                    held, held_at = ids, chunk.arrived
+                elif chunk.completion_tokens is not None and held is not None:
+                    held = _corrected(held, chunk.completion_tokens - counted)
+                elif ids:
+                    yield HttpOutput([Completion(ids)], False, timing, received_at=chunk.arrived)
+        except RequestFailed as exc:
+            self.failed_requests += 1
+            self.failures.append(str(exc))
+            return
+        final = [UNKNOWN_TOKEN] * prompt_tokens
+        yield HttpOutput([Completion(held or [])], True, timing, final, received_at=held_at)
+
+    def generate(
+        self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int, *, greedy: bool = False
+    ) -> list[Any]:
+        """A batch's final outputs, each the whole completion; a failed request fails the batch."""
+        failed = self.failed_requests
+        params = self.sampling_params(output_len, greedy=greedy)
+
+        async def one(prompt: Prompt, adapter: Adapter | None) -> HttpOutput | None:
+            tokens, final = [], None
+            async for out in self.stream(prompt, params, adapter):
+                tokens += out.outputs[0].token_ids
+                final = out
+            if final is not None:
+                final.outputs = [Completion(tokens)]
+            return final
+
+        async def batch() -> list[Any]:
+            return list(await asyncio.gather(*(one(p, a) for p, a in zip(prompts, adapters))))
+
+        outputs = self.run(batch())
+        if self.failed_requests > failed:
+            raise RequestFailed(
+                f"{self.failed_requests - failed} of {len(prompts)} requests of the batch failed: {self.failures[-1]}"
+            )
+        return outputs
+
+    async def wait_idle(self, timeout_s: float) -> tuple[float | None, int | None]:
+        """Until the server's ``/metrics`` shows no request running or waiting, ``timeout_s`` at
+        most, a scrape every ``IDLE_SCRAPE_S``: a server counts a request the client cancelled
+        until its engine drops it. Both None where the server exports neither gauge."""
+        started = time.perf_counter()
+        left = await self._server_busy()
+        while left and time.perf_counter() - started < timeout_s:
+            await asyncio.sleep(IDLE_SCRAPE_S)
+            left = await self._server_busy()
+        return (None, None) if left is None else (time.perf_counter() - started, left)
+
+    async def _server_busy(self) -> int | None:
+        status, text = await self.client.get("/metrics")
+        state = server_state(text) if status == 200 else ServerState()
+        if state.running is None and state.waiting is None:
+            return None
+        return (state.running or 0) + (state.waiting or 0)
+
+    def load_adapters(self, adapters: Sequence[Adapter]) -> None:
+        """One token of each adapter, untimed, before a case's timing starts: nothing over HTTP
+        loads an adapter into the CPU cache without serving it, and the alias loads of
+        ``adapter_load_ms`` or an earlier case may have evicted it, so without this the case's
+        first requests would pay loads from disk that in process are paid before the timing."""
+        if adapters:
+            self.generate([[1] * 4] * len(adapters), list(adapters), 1)
+
+    def cached_adapters(self) -> set[str]:
+        """Unknown to a client: nothing over HTTP lists the engine's CPU cache, so the columns
+        that need it stay blank on HTTP targets (``schema.ENGINE_ONLY``)."""
+        return set()
+
+    def measure_adapter_loads(self, adapters: Sequence[Adapter]) -> float | None:  # type: ignore[override]
+        """Mean seconds of ``/v1/load_lora_adapter`` of a fresh alias of each adapter, each timed
+        alone: its load from disk, as a client of the server pays it. None, with a warning that
+        says why, where the server refuses the runtime API or a load."""
+        try:
+            return statistics.fmean(self.time_alias_loads(adapters))
+        except (RuntimeApiMissing, RequestFailed) as exc:
+            warnings.warn(f"{self.id}: adapter_load_ms left blank: {exc}", RuntimeWarning, stacklevel=2)
+            return None

@@ -1,0 +1,273 @@
+"""The simulated engine core: vLLM's ``AsyncLLM`` as far as lorabench's ``Engine`` calls it,
+with a scheduler, adapter caches and costs the test sets (see ``lorabench.targets.standin``), and
+the stat loggers vLLM's front end calls after each step, given what the stand-in models."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from lorabench.config import EngineSpec
+from lorabench.targets import clock
+from lorabench.targets.engine import EngineDied
+from lorabench.targets.standin.scheduler import KV_BLOCKS, BlockPool, LoraRef, Metrics, Params, Request, schedule, stats
+from lorabench.targets.standin.virtual_clock import block
+
+VOCAB_SIZE = 1000
+# The steps whose stats the stand-in keeps, the last ones: enough for a test, and few enough
+# that they die young. A real engine's client keeps none; 10,000 steps' (60,000 objects) reached
+# the collector's oldest generation and its passes blocked a replay's loop for 15 ms and more.
+STATS_KEPT = 500
+# How late a step's end may be and still be made up by the next step: the event loop's rounding.
+LATE_MADE_UP_S = 0.001
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What each thing costs the stand-in, in milliseconds."""
+
+    prefill_ms_per_token: float = 0.02
+    decode_ms_per_step: float = 1.0
+    lora_ms_per_adapter: float = 0.0
+    disk_load_ms: float = 0.0
+    slot_load_ms: float = 0.0
+    # The sender blocks this long on every request it sends (a client that falls behind).
+    send_block_ms: float = 0.0
+    # An aborted request stays in the engine (and in its steps) this long before it is dropped.
+    abort_ms: float = 0.0
+    # The KV cache, in blocks of 16 tokens (lorabench.targets.standin.scheduler): not a cost, the capacity.
+    kv_blocks: int = KV_BLOCKS
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+
+
+@dataclass
+class Output:
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: list[Completion]
+    finished: bool
+    metrics: Metrics
+
+
+class StandInLLM:
+    """The part of vLLM's ``AsyncLLM`` that lorabench's ``Engine`` calls."""
+
+    def __init__(
+        self,
+        costs: Costs,
+        spec: EngineSpec,
+        max_num_seqs: int,
+        weights: Mapping[str, str],
+        stat_loggers: Sequence[Callable[..., Any]] = (),
+    ) -> None:
+        self.costs, self.max_num_seqs, self.weights = costs, max_num_seqs, weights
+        self.max_loras = spec.max_loras or 0
+        self.max_cpu_loras = spec.max_cpu_loras or 0
+        self.cpu: OrderedDict[int, LoraRef] = OrderedDict()
+        self.slots: OrderedDict[int, None] = OrderedDict()
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.deferred: set[Request] = set()  # waiting requests skipped for a LoRA slot
+        self.kv = BlockPool(costs.kv_blocks)
+        # The requests in the engine by id, as vLLM's front end holds them (output_processor.request_states).
+        self.requests: dict[str, Request] = {}
+        self.output_processor = SimpleNamespace(request_states=self.requests)
+        self.dead: str | None = None
+        self.die_after: int | None = None
+        self.sent = 0
+        # As vLLM's front end reports its configuration: eager, or compiled with piecewise graphs.
+        eager = bool(spec.enforce_eager)
+        self.vllm_config = SimpleNamespace(
+            compilation_config=SimpleNamespace(
+                mode="NONE" if eager else "VLLM_COMPILE", cudagraph_mode="NONE" if eager else "PIECEWISE"
+            )
+        )
+        self._wake = asyncio.Event()
+        # Held by a step and by a load from disk: one at a time, as in vLLM's engine core.
+        self._core = asyncio.Lock()
+        self._loop: asyncio.Task | None = None
+        # Stat loggers made and called as vLLM's front end does, and the (scheduler, iteration)
+        # stats of the last steps they were given: the ground truth of a timeline.
+        self.loggers = [factory(self.vllm_config, 0) for factory in stat_loggers]
+        for logger in self.loggers:
+            logger.log_engine_initialized()
+        self.stats_sent: deque[tuple[SimpleNamespace, SimpleNamespace]] = deque(maxlen=STATS_KEPT)
+
+    @property
+    def prefill_ms_per_token(self) -> float:
+        """What the scheduler charges a prefilled token (``Costs.prefill_ms_per_token``)."""
+        return self.costs.prefill_ms_per_token
+
+    async def add_lora(self, lora: LoraRef) -> bool:
+        """Between two steps, holding the next one back (vLLM's engine core runs a load in its
+        busy loop, so a load while serving stalls every request): read from disk unless cached,
+        then into a slot, as vLLM's LRU worker manager activates every adapter it adds."""
+        async with self._core:
+            await asyncio.sleep(self._to_slot(lora, self._running_adapters()) / 1000.0)
+        return True
+
+    async def remove_lora(self, lora_id: int) -> bool:
+        self.slots.pop(lora_id, None)
+        return self.cpu.pop(lora_id, None) is not None
+
+    async def list_loras(self) -> set[int]:
+        return set(self.cpu)
+
+    def get_num_unfinished_requests(self) -> int:
+        """Waiting and running requests, aborted ones not yet dropped among them."""
+        return len(self.waiting) + len(self.running)
+
+    def kill(self, reason: str) -> None:
+        """The engine dies: every request in it, and every one sent later, fails."""
+        self.dead = reason
+        for request in [*self.waiting, *self.running]:
+            request.queue.put_nowait(EngineDied(reason))
+        self.waiting.clear()
+        self.running.clear()
+        self.requests.clear()
+
+    def shutdown(self) -> None:
+        if self._loop is not None:
+            self._loop.cancel()
+
+    async def generate(
+        self, prompt: list[int], params: Params, request_id: str, lora_request: LoraRef | None = None
+    ) -> AsyncIterator[Output]:
+        if self.dead:
+            raise EngineDied(self.dead)
+        if self.costs.send_block_ms:
+            block(self.costs.send_block_ms / 1000.0)
+        weights = self.weights.get(lora_request.lora_name, "") if lora_request else "base"
+        seed = hashlib.sha256(f"{lora_request and lora_request.lora_name}|{weights}|{prompt}".encode()).digest()
+        if self.kv.blocks_for(len(prompt) + params.max_tokens) > self.kv.total:
+            raise ValueError(f"{len(prompt)} + {params.max_tokens} tokens do not fit the stand-in's KV cache")
+        request = Request(request_id, prompt, params, lora_request, seed, Metrics(clock.now()))
+        self.waiting.append(request)
+        self.requests[request_id] = request
+        self.sent += 1
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop().create_task(self._steps())
+        self._wake.set()
+        if self.die_after is not None and self.sent >= self.die_after:
+            self.kill(f"the stand-in engine died after {self.sent} requests, as the test asked")
+        try:
+            while True:
+                item = await request.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finished:
+                    return
+        finally:
+            # A cancelled stream aborts its request, as in vLLM: dropped at once, or after abort_ms.
+            if not request.finished and self.costs.abort_ms:
+                asyncio.get_running_loop().call_later(self.costs.abort_ms / 1000.0, self._drop, request)
+            elif not request.finished:
+                self._drop(request)
+
+    def _drop(self, request: Request) -> None:
+        """A request leaves the engine, aborted or finished, and frees its blocks."""
+        if request in self.waiting:
+            self.waiting.remove(request)
+        if request in self.running:
+            self.running.remove(request)
+        self.deferred.discard(request)
+        self.kv.free(request)
+        self.requests.pop(request.id, None)
+
+    async def _steps(self) -> None:
+        loop = asyncio.get_running_loop()
+        due: float | None = None  # when the last step was due to end, on the loop's clock
+        while True:
+            if not self.waiting and not self.running:
+                self._wake.clear()
+                await self._wake.wait()
+                due = None
+                continue
+            async with self._core:
+                cost, prompt_tokens = schedule(self)
+                in_step = {r.lora.lora_int_id for r in self.running if r.lora}
+                cost += self.costs.decode_ms_per_step + self.costs.lora_ms_per_adapter * len(in_step)
+                # Steps keep to their schedule: the loop wakes a sleep up to a millisecond late (its
+                # timeout is rounded up to the millisecond), and the next step makes that up, so the
+                # rounding does not add up over a batch's steps. A longer stall (a blocked loop, a
+                # busy host, a load) is not made up: a step never lasts less than its cost minus LATE_MADE_UP_S.
+                now = loop.time()
+                start = now if due is None else max(due, now - LATE_MADE_UP_S)
+                due = start + cost / 1000.0
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                generated = len(self.running)
+                preempted = self._emit(loop.time())
+            if self.loggers:
+                self._report(stats(self, prompt_tokens, generated, preempted))
+
+    def _report(self, step: tuple[Any, Any]) -> None:
+        """The step's stats to every stat logger, after its outputs, as vLLM's front end does."""
+        self.stats_sent.append(step)
+        for logger in self.loggers:
+            logger.record(scheduler_stats=step[0], iteration_stats=step[1], engine_idx=0)
+
+    def _to_slot(self, lora: LoraRef, active: set[int]) -> float:
+        cost = 0.0 if lora.lora_int_id in self.cpu else self.costs.disk_load_ms
+        self._cache(lora, active)
+        return cost + self._activate(lora.lora_int_id, active)
+
+    def _activate(self, lora_id: int, active: set[int]) -> float:
+        """Into a device slot, evicting the least recently used one that no running request
+        uses. With every slot serving (an ``add_lora`` mid-trace), vLLM evicts one anyway and its
+        next step takes the slot back: here the activation is paid and the adapter stays out;
+        the running adapter's move back into its slot, which vLLM also pays, is not charged."""
+        if lora_id in self.slots:
+            self.slots.move_to_end(lora_id)
+            return 0.0
+        if len(self.slots) >= self.max_loras:
+            idle = next((i for i in self.slots if i not in active), None)
+            if idle is None:
+                return self.costs.slot_load_ms
+            del self.slots[idle]
+        self.slots[lora_id] = None
+        return self.costs.slot_load_ms
+
+    def _running_adapters(self) -> set[int]:
+        return {r.lora.lora_int_id for r in self.running if r.lora}
+
+    def _cache(self, lora: LoraRef, active: set[int]) -> None:
+        """Into the CPU cache, evicting the least recently used adapter no running request
+        uses; with every one in use (an ``add_lora`` while ``max_cpu_loras`` adapters run),
+        the least recently used one, as vLLM's cache does whatever runs."""
+        self.cpu[lora.lora_int_id] = lora
+        self.cpu.move_to_end(lora.lora_int_id)
+        while len(self.cpu) > self.max_cpu_loras:
+            others = [i for i in self.cpu if i != lora.lora_int_id]
+            victim = next((i for i in others if i not in active), others[0])
+            del self.cpu[victim]
+            self.slots.pop(victim, None)
+
+    def _emit(self, now: float) -> int:
+        """A token to every running request; the preemptions their outputs report."""
+        preempted = 0
+        for request in list(self.running):
+            preempted, request.preemptions = preempted + request.preemptions, 0
+            index = len(request.tokens)
+            digest = hashlib.sha256(request.seed + index.to_bytes(4, "little")).digest()
+            request.tokens.append(int.from_bytes(digest[:4], "little") % VOCAB_SIZE)
+            if index == 0:
+                request.metrics.first_token_ts = now
+            request.metrics.last_token_ts = now
+            request.finished = len(request.tokens) >= request.params.max_tokens
+            if request.finished:
+                self._drop(request)
+            if request.params.stream or request.finished:
+                tokens = request.tokens[-1:] if request.params.stream else list(request.tokens)
+                output = Output(request.id, request.prompt, [Completion(tokens)], request.finished, request.metrics)
+                request.queue.put_nowait(output)
+        return preempted
