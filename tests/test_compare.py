@@ -21,8 +21,7 @@ from lorabench.analysis.compare import (
     load_run,
     parse_thresholds,
 )
-from lorabench.analysis.compare.analysis import benjamini_hochberg
-from lorabench.analysis.compare.noise import t_ppf, t_sf
+from lorabench.analysis.compare.noise import benjamini_hochberg, t_ppf, t_sf
 from lorabench.cli import main as cli
 from tests.helpers import ROOT
 

@@ -6,8 +6,9 @@ import pytest
 
 from lorabench.analysis.compare.load import REQUIRED_KEY
 from lorabench.config import EngineSpec
+from lorabench.results.naming import engine_name
 from lorabench.results.records import SAMPLE_COLUMNS
-from lorabench.results.schema import CASE_KEY, COLUMNS, ENGINE_KEY, SCENARIO_COLUMNS, ResultRow, engine_name
+from lorabench.results.schema import CASE_KEY, COLUMNS, ENGINE_KEY, SCENARIO_COLUMNS, ResultRow
 from lorabench.results.schema_check import SchemaError, check_row
 from lorabench.scenarios import SCENARIOS
 from tests.helpers import make_row, make_sample

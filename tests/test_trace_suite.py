@@ -8,7 +8,7 @@ import pytest
 
 from lorabench.cli import main as cli
 from lorabench.config import ConfigError, online_cases, read_config_file, resolve_config
-from lorabench.config.expand import IMPORTED_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, SYNTHETIC_TRACE_COLUMNS
+from lorabench.config.online_cases import IMPORTED_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, SYNTHETIC_TRACE_COLUMNS
 from lorabench.load.traces import data
 from lorabench.load.traces.transforms import replay_window
 from tests.helpers import ROOT, result_files
@@ -132,7 +132,7 @@ def test_a_replay_window_has_the_rate_asked(tmp_path, rate):
 def test_a_capacity_search_counts_the_requests_its_replay_can_use(tmp_path):
     """From ``start`` in the trace's time, as the replay takes them: a trace imported from
     3 s on starts 0.052 s in, and a probe from 0.05 s has all 10 of its requests."""
-    from lorabench.config.expand import ImportedCase
+    from lorabench.config.online_cases import ImportedCase
     from lorabench.scenarios.capacity_probes import CapacityCase
 
     path = import_to(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--start", 3)

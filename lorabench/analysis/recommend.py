@@ -18,7 +18,8 @@ import pandas as pd
 
 from lorabench.config.target import URL
 from lorabench.measure.capacity import BELOW_RANGE, NO_VERDICT
-from lorabench.results.schema import CASE_KEY, ENGINE_KEY, ResultRow, engine_name
+from lorabench.results.naming import engine_name
+from lorabench.results.schema import CASE_KEY, ENGINE_KEY, ResultRow
 
 SHAPE_KEY = [c for c in CASE_KEY if c not in ENGINE_KEY]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,4 +120,32 @@ def _check_engine_args(parsed: ConfigFile, path: Path) -> list[str]:
                 f"{path}: field 'engine.max_cpu_loras' has bad value {spec.max_cpu_loras}: it is below "
                 f"max_loras={spec.max_loras}; vLLM needs max_cpu_loras >= max_loras"
             )
+    return problems
+
+
+def check_against_vllm(parsed: ConfigFile, path: Path, engine_args: Callable[[], frozenset[str]]) -> list[str]:
+    """Catch typos in engine arguments by comparing them with vLLM's own EngineArgs.
+
+    Without vLLM there is nothing to compare with, and the engine build says what to
+    install. A vLLM that is installed but fails to import (a missing library, a torch of
+    another build) would fail every engine build after the session started: say so now.
+    The names are kept in the cache for this install once it has imported
+    (``lorabench.targets.vllm_args``): the import takes seconds.
+    """
+    try:
+        known = engine_args()
+    except Exception as exc:  # noqa: BLE001 - whatever a broken install raises is reported
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "vllm":
+            return []
+        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return [
+            f"{path}: engine arguments cannot be checked: vLLM is installed but does not import ({reason}): "
+            "run python -c 'import vllm' to see why"
+        ]
+    problems = []
+    for key in parsed.engine.model_extra or {}:
+        if key not in known and key not in RESERVED_ENGINE_KEYS:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "see vllm.EngineArgs for the valid names"
+            problems.append(f"{path}: unknown key 'engine.{key}' (not a vllm.LLM argument): {hint}")
     return problems

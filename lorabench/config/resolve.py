@@ -9,15 +9,14 @@ online suites, engine arguments against vLLM's own, and the result files.
 from __future__ import annotations
 
 import csv
-import difflib
 import os
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
 
 from lorabench.config.expand import BenchConfig, as_list, shape_of
-from lorabench.config.read import ConfigError, read_json
-from lorabench.config.schema import RESERVED_ENGINE_KEYS, ConfigFile, GeneratedAdapters
+from lorabench.config.read import ConfigError, check_against_vllm, read_json
+from lorabench.config.schema import ConfigFile, GeneratedAdapters
 from lorabench.config.trace_sections import Churn
 from lorabench.config.traces import check_traces, length_limit
 from lorabench.load import builtin
@@ -25,34 +24,6 @@ from lorabench.load.adapters import Adapter, read_adapters_file, read_rank
 from lorabench.load.workload import pool_size
 from lorabench.results.records import SAMPLE_COLUMNS, samples_path_for
 from lorabench.results.schema import COLUMNS
-
-
-def _check_against_vllm(parsed: ConfigFile, path: Path, engine_args: Callable[[], frozenset[str]]) -> list[str]:
-    """Catch typos in engine arguments by comparing them with vLLM's own EngineArgs.
-
-    Without vLLM there is nothing to compare with, and the engine build says what to
-    install. A vLLM that is installed but fails to import (a missing library, a torch of
-    another build) would fail every engine build after the session started: say so now.
-    The names are kept in the cache for this install once it has imported
-    (``lorabench.targets.vllm_args``): the import takes seconds.
-    """
-    try:
-        known = engine_args()
-    except Exception as exc:  # noqa: BLE001 - whatever a broken install raises is reported
-        if isinstance(exc, ModuleNotFoundError) and exc.name == "vllm":
-            return []
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        return [
-            f"{path}: engine arguments cannot be checked: vLLM is installed but does not import ({reason}): "
-            "run python -c 'import vllm' to see why"
-        ]
-    problems = []
-    for key in parsed.engine.model_extra or {}:
-        if key not in known and key not in RESERVED_ENGINE_KEYS:
-            close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else "see vllm.EngineArgs for the valid names"
-            problems.append(f"{path}: unknown key 'engine.{key}' (not a vllm.LLM argument): {hint}")
-    return problems
 
 
 def _resolve(base: Path, value: str) -> Path:
@@ -82,7 +53,7 @@ def resolve_config(
     """
     path = Path(path).resolve()
     base = path.parent
-    problems = _check_against_vllm(parsed, path, engine_args) if engine_args else []
+    problems = check_against_vllm(parsed, path, engine_args) if engine_args else []
     model, is_builtin = _model(path, parsed, problems)
     tokenizer = _resolve(base, parsed.tokenizer) if parsed.tokenizer else None
     if tokenizer is not None and not tokenizer.exists():
@@ -92,6 +63,35 @@ def resolve_config(
         prompts = _read_prompts(path, _resolve(base, parsed.prompts))
     except ConfigError as exc:
         problems += exc.problems
+    adapters, warnings = _adapters_and_sections(path, parsed, model, prompts, problems, needs_lora, runs)
+    results_dir, out_path = _outputs(path, parsed, output, problems)
+    if problems:
+        raise ConfigError(problems)
+    return BenchConfig(
+        path=path,
+        file=parsed,
+        model=model,
+        tokenizer=tokenizer,
+        is_builtin_model=is_builtin,
+        adapters=tuple(adapters),
+        prompts=tuple(prompts),
+        results_dir=results_dir,
+        output=out_path,
+        warnings=tuple(warnings),
+    )
+
+
+def _adapters_and_sections(
+    path: Path,
+    parsed: ConfigFile,
+    model: Path,
+    prompts: list[str],
+    problems: list[str],
+    needs_lora: bool,
+    runs: Collection[str] | None,
+) -> tuple[list[Adapter], list[str]]:
+    """The adapters, with the problems of what depends on them added to ``problems``; and
+    the warnings of sections this selection does not run."""
     generated_later = isinstance(parsed.adapters, GeneratedAdapters) and bool(problems)
     adapters = _adapters(path, parsed, model, prompts, problems)
     by_section: dict[str, list[str]] = {}
@@ -108,26 +108,20 @@ def resolve_config(
         by_section[section] = by_section.get(section, []) + found
     refused, warnings = _by_selection(by_section, runs)
     problems += refused
+    return adapters, warnings
+
+
+def _outputs(path: Path, parsed: ConfigFile, output: str | None, problems: list[str]) -> tuple[Path, Path | None]:
+    """The results folder and the fixed output file, if any: ``output`` from the command line
+    is relative to the working directory, the config's fields to the config's folder."""
+    base = path.parent
     if output is not None:
         out_path: Path | None = Path(output).resolve()
     else:
         out_path = _resolve(base, parsed.output) if parsed.output else None
     results_dir = _resolve(base, parsed.results_dir)
     problems += _check_outputs(path, results_dir, out_path, output is not None)
-    if problems:
-        raise ConfigError(problems)
-    return BenchConfig(
-        path=path,
-        file=parsed,
-        model=model,
-        tokenizer=tokenizer,
-        is_builtin_model=is_builtin,
-        adapters=tuple(adapters),
-        prompts=tuple(prompts),
-        results_dir=results_dir,
-        output=out_path,
-        warnings=tuple(warnings),
-    )
+    return results_dir, out_path
 
 
 def _model(path: Path, parsed: ConfigFile, problems: list[str]) -> tuple[Path, bool]:

@@ -124,40 +124,13 @@ async def replay(
     are aborted and reported unfinished. A stream the engine ends unfinished (HTTP targets)
     is reported failed.
     """
-    vocab_size = engine.vocab_size
     records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
-    finished = 0
     # Asked before the clock starts: the answer walks every frozen object (18 ms for 200,000).
     freeze = not gc.get_freeze_count() and gc.isenabled()
     # A virtual clock's timers fire exactly when due (lorabench.targets.standin.virtual_clock): no early wake.
     early_wake_s = 0.0 if getattr(asyncio.get_running_loop(), "virtual", False) else EARLY_WAKE_S
     start = clock.now()
-
-    async def serve(record: ReplayedRequest) -> None:
-        """Started just before the request is due: its prompt is made, then it waits its
-        time in its own task, so the send is the first thing it does once due, not a new
-        task's first step queued behind every other stream's tokens."""
-        nonlocal finished
-        prompt = synthetic_prompt(record.index, record.input_len, vocab_size, seed)
-        params = engine.sampling_params(record.output_len, stream=True)
-        due = start + record.scheduled_s
-        while early_wake_s and clock.now() < due:
-            await asyncio.sleep(0)
-        record.sent_s = clock.now() - start
-        async for out in engine.stream(prompt, params, adapters[record.adapter]):
-            # Over HTTP, when the tokens' bytes arrived, before the client parsed them.
-            received = getattr(out, "received_at", None)
-            now = (clock.now() if received is None else received) - start
-            record.token_times.extend([now] * len(out.outputs[0].token_ids))
-            if out.finished:
-                record.finished = True
-                finished += 1
-                metrics = getattr(out, "metrics", None)
-                if metrics is not None and getattr(metrics, "scheduled_ts", 0):
-                    record.queue_ms = (metrics.scheduled_ts - metrics.queued_ts) * 1000.0
-        # A stream cancelled at the drain never gets here; one that ended unfinished was failed.
-        record.failed = not record.finished
-
+    sender = _Sender(engine, adapters, seed, start, early_wake_s)
     if timeline is not None:
         timeline.start(start)
     in_flight = _InFlight()
@@ -169,16 +142,53 @@ async def replay(
                 wait = start + record.scheduled_s - early_wake_s - clock.now()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                in_flight.add(asyncio.create_task(serve(record)))
+                in_flight.add(asyncio.create_task(sender.serve(record)))
                 if progress is not None:
-                    progress(sent, finished, clock.now() - start)
+                    progress(sent, sender.finished, clock.now() - start)
             if progress is not None and records:
-                progress(len(records), finished, None)
+                progress(len(records), sender.finished, None)
             await in_flight.drain(drain_timeout_s)
     finally:
         if timeline is not None:
             timeline.stop()
     return records
+
+
+class _Sender:
+    """Sends one replayed request when it is due and stamps its tokens as they arrive."""
+
+    def __init__(
+        self, engine: Engine, adapters: Mapping[str, Adapter], seed: int, start: float, early_wake_s: float
+    ) -> None:
+        self.engine, self.adapters, self.seed = engine, adapters, seed
+        self.start, self.early_wake_s = start, early_wake_s
+        self.vocab_size = engine.vocab_size
+        self.finished = 0
+
+    async def serve(self, record: ReplayedRequest) -> None:
+        """Started just before the request is due: its prompt is made, then it waits its
+        time in its own task, so the send is the first thing it does once due, not a new
+        task's first step queued behind every other stream's tokens."""
+        engine, start = self.engine, self.start
+        prompt = synthetic_prompt(record.index, record.input_len, self.vocab_size, self.seed)
+        params = engine.sampling_params(record.output_len, stream=True)
+        due = start + record.scheduled_s
+        while self.early_wake_s and clock.now() < due:
+            await asyncio.sleep(0)
+        record.sent_s = clock.now() - start
+        async for out in engine.stream(prompt, params, self.adapters[record.adapter]):
+            # Over HTTP, when the tokens' bytes arrived, before the client parsed them.
+            received = getattr(out, "received_at", None)
+            now = (clock.now() if received is None else received) - start
+            record.token_times.extend([now] * len(out.outputs[0].token_ids))
+            if out.finished:
+                record.finished = True
+                self.finished += 1
+                metrics = getattr(out, "metrics", None)
+                if metrics is not None and getattr(metrics, "scheduled_ts", 0):
+                    record.queue_ms = (metrics.scheduled_ts - metrics.queued_ts) * 1000.0
+        # A stream cancelled at the drain never gets here; one that ended unfinished was failed.
+        record.failed = not record.finished
 
 
 class _InFlight:

@@ -1,21 +1,20 @@
 """The result schema, declared once: every column of the result file.
 
 A result row is a ``ResultRow``. The CSV columns, the case key that ``lorabench compare``
-matches runs on, the engine-configuration key and the engine id are all derived from this
-declaration, and so are the keys of the records kept beside the rows
-(``lorabench.results.records``). Fields that only some scenarios fill default to ``None`` (a blank
-cell); each scenario declares which of them it fills (``Scenario.columns``), and
-``check_row`` (``lorabench.results.schema_check``) refuses a row that leaves one of those blank or
-fills one it did not declare. An unknown field name is a ``TypeError`` when the record is
-built, so a misspelt column can never become a silent blank.
+matches runs on and the engine-configuration key are derived from this declaration (the
+configuration's name and id from its key columns, ``lorabench.results.naming``), and so are
+the keys of the records kept beside the rows (``lorabench.results.records``). Fields that
+only some scenarios fill default to ``None`` (a blank cell); each scenario declares which of
+them it fills (``Scenario.columns``), and ``check_row`` (``lorabench.results.schema_check``)
+refuses a row that leaves one of those blank or fills one it did not declare. An unknown
+field name is a ``TypeError`` when the record is built, so a misspelt column can never
+become a silent blank.
 """
 
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
-
-from lorabench.results.graph import name_suffix
 
 # Column groups, in file order.
 PROVENANCE, PARAMETER, TRACE, METRIC, ONLINE, CAPACITY, ENGINE = (
@@ -281,24 +280,3 @@ COMPARED = {f.name: f.metadata["better"] == HIGHER for f in fields(ResultRow) if
 OLDER_FILES = {f.name: f.metadata["older"] for f in fields(ResultRow) if f.metadata["older"] is not None}
 # The optional columns that depend on the scenario, not on the engine.
 SCENARIO_COLUMNS = OPTIONAL_COLUMNS - set(field_names(ResultRow, lambda f: f.metadata["by_engine"]))
-
-
-def engine_name(
-    enable_lora: Any,
-    max_loras: Any = None,
-    max_lora_rank: Any = None,
-    max_cpu_loras: Any = None,
-    enforce_eager: Any = None,
-    graph_config: Any = None,
-) -> str:
-    """``lora-off`` or ``loras8-rank16-cpu8``, with ``-eager`` / ``-graph`` and a graph
-    settings hash where set: how test ids, the summary and compare name a configuration."""
-    mode = name_suffix(enforce_eager, graph_config)
-    if str(enable_lora).lower() not in ("true", "1"):
-        return "lora-off" + mode
-    return f"loras{max_loras}-rank{max_lora_rank}-cpu{max_cpu_loras}{mode}"
-
-
-def engine_id(name: str, build: int) -> str:
-    """One build of a configuration: ``loras8-rank16-cpu8-build1``."""
-    return f"{name}-build{build}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, trace_cases
+from lorabench.config.online_cases import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, trace_cases
 from lorabench.measure import capacity
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.capacity_probes import CapacityCase, Prober

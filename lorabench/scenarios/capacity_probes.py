@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from lorabench.config.expand import ImportedCase, OnlineCase
+from lorabench.config.online_cases import ImportedCase, OnlineCase
 from lorabench.load.traces import transforms
 from lorabench.load.workload import synthetic_prompt
 from lorabench.measure import capacity, replay, replay_summary

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, ImportedCase, OnlineCase, trace_cases
+from lorabench.config.online_cases import (
+    MAYBE_TRACE_COLUMNS,
+    ONLINE_TRACE_COLUMNS,
+    ImportedCase,
+    OnlineCase,
+    trace_cases,
+)
 from lorabench.measure import replay
 from lorabench.results.stats import percentile
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario

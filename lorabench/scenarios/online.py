@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from lorabench.config.expand import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, online_cases
+from lorabench.config.online_cases import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, online_cases
 from lorabench.measure import replay, replay_summary
 from lorabench.results.progress import trace_reporter
 from lorabench.results.schema import PERCENTILES
@@ -16,7 +16,7 @@ from lorabench.targets import timeline
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile, OnlineCase
-    from lorabench.config.expand import ImportedCase
+    from lorabench.config.online_cases import ImportedCase
     from lorabench.targets.engine import Engine
 
 ONLINE_COLUMNS = frozenset(

@@ -42,6 +42,7 @@ from lorabench.analysis.compare.load import METRICS, CompareError, Run, case_of
 from lorabench.analysis.compare.noise import (
     BUILDS,
     Noise,
+    benjamini_hochberg,
     detectable,
     estimate_noise,
     raise_to_run_floor,
@@ -252,21 +253,6 @@ def judge(findings: list[Finding], alpha: float) -> None:
             f.verdict = NOT_SIGNIFICANT
         else:
             f.verdict = REGRESSED if f.worse_pct > 0 else IMPROVED
-
-
-def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
-    """The p-values adjusted for a false discovery rate, step for step as
-    ``scipy.stats.false_discovery_control`` does it (without importing ``scipy.stats``):
-    sorted, each times m / rank, then the smallest of it and every one ranked above it."""
-    ps = np.asarray(p_values, dtype=float)
-    if len(ps) <= 1:
-        return ps
-    order = np.argsort(ps)
-    adjusted = ps[order] * (len(ps) / np.arange(1, len(ps) + 1, dtype=float))
-    np.minimum.accumulate(adjusted[::-1], out=adjusted[::-1])
-    out = np.empty_like(adjusted)
-    out[order] = adjusted
-    return np.clip(out, 0.0, 1.0)
 
 
 def _warnings(base: Run, new: Run, findings: list[Finding]) -> list[str]:

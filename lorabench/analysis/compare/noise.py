@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -187,3 +188,18 @@ def _pct(log_change: float) -> float | None:
     if not math.isfinite(log_change) or log_change > math.log1p(UNTESTABLE_PCT / 100.0):
         return None
     return (math.exp(log_change) - 1.0) * 100.0
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> np.ndarray:
+    """The p-values adjusted for a false discovery rate, step for step as
+    ``scipy.stats.false_discovery_control`` does it (without importing ``scipy.stats``):
+    sorted, each times m / rank, then the smallest of it and every one ranked above it."""
+    ps = np.asarray(p_values, dtype=float)
+    if len(ps) <= 1:
+        return ps
+    order = np.argsort(ps)
+    adjusted = ps[order] * (len(ps) / np.arange(1, len(ps) + 1, dtype=float))
+    np.minimum.accumulate(adjusted[::-1], out=adjusted[::-1])
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return np.clip(out, 0.0, 1.0)

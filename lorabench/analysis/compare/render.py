@@ -23,7 +23,7 @@ from lorabench.analysis.compare.capacity import CapacityBound
 from lorabench.analysis.compare.load import METRICS, rank_medians
 from lorabench.analysis.compare.noise import UNTESTABLE_PCT
 from lorabench.analysis.compare.paired import PAIRS
-from lorabench.results.schema import engine_name
+from lorabench.results.naming import engine_name
 
 
 def case_label(case: dict[str, str]) -> str:

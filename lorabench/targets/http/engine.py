@@ -22,7 +22,6 @@ import statistics
 import time
 import warnings
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,52 +37,11 @@ from lorabench.targets.http.checks import server_mismatches
 from lorabench.targets.http.client import Client, RequestFailed
 from lorabench.targets.http.lora_api import RuntimeApiMissing, RuntimeLoras, server_paths
 from lorabench.targets.http.metrics import ServerState, server_state
+from lorabench.targets.http.outputs import UNKNOWN_TOKEN, ClientTiming, Completion, HttpOutput, HttpParams, corrected
 from lorabench.targets.http.telemetry import Awaiting, Scraper
 
 # Seconds between two scrapes of /metrics while waiting for the server to be idle.
 IDLE_SCRAPE_S = 0.05
-# A token the stream counted but did not name (a server that sends no token ids).
-UNKNOWN_TOKEN = -1
-
-
-@dataclass(frozen=True)
-class HttpParams:
-    max_tokens: int
-    greedy: bool
-
-
-@dataclass
-class Completion:
-    token_ids: list[int]
-
-
-@dataclass
-class ClientTiming:
-    """When this process sent the request and got its first and last token's bytes (``lorabench.targets.clock``)."""
-
-    sent_ts: float
-    first_token_ts: float = 0.0
-    last_token_ts: float = 0.0
-
-
-@dataclass
-class HttpOutput:
-    """One streamed delta, or (``finished``) the request's last; ``metrics`` is None: the
-    engine's timestamps do not reach the client."""
-
-    outputs: list[Completion]
-    finished: bool
-    timing: ClientTiming
-    prompt_token_ids: list[int] = field(default_factory=list)
-    metrics: None = None
-    # When its tokens' bytes arrived, before they were parsed (``lorabench.measure.replay`` stamps them so).
-    received_at: float | None = None
-
-
-def _corrected(last: list[int], missing: int) -> list[int]:
-    """The last chunk's tokens, with the ones the chunk count missed (``usage`` says how
-    many) added, or the ones it over-counted taken off."""
-    return last + [UNKNOWN_TOKEN] * missing if missing >= 0 else last[: max(0, len(last) + missing)]
 
 
 def served_adapters(models: Sequence[dict[str, Any]]) -> tuple[str | None, set[str]]:
@@ -241,7 +199,7 @@ class HttpEngine(RuntimeLoras, Engine):
                 if chunk.finished:
                     held, held_at = ids, chunk.arrived
                 elif chunk.completion_tokens is not None and held is not None:
-                    held = _corrected(held, chunk.completion_tokens - counted)
+                    held = corrected(held, chunk.completion_tokens - counted)
                 elif ids:
                     yield HttpOutput([Completion(ids)], False, timing, received_at=chunk.arrived)
         except RequestFailed as exc:

@@ -1,0 +1,30 @@
+"""What a configuration and a build are called, from the columns that key them
+(``ENGINE_KEY`` in ``lorabench.results.schema``): test ids, the summary, compare and the
+report all name them so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lorabench.results.graph import name_suffix
+
+
+def engine_name(
+    enable_lora: Any,
+    max_loras: Any = None,
+    max_lora_rank: Any = None,
+    max_cpu_loras: Any = None,
+    enforce_eager: Any = None,
+    graph_config: Any = None,
+) -> str:
+    """``lora-off`` or ``loras8-rank16-cpu8``, with ``-eager`` / ``-graph`` and a graph
+    settings hash where set: how test ids, the summary and compare name a configuration."""
+    mode = name_suffix(enforce_eager, graph_config)
+    if str(enable_lora).lower() not in ("true", "1"):
+        return "lora-off" + mode
+    return f"loras{max_loras}-rank{max_lora_rank}-cpu{max_cpu_loras}{mode}"
+
+
+def engine_id(name: str, build: int) -> str:
+    """One build of a configuration: ``loras8-rank16-cpu8-build1``."""
+    return f"{name}-build{build}"
