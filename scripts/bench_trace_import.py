@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cpu: {cpu_model()}")
         mib = source.stat().st_size / 2**20
         print(f"source: {args.rows} rows, {mib:.1f} MiB (written in {time.perf_counter() - began:.1f} s)")
-        options = ["--adapters", "64", "--popularity", "powerlaw:0.3", "--rate", "20", "--max-model-len", "4096"]
+        options = ["--num-adapters", "64", "--popularity", "powerlaw:0.3", "--rate", "20", "--max-model-len", "4096"]
         seconds, peak, status = measure(["trace", "import", "azure", str(source), "--out", str(out), *options])
         within = status == 0 and seconds < IMPORT_BUDGET_S and peak < IMPORT_BUDGET_MIB
         print(

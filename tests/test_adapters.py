@@ -116,10 +116,23 @@ def test_cli_generates_for_a_7b_config_without_the_model(tmp_path, capsys):
         (["--base", "/no/such/model"], "no config.json there"),
         (["--base", "builtin:nope"], "built-in models are tiny-llama"),
         (["--base", "builtin:tiny-llama", "--target-modules", "qkv"], "unknown target modules"),
-        (["--base", "builtin:tiny-llama", "--count", "0"], "--count must be at least 1"),
+        (["--base", "builtin:tiny-llama", "--count", "0"], "--count 0: give 1 or more adapters"),
+        (["--base", "builtin:tiny-llama", "--prompts", "missing.json"], "--prompts missing.json: No such file"),
     ],
 )
-def test_cli_bad_input_is_a_clear_exit(tmp_path, args, message):
-    with pytest.raises(SystemExit) as info:
-        cli.main(["adapters", "generate", "--out", str(tmp_path / "o"), *args])
-    assert message in str(info.value.code)
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+    """Exit 1 is a finding; bad input is 2, one line on stderr (--prompts missing.json was a traceback)."""
+    assert cli.main(["adapters", "generate", "--out", str(tmp_path / "o"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"), [("{not json", "not JSON"), ('{"a": 1}', "not a JSON list of strings")]
+)
+def test_cli_prompts_that_are_not_a_list_of_strings_are_refused(tmp_path, capsys, content, message):
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(content)
+    args = ["--base", "builtin:tiny-llama", "--prompts", str(prompts)]
+    assert cli.main(["adapters", "generate", "--out", str(tmp_path / "o"), *args]) == 2
+    assert f"lorabench adapters generate: --prompts {prompts}: {message}" in capsys.readouterr().err

@@ -187,14 +187,14 @@ def test_bad_input_exits_2_and_says_why(tmp_path, capsys, what, message):
     (tmp_path / "folder").mkdir()
     out = tmp_path / "b.tar.gz"
     assert main(["bundle", str(tmp_path / what), "--out", str(out)]) == 2
-    assert message in capsys.readouterr().out
+    assert message in capsys.readouterr().err
     assert not out.exists() and not (tmp_path / "b.tar.gz.tmp").exists()
 
 
 def test_the_bundle_never_overwrites_the_run_and_says_what_it_lacks(run, tmp_path, capsys):
     assert main(["bundle", str(run.path), "--out", str(run.path)]) == 2
     assert main(["bundle", str(run.path), "--out", str(run.log_dir / "b.tar.gz")]) == 2
-    assert "one of the run's own files or folders" in capsys.readouterr().out
+    assert "one of the run's own files or folders" in capsys.readouterr().err
     assert run.path.read_text().startswith("timestamp,")
     lone = tmp_path / "elsewhere" / run.path.name
     lone.parent.mkdir()

@@ -31,3 +31,29 @@ def test_versions_are_read_without_importing():
     versions = device.stack_versions()
     assert versions["vllm_version"] and versions["torch_version"]
     assert versions["vllm_ascend_version"] == "" and versions["torch_npu_version"] == ""
+
+
+def test_a_builds_commit_comes_from_its_version_file_or_its_version_and_is_never_guessed(tmp_path, monkeypatch):
+    from lorabench.host.device import _commit_of
+
+    for name, text in (
+        ("built_scm", "__version__ = version = '0.33.0'\n__commit_id__ = commit_id = 'g1a2b3c4d5'\n"),
+        ("built_none", "__version__ = version = '0.33.0'\n__commit_id__ = commit_id = None\n"),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('reading the commit must not import')\n")
+        (tmp_path / name / "_version.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _commit_of("built_scm", "0.33.0") == "1a2b3c4d5"
+    assert _commit_of("built_none", "0.33.0") == "unknown"
+    assert _commit_of("built_none", "0.11.1.dev42+g9f8e7d6c") == "9f8e7d6c"
+    assert _commit_of("not_installed_at_all", "") == "unknown"
+
+
+def test_a_rows_provenance_names_the_cpu_and_how_many_devices(tmp_path):
+    from lorabench.host.device import Platform, cpu_name
+    from lorabench.results.provenance import provenance
+
+    info = provenance(tmp_path, Platform("npu", "Ascend 910B3", device_count=8), "m")
+    assert info["cpu_model"] == cpu_name() and info["device_count"] == 8
+    assert info["vllm_commit"] and info["vllm_ascend_commit"] == "unknown"

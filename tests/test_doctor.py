@@ -411,7 +411,7 @@ def test_a_url_target_that_does_not_answer_fails_and_a_bad_one_exits_2(full_card
     assert doctor.main(argparse.Namespace(config=config, target=url)) == 1
     assert f"FAIL  {url} does not answer /health -- fix: start the server" in capsys.readouterr().out
     assert doctor.main(argparse.Namespace(config=config, target="http://h:1/v1")) == 2
-    assert capsys.readouterr().out == (
+    assert capsys.readouterr().err == (
         "lorabench doctor: --target http://h:1/v1: 'http://h:1/v1' has a path: give the server's root, "
         "http://host:port (lorabench adds /v1/...)\n"
     )

@@ -92,7 +92,7 @@ def test_a_bad_wait_is_refused_before_any_engine_starts(pytester, bad):
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
     path = write_config(pytester.path / "run", adapters=3, serve={"stop_timeout_s": 5, "health_timeout_s": bad})
     result = pytester.runpytest("--bench-config", str(path), "--bench-target", "serve", "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stderr.fnmatch_lines([f"*{path}: field 'serve.health_timeout_s' has bad value {bad!r}: *"])
     if bad != "ten":
         result.stderr.fnmatch_lines(["*bad value*give a number of seconds above 0: how long vllm serve may take*"])

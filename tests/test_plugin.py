@@ -54,17 +54,18 @@ def test_plugin_is_inert_without_bench_tests(pytester):
     result.assert_outcomes(passed=1)
 
 
-def test_bad_config_is_a_usage_error_before_any_engine(bench_dir, tiny_config):
+def test_bad_config_exits_2_one_line_a_problem_before_any_engine(bench_dir, tiny_config):
     path = tiny_config(engine={"max_lora_rank": 24, "max_loras": 4, "max_cpu_loras": 2}, matrix={"batch_size": [2]})
     result = bench_dir.runpytest("--bench-config", str(path))
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stderr.fnmatch_lines(
         [
-            "ERROR: lorabench: the benchmark configuration cannot run:",
-            f"*{path}: field 'engine.max_lora_rank' has bad value 24*",
-            "*unknown key 'matrix.batch_size': did you mean 'batch_sizes'?*",
+            f"lorabench: {path}: field 'engine.max_lora_rank' has bad value 24*",
+            f"lorabench: {path}: unknown key 'matrix.batch_size': did you mean 'batch_sizes'?*",
         ]
     )
+    assert all(line.startswith("lorabench: ") for line in result.stderr.lines if line), result.stderr.lines
+    result.stdout.fnmatch_lines(["*lorabench: bad input: nothing ran (exit status 2)*"])
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     assert "engine builds" not in result.stdout.str()
 
@@ -76,7 +77,7 @@ def test_a_weightless_model_folder_is_refused_before_any_engine(bench_dir, tiny_
     model.mkdir()
     (model / "config.json").write_text((builtin.ensure_model("tiny-llama") / "config.json").read_text())
     result = bench_dir.runpytest("--bench-config", str(tiny_config(model=str(model))))
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stderr.fnmatch_lines(
         [f"*field 'model': {model} has a config.json but no weight files*engine.load_format*dummy*"]
     )
@@ -87,14 +88,14 @@ def test_ini_twin_selects_the_config(bench_dir, tmp_path):
     (tmp_path / "broken.json").write_text("{")
     bench_dir.makeini(f"[pytest]\nbench_config = {tmp_path / 'broken.json'}\n")
     result = bench_dir.runpytest()
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stderr.fnmatch_lines([f"*{tmp_path / 'broken.json'}:1:2: invalid JSON*"])
 
 
 def test_bench_test_without_scenario_mark_is_a_usage_error(pytester, tiny_config):
     pytester.makepyfile("def test_x(lorabench, engine, batch_size): pass")
     result = pytester.runpytest("--bench-config", str(tiny_config()))
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stderr.fnmatch_lines(["*test_x*needs @pytest.mark.scenario(NAME)*"])
 
 
@@ -132,11 +133,11 @@ def test_builds_are_interleaved_and_overridable(bench_dir, tiny_config):
     bench_dir.makeini("[pytest]\nbench_builds = 1\n")
     assert ids() == [f"loras{n}-rank16-cpu4-build0-distinct-bs2" for n in (1, 2)]
     result = bench_dir.runpytest("--bench-config", str(path), "--bench-builds", "0")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stderr.fnmatch_lines(["*--bench-builds 0: an engine configuration is built at least once*"])
     bench_dir.makeini("[pytest]\nbench_builds = two\n")
     result = bench_dir.runpytest(f"--bench-config={path}")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stderr.fnmatch_lines(["*tox.ini: ini option bench_builds = two: expected a whole number such as 2"])
 
 
@@ -145,7 +146,7 @@ def test_baseline_runs_need_no_adapters(bench_dir, tiny_config, tmp_path):
     path = tiny_config(adapters="none.json")
     assert bench_dir.runpytest("--bench-config", str(path), "-k", "no_lora", "--collect-only").ret == 0
     result = bench_dir.runpytest("--bench-config", str(path), "-k", "multilora", "--collect-only")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stderr.fnmatch_lines(["*no adapters, but multi-LoRA cases were selected*"])
 
 

@@ -4,6 +4,7 @@ on a finished run's result file: no engine, the plugin's state given the run's w
 from __future__ import annotations
 
 import shutil
+import sqlite3
 
 import pandas as pd
 import pytest
@@ -78,3 +79,18 @@ def test_a_failed_report_does_not_let_a_regression_through(pytester, finished_ru
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["*the session fails (--bench-compare-fail)", f"report not written to {taken}: *"])
+
+
+def test_the_run_goes_into_the_history_once_and_a_store_that_refuses_it_is_one_line(pytester, finished_run, tmp_path):
+    db = tmp_path / "history.db"
+    for said in ("added: run", "already stored: run"):
+        result = pytester.runpytest("--bench-history", str(db), "-p", "no:cacheprovider")
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+        result.stdout.fnmatch_lines(["*= lorabench history =*", f"{said} * to {db}"])
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (pd.read_csv(finished_run)["run_id"].nunique(),)
+    not_a_db = tmp_path / "not.db"
+    not_a_db.write_text("not a database")
+    result = pytester.runpytest("--bench-history", str(not_a_db), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK and "INTERNALERROR" not in result.stdout.str()
+    result.stdout.fnmatch_lines([f"not added to {not_a_db}: *not a lorabench history database*; add it later: *"])

@@ -154,7 +154,7 @@ def test_a_scenario_declaring_an_unknown_column_is_refused_before_any_engine(sta
     monkeypatch.setattr(multilora, "maybe_columns", multilora.maybe_columns | {"ttft_typo_ms"})
     plugin = StandIn(virtual_clock=True)
     result, rows, _ = standin(plugin=plugin)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR and rows is None and not plugin.engines
+    assert result.ret == 2 and rows is None and not plugin.engines
     result.stderr.fnmatch_lines(["*scenario multilora declares columns ResultRow does not have: ttft_typo_ms*"])
 
 
@@ -207,7 +207,7 @@ def test_benchmark_cases_under_xdist_are_refused_in_one_line(pytester):
     # In process: the worker that refuses is a process of its own either way (a run in a
     # subprocess started a third interpreter, a second more than the test needs).
     result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", "-n", "1")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == 2
     result.stdout.fnmatch_lines(["benchmark cases refused: pytest-xdist (-n) would have every worker build its own*"])
     assert not (pytester.path / "run" / "results").exists(), "no engine was built, no result written"
 

@@ -104,7 +104,7 @@ def test_cli_generate_and_stats(tmp_path, capsys):
                 "8",
                 "-R",
                 "20",
-                "--alpha",
+                "--popularity-alpha",
                 "0.3",
                 "--cv",
                 "2",

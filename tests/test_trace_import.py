@@ -81,7 +81,7 @@ def test_any_csv_with_named_columns_unit_and_labels(tmp_path):
         "csv",
         TRACES / "requests.csv",
         *("--time-column", "arrival_ms", "--input-column", "prompt_tokens", "--output-column", "completion_tokens"),
-        *("--time-unit", "ms", "--label-column", "user", "--adapters", "3"),
+        *("--time-unit", "ms", "--label-column", "user", "--num-adapters", "3"),
     )
     assert trace.arrival_s.tolist()[:3] == [0.0, 0.75, 0.75] and trace.input_len[0] == 12
     users = [row["user"] for row in csv.DictReader((TRACES / "requests.csv").read_text().splitlines())]
@@ -153,7 +153,9 @@ def test_time_scale_multiplies_arrivals(tmp_path):
 
 def labels(tmp_path: Path, popularity: str, n: int = 8, rows: int = 20000) -> np.ndarray:
     source = bursty_csv(tmp_path / "l.csv", rows=rows)
-    trace = imported(tmp_path, "csv", source, *CSV_COLUMNS, "--adapters", n, "--popularity", popularity, "--seed", 3)
+    trace = imported(
+        tmp_path, "csv", source, *CSV_COLUMNS, "--num-adapters", n, "--popularity", popularity, "--seed", 3
+    )
     return np.bincount(trace.adapter, minlength=n)
 
 
@@ -184,7 +186,7 @@ def test_round_robin_takes_turns(tmp_path):
 
 def sessions_and_adapters(tmp_path: Path, sessions: int, adapters: int, rows: int = 4000) -> dict[str, set[int]]:
     source = bursty_csv(tmp_path / "s.csv", rows=rows, sessions=sessions)
-    trace = imported(tmp_path, "csv", source, *CSV_COLUMNS, "--label-column", "session", "--adapters", adapters)
+    trace = imported(tmp_path, "csv", source, *CSV_COLUMNS, "--label-column", "session", "--num-adapters", adapters)
     names = [row["session"] for row in csv.DictReader(source.read_text().splitlines())]
     adapters_of: dict[str, set[int]] = {}
     for session, adapter in zip(names, trace.adapter.tolist()):
@@ -217,7 +219,7 @@ def test_no_more_labels_than_adapters_gives_each_its_own(tmp_path, capsys):
 
 def test_fewer_labels_than_adapters_warn_and_stats_name_the_idle_ones(tmp_path, capsys):
     out = tmp_path / "m.jsonl"
-    options = ("--label-column", "Model", "--adapters", 4)
+    options = ("--label-column", "Model", "--num-adapters", 4)
     assert run("burstgpt", TRACES / "burstgpt.csv", "--out", out, *options) == 0
     assert "'Model' has 2 labels for 4 adapters: 2 adapters get no request" in capsys.readouterr().err
     assert cli.main(["trace", "stats", str(out)]) == 0
@@ -228,7 +230,7 @@ def test_fewer_labels_than_adapters_warn_and_stats_name_the_idle_ones(tmp_path, 
 
 
 def test_same_input_and_options_give_the_same_bytes(tmp_path):
-    options = ("--adapters", 4, "--popularity", "zipf:1.1", "--rate", 3, "--max-model-len", 4096)
+    options = ("--num-adapters", 4, "--popularity", "zipf:1.1", "--rate", 3, "--max-model-len", 4096)
     (tmp_path / "elsewhere").mkdir()
     copy = tmp_path / "elsewhere" / "mooncake.jsonl"
     copy.write_bytes((TRACES / "mooncake.jsonl").read_bytes())
@@ -245,9 +247,28 @@ def test_adapter_names_come_from_an_adapters_file(tmp_path):
     names = [{"name": f"lora-{c}", "path": c} for c in "xyz"]
     (tmp_path / "adapters.json").write_text(json.dumps(names))
     trace = imported(
-        tmp_path, "burstgpt", TRACES / "burstgpt.csv", "--adapters", 2, "--adapter-names", tmp_path / "adapters.json"
+        tmp_path, "burstgpt", TRACES / "burstgpt.csv", "--num-adapters", 2, "--adapters", tmp_path / "adapters.json"
     )
     assert trace.adapters == ["lora-x", "lora-y"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ("--adapters", "4"),
+            "--adapters 4: --adapters names an adapters.json, as in trace generate; "
+            "the number of adapters is --num-adapters 4",
+        ),
+        (("--adapter-names", "a.json"), "--adapter-names a.json: renamed, write --adapters a.json"),
+    ],
+)
+def test_the_old_spellings_of_the_adapter_options_say_the_new_ones(tmp_path, capsys, options, message):
+    """--adapters meant a number here and a file in trace generate: it names the file in both now."""
+    assert run("azure", TRACES / "azure_code.csv", "--out", tmp_path / "t.jsonl", *options) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "t.jsonl").exists()
 
 
 def bad_file(tmp_path: Path, name: str, text: str) -> Path:
@@ -291,7 +312,13 @@ AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68059
             ("--time-column", "TIMESTAMP", "--input-column", "ContextTokens", "--output-column", "GeneratedTokens"),
             "u.csv: row 2, column 'TIMESTAMP'",
         ),
-        ("azure", "l.csv", AZURE_HEAD, ("--label-column", "user", "--adapters", 2), "l.csv: row 1: no column 'user'"),
+        (
+            "azure",
+            "l.csv",
+            AZURE_HEAD,
+            ("--label-column", "user", "--num-adapters", 2),
+            "l.csv: row 1: no column 'user'",
+        ),
         ("azure", "z.csv", AZURE_HEAD, ("--popularity", "zipf"), "--popularity 'zipf'"),
         # An empty or null label is no adapter's: it lumped every unlabelled request onto one adapter.
         (
@@ -299,14 +326,14 @@ AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68059
             "e.csv",
             "TIMESTAMP,ContextTokens,GeneratedTokens,user\n"
             "2023-11-16 18:15:46.68,10,5,alice\n2023-11-16 18:15:47.1,10,5,\n",
-            ("--label-column", "user", "--adapters", 2),
+            ("--label-column", "user", "--num-adapters", 2),
             "e.csv: row 3, column 'user': no label",
         ),
         (
             "mooncake",
             "e.jsonl",
             '{"timestamp": 1, "input_length": 3, "output_length": 4, "user": null}\n',
-            ("--label-column", "user", "--adapters", 2),
+            ("--label-column", "user", "--num-adapters", 2),
             "e.jsonl: row 1, column 'user': no label",
         ),
         ("azure", "missing.csv", None, (), "missing.csv: no such file"),

@@ -52,8 +52,8 @@ def test_a_suite_is_synthetic_or_imported_never_both(tiny_config, suite, expecte
 @pytest.fixture
 def two_traces(tiny_config, tmp_path):
     """A config whose two imported suites replay two different traces, beside a synthetic one."""
-    import_to(tmp_path, "burstgpt", TRACES / "burstgpt.csv", "--adapters", 3, "--max-model-len", 128)
-    import_to(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--adapters", 2, "--max-model-len", 128)
+    import_to(tmp_path, "burstgpt", TRACES / "burstgpt.csv", "--num-adapters", 3, "--max-model-len", 128)
+    import_to(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--num-adapters", 2, "--max-model-len", 128)
     return tiny_config(
         online=online(
             SYNTHETIC,
@@ -100,7 +100,7 @@ def test_imported_suites_resolve_and_expand(two_traces):
     ("suite", "options", "expected"),
     [
         ({"rate": [50], "duration": 4}, (), "field 'online.suites[0].rate' has bad value 50: from 0 s on the trace"),
-        ({"rate": [1], "duration": 4}, ("--adapters", 6), "labels requests with 6 adapters, only 4 are configured"),
+        ({"rate": [1], "duration": 4}, ("--num-adapters", 6), "labels requests with 6 adapters, only 4 are configured"),
         ({"rate": [1], "duration": 4}, ("--max-model-len", 4096), "import it again with --max-model-len 128"),
         ({"rate": [1], "duration": 4, "trace": "traces/none.jsonl"}, (), "none.jsonl: not a readable lorabench"),
         ({"rate": [1], "duration": 1}, (), "'online.warmup_s' has bad value 1.0: it leaves nothing of suite 't'"),
@@ -144,7 +144,7 @@ def test_a_capacity_search_counts_the_requests_its_replay_can_use(tmp_path):
 
 
 def test_stats_of_an_imported_trace_and_its_plot(tmp_path, capsys):
-    out = import_to(tmp_path, "azure", TRACES / "azure_code.csv", "--adapters", 3, "--popularity", "powerlaw:0.5")
+    out = import_to(tmp_path, "azure", TRACES / "azure_code.csv", "--num-adapters", 3, "--popularity", "powerlaw:0.5")
     capsys.readouterr()
     assert cli.main(["trace", "stats", str(out), "--plot", str(tmp_path / "t.png")]) == 0
     text = capsys.readouterr().out
@@ -169,7 +169,7 @@ def standin_replay(pytester, folder: Path, source: Path, fmt: str) -> Path:
     from lorabench.targets.standin import Costs, StandIn, write_config
 
     folder.mkdir()
-    import_to(folder, fmt, source, "--adapters", 2, "--max-model-len", 128)
+    import_to(folder, fmt, source, "--num-adapters", 2, "--max-model-len", 128)
     suite = {"name": "real", "trace": f"traces/{source.stem}.jsonl", "rate": [10], "duration": 0.5}
     config = write_config(folder, adapters=2, online={"warmup_s": 0.1, "suites": [suite]})
     result = pytester.runpytest(

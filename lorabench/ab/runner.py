@@ -38,7 +38,7 @@ from lorabench.results.progress import duration
 from lorabench.results.provenance import PAIR_ENV
 
 DEFAULT_PAIRS = 6
-PYTEST_USAGE = (4, 5)  # pytest: usage error, no tests collected
+PYTEST_USAGE = (2, 4, 5)  # lorabench's bad input, pytest's usage error, no tests collected
 RESUME_HINT = " (the same command with --resume continues the session)"
 
 
@@ -66,7 +66,6 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="continue the session in --out (same sides, config and selection; --pairs may grow)",
     )
     add_compare_arguments(parser.add_argument, runs=False)
-    parser.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest selection and options")
 
 

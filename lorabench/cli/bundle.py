@@ -15,6 +15,7 @@ import contextlib
 import io
 import json
 import os
+import sys
 import tarfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -168,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         names, missing = write_bundle(Path(args.run), Path(args.out), Path(args.logs) if args.logs else None)
     except (BundleError, OSError) as exc:
-        print(f"lorabench bundle: {exc}")
+        print(f"lorabench bundle: {exc}", file=sys.stderr)
         with contextlib.suppress(OSError):
             Path(args.out + ".tmp").unlink()
         return 2

@@ -267,12 +267,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     config = Path(args.config) if args.config else Path("config/common.json")
     if args.config and not config.is_file():
-        print(f"lorabench doctor: --config {config}: no such file")
+        print(f"lorabench doctor: --config {config}: no such file; give the config a run would use", file=sys.stderr)
         return 2
     try:
         target = parse_target(args.target) if getattr(args, "target", None) else None
     except ValueError as exc:
-        print(f"lorabench doctor: --target {args.target}: {exc}")
+        print(f"lorabench doctor: --target {args.target}: {exc}", file=sys.stderr)
         return 2
     host = read_host()
     if not torch_imported():

@@ -1,69 +1,96 @@
-"""``lorabench`` command line: tools that work without pytest."""
+"""The lorabench command line: tools that work without pytest.
+
+Every subcommand follows one convention (docs/cli.md#exit-status): exit 0 when
+it is done and found nothing, 1 for a finding (a regression, a changed output, a failed
+gate), 2 for bad input, said in one line on stderr that names the file, field or value and
+the fix, never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from lorabench.analysis.compare.options import add_compare_arguments
 
 # Each subcommand imports what it needs when it runs: `lorabench ab` and `lorabench trace`
 # start without the adapter generator, and only a comparison loads pandas and scipy.
 
-
-def _csv(kind: type) -> object:
-    def parse(text: str) -> list:
-        try:
-            return [kind(part) for part in text.split(",") if part]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
-            ) from None
-
-    return parse
+DESCRIPTION = "lorabench: tools that work without pytest. Exit status: 0 done, 1 a finding, 2 bad input."
+BAD_INPUT = 2
 
 
-def _base_config(base: str) -> Path:
-    from lorabench.load import builtin
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the default is nothing to say
+    (None, False, an empty list) or the help already says what happens without it."""
 
-    if base.startswith(builtin.PREFIX):
-        return builtin.ensure_model(base[len(builtin.PREFIX) :]) / "config.json"
-    path = Path(base).expanduser()
-    return path / "config.json" if path.is_dir() else path
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if default is None or default is False or default == [] or default == argparse.SUPPRESS or "default" in text:
+            return text
+        if not action.option_strings and action.nargs not in ("?", "*"):
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
 
 
-def _generate(args: argparse.Namespace) -> int:
-    from lorabench.load import builtin
-    from lorabench.load.adapters import generate_dummy_adapters
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line on stderr and exit status 2, as
+    every other bad input of the command line (argparse's own print the usage first)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(BAD_INPUT, f"{self.prog}: {message} ({self.prog} --help lists the options)\n")
+
+
+def version() -> str:
+    """lorabench's version and the stack's, from the packages' metadata: nothing is imported."""
+    from lorabench.host.stack import describe, installed
 
     try:
-        config = _base_config(args.base)
-    except KeyError:
-        raise SystemExit(f"lorabench: --base {args.base!r}: built-in models are {', '.join(builtin.MODELS)}") from None
-    if not config.is_file():
-        raise SystemExit(f"lorabench: --base {args.base}: no config.json there; pass a model folder or its config.json")
-    prompts: list[str] = []
-    if args.prompts:
-        prompts = json.loads(Path(args.prompts).read_text(encoding="utf-8"))
-    try:
-        adapters = generate_dummy_adapters(
-            config,
-            Path(args.out),
-            count=args.count,
-            ranks=args.ranks,
-            target_modules=args.target_modules,
-            prompts=prompts,
-            seed=args.seed,
-            dtype=args.dtype,
-        )
-    except (KeyError, ValueError) as exc:
-        raise SystemExit(f"lorabench: cannot generate adapters for {config}: {exc}") from None
-    print(f"wrote {len(adapters)} adapters and {Path(args.out) / 'adapters.json'}")
-    return 0
+        own = metadata.version("pytest-lorabench")
+    except metadata.PackageNotFoundError:
+        own = "(not installed)"
+    return f"lorabench {own}; {describe(installed())}"
+
+
+class _Version(argparse._VersionAction):
+    """--version, read when asked: every other command is spared reading the installed packages."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: str | None = None) -> None:
+        self.version = version()
+        super().__call__(parser, namespace, values, option)
+
+
+def plain(docstring: str | None) -> str:
+    """A module docstring's first line as help text: without its reStructuredText markup."""
+    return (docstring or "").splitlines()[0].replace("``", "")
+
+
+def _refuse(command: str, why: str) -> int:
+    print(f"lorabench {command}: {why}", file=sys.stderr)
+    return BAD_INPUT
+
+
+def _unwritable(option: str, name: str | None, folder: bool) -> str | None:
+    """Why ``name`` cannot be written as ``option`` asks (a folder, or a file in an existing
+    folder), checked before the work so that a bad path is not found after it."""
+    if name is None:
+        return None
+    path = Path(name)
+    if folder and path.exists() and not path.is_dir():
+        return f"{option} {name}: a file is there; give a folder"
+    if not folder and not path.parent.is_dir():
+        return f"{option} {name}: no folder {path.parent}; create it or give another path"
+    return None
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -71,6 +98,9 @@ def _compare(args: argparse.Namespace) -> int:
     from lorabench.analysis.compare.select import run_comparison
     from lorabench.analysis.show import show_comparison
 
+    unwritable = _unwritable("--plot", args.plot, folder=False) or _unwritable("--report", args.report, folder=True)
+    if unwritable:
+        return _refuse("compare", unwritable)
     try:
         result = run_comparison(
             args.base,
@@ -82,8 +112,7 @@ def _compare(args: argparse.Namespace) -> int:
             all_runs=args.all_runs,
         )
     except CompareError as exc:
-        print(f"lorabench compare: {exc}", file=sys.stderr)
-        return 2
+        return _refuse("compare", str(exc))
     return show_comparison(
         result,
         args.format,
@@ -97,17 +126,22 @@ def _report(args: argparse.Namespace) -> int:
     from lorabench.analysis.compare import CompareError
     from lorabench.analysis.report import write_report
 
+    unwritable = _unwritable("--out", args.out, folder=True)
+    if unwritable:
+        return _refuse("report", unwritable)
     try:
         page = write_report([Path(p) for p in args.results], Path(args.out))
     except CompareError as exc:
-        print(f"lorabench report: {exc}", file=sys.stderr)
-        return 2
+        return _refuse("report", str(exc))
+    except OSError as exc:
+        return _refuse("report", f"--out {args.out}: {exc.strerror}: check the path and its permissions")
     print(f"report: {page}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lorabench", description=__doc__)
+    parser = Parser(prog="lorabench", description=DESCRIPTION)
+    parser.add_argument("--version", action=_Version, help="lorabench's version and vLLM's")
     commands = parser.add_subparsers(dest="command", required=True)
     for add in (_add_ab, _add_adapters, _add_compare, _add_report, _add_trace, _add_tools):
         add(commands)
@@ -116,14 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_tools(commands: Any) -> None:
     """Subcommands whose module owns its arguments and its main, as vLLM's benchmarks do."""
-    from lorabench.cli import bundle, doctor, serve_command
+    from lorabench.cli import bundle, doctor, history, serve_command
 
     for name, module, text in (
-        ("doctor", doctor, "preflight: would a run start here? one line a finding; exit 1 if one would stop it"),
-        ("bundle", bundle, "a run's results, logs, config, doctor output and settings in one file; exit 2: bad input"),
+        ("doctor", doctor, "preflight: would a run start here? one line a finding; exit status 1: one would stop it"),
+        ("bundle", bundle, "a run's results, logs, config, doctor output and settings in one file"),
         ("serve-command", serve_command, "the vllm serve command one engine configuration is, to start it yourself"),
+        ("history", history, "runs across commits in one store: add runs, show each case's series and change points"),
     ):
-        sub = commands.add_parser(name, help=text, description=module.__doc__.splitlines()[0])
+        sub = commands.add_parser(name, help=text, description=plain(module.__doc__))
         module.add_cli_args(sub)
         sub.set_defaults(func=module.main)
 
@@ -131,32 +166,19 @@ def _add_tools(commands: Any) -> None:
 def _add_trace(commands: Any) -> None:
     from lorabench.cli import trace as command
 
-    command.add_cli_args(commands.add_parser("trace", help=command.HELP, description=command.__doc__.splitlines()[0]))
+    command.add_cli_args(commands.add_parser("trace", help=command.HELP, description=plain(command.__doc__)))
 
 
 def _add_adapters(commands: Any) -> None:
-    adapters = commands.add_parser("adapters", help="LoRA adapter tools").add_subparsers(dest="action", required=True)
-    gen = adapters.add_parser(
-        "generate",
-        help="write dummy PEFT adapters (random weights) for a Llama-like base, and their adapters.json",
-    )
-    gen.add_argument("--base", required=True, help="base model folder or its config.json, or builtin:tiny-llama")
-    gen.add_argument("--out", required=True, help="folder for the adapters and adapters.json")
-    gen.add_argument("--count", type=int, default=8, help="number of adapters (default 8)")
-    gen.add_argument("--ranks", type=_csv(int), default=[8, 16], help="ranks to cycle through, e.g. 8,16,32,64")
-    gen.add_argument(
-        "--target-modules", type=_csv(str), default=["q_proj", "k_proj", "v_proj", "o_proj"], help="e.g. q_proj,v_proj"
-    )
-    gen.add_argument("--prompts", help="prompts.json whose prompts are given to the adapters in turn")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    gen.set_defaults(func=_generate)
+    from lorabench.cli import adapters as adapters_command
+
+    adapters_command.add_cli_args(commands.add_parser("adapters", help="LoRA adapter tools"))
 
 
 def _add_compare(commands: Any) -> None:
     comp = commands.add_parser(
         "compare",
-        help="compare two runs; exit 0: no regression, 1: a regression, 2: bad input",
+        help="compare two runs; exit status 1: a regression",
         description="Compare two benchmark runs case by case. A change is a regression or an improvement only "
         "when it passes the threshold and is significant against the noise between engine builds "
         "(a t-test on the builds' log values, Benjamini-Hochberg-adjusted over every case and metric).",
@@ -172,7 +194,6 @@ def _add_compare(commands: Any) -> None:
     comp.add_argument("--results-dir", help="pick the latest run of each commit prefix in this folder")
     comp.add_argument("--all-runs", action="store_true", help="with --results-dir: pool every run of each commit")
     add_compare_arguments(comp.add_argument)
-    comp.add_argument("--format", choices=["text", "markdown", "csv", "json"], default="text")
     comp.add_argument("--plot", metavar="FILE.png", help="also draw the new/base ratio of every case")
     comp.add_argument("--report", metavar="DIR", help="also write the comparison as a page: DIR/index.html")
     comp.add_argument(
@@ -186,8 +207,7 @@ def _add_ab(commands: Any) -> None:
 
     ab = commands.add_parser(
         "ab",
-        help="measure two environments in alternation on one node and compare them pair by pair; "
-        "exit 0: no regression, 1: a regression, 2: bad input",
+        help="measure two environments in alternation on one node and compare them pair by pair",
         description="Run the same pytest selection and config in two environments (interpreter, folder, "
         "variables), one engine build of each configuration a turn, in the order ABBA..., then compare the "
         "pairs: drift of the machine over the session cancels. "
@@ -199,18 +219,19 @@ def _add_ab(commands: Any) -> None:
 
 
 def _add_report(commands: Any) -> None:
-    report = commands.add_parser(
-        "report", help="draw result files as a page of figures: DIR/index.html; exit 2 on bad input"
-    )
+    report = commands.add_parser("report", help="draw result files as a page of figures: DIR/index.html")
     report.add_argument("results", nargs="+", help="result CSV files, one run each, drawn side by side")
     report.add_argument("--out", required=True, help="folder for index.html and its PNG figures")
     report.set_defaults(func=_report)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "adapters" and args.count < 1:
-        raise SystemExit("lorabench: --count must be at least 1")
+    """Run one subcommand; its exit status as the convention says (0 done, 1 a finding, 2 bad
+    input), also for argparse's own errors, --help and --version, which exit by raising."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else BAD_INPUT
     return args.func(args)
 
 

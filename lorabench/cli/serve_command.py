@@ -36,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = resolve_config(path, read_config_file(path), needs_lora=True, engine_args=engine_arg_names)
     except ConfigError as exc:
-        return _refuse("the config cannot run:\n  " + "\n  ".join(exc.problems))
+        return _refuse(*exc.problems)
     specs = {s.name: s for s in engine_specs(config.file, with_lora_off=False)}
     if args.engine is None and len(specs) == 1:
         args.engine = next(iter(specs))
@@ -59,6 +59,8 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refuse(why: str) -> int:
-    print(f"lorabench serve-command: {why}", file=sys.stderr)
+def _refuse(*problems: str) -> int:
+    """Bad input: one line a problem on stderr, exit status 2."""
+    for why in problems:
+        print(f"lorabench serve-command: {why}", file=sys.stderr)
     return 2

@@ -36,6 +36,19 @@ def _unwritable(exc: OSError) -> str:
     return f"{exc.filename}: {exc.strerror}: check the path and its permissions"
 
 
+class Renamed(argparse.Action):
+    """An option's old spelling: refused with the new one, so that no option name means
+    two things across subcommands (``trace import --adapters`` was a number, in ``trace
+    generate`` a file)."""
+
+    def __init__(self, option_strings: list[str], dest: str, now: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=1, help=argparse.SUPPRESS)
+        self.now = now
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: str | None = None) -> None:
+        parser.error(f"{option} {values[0]}: renamed, write {self.now} {values[0]}")
+
+
 def _adapter_names(args: argparse.Namespace) -> list[str]:
     if args.adapters:
         from lorabench.load.adapters import read_adapters_file
@@ -54,7 +67,7 @@ def _trace_generate(args: argparse.Namespace) -> int:
     params = trace.TraceParams(
         num_adapters=args.num_adapters,
         rate=args.rate,
-        alpha=args.alpha,
+        alpha=args.popularity_alpha,
         cv=args.cv,
         input_range=args.input_range,
         output_range=args.output_range,
@@ -104,18 +117,23 @@ def _import_options(args: argparse.Namespace) -> Any:
     from lorabench.load.traces.sources import Columns, TraceInputError
 
     names = None
-    if args.adapter_names:
+    if args.adapters:
         from lorabench.load.adapters import read_adapters_file
 
+        if args.adapters.isdigit() and not Path(args.adapters).exists():
+            raise TraceInputError(
+                f"--adapters {args.adapters}: --adapters names an adapters.json, as in trace generate; "
+                f"the number of adapters is --num-adapters {args.adapters}"
+            )
         try:
-            names = tuple(a.name for a in read_adapters_file(Path(args.adapter_names)))
+            names = tuple(a.name for a in read_adapters_file(Path(args.adapters)))
         except ValueError as exc:
-            raise TraceInputError(f"--adapter-names: {exc}") from None
+            raise TraceInputError(f"--adapters: {exc}") from None
     given = (args.time_column, args.input_column, args.output_column)
     return ImportOptions(
         fmt=args.format,
         source=Path(args.file),
-        num_adapters=args.adapters,
+        num_adapters=args.num_adapters,
         columns=Columns(*given, time_unit=args.time_unit) if any(given) or args.time_unit != "s" else None,
         label_column=args.label_column,
         popularity=args.popularity,
@@ -153,32 +171,57 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     traces = parser.add_subparsers(dest="action", required=True)
     tgen = traces.add_parser("generate", help="write a trace: Gamma arrivals, power-law adapter popularity")
     tgen.add_argument("--out", required=True, help="trace file to write (JSON lines)")
-    tgen.add_argument("-n", "--num-adapters", type=int, required=True, help="number of adapters")
+    _add_adapters(tgen, required=True)
     tgen.add_argument("-R", "--rate", type=float, required=True, help="total request rate, requests/s")
-    tgen.add_argument("--alpha", type=float, default=1.0, help="popularity exponent: 1 uniform, smaller more skewed")
+    tgen.add_argument(
+        "--popularity-alpha",
+        type=float,
+        default=1.0,
+        help="exponent of the adapters' power-law popularity: 1 uniform, smaller more skewed",
+    )
+    tgen.add_argument("--alpha", action=Renamed, now="--popularity-alpha")
     tgen.add_argument(
         "--cv", type=float, default=1.0, help="coefficient of variation of inter-arrival times (1: Poisson)"
     )
-    tgen.add_argument("--input-range", type=_range, default=(8, 64), metavar="LOW,HIGH")
-    tgen.add_argument("--output-range", type=_range, default=(8, 64), metavar="LOW,HIGH")
-    tgen.add_argument("--lengths", choices=["uniform", "longtail"], default="uniform")
-    tgen.add_argument("--duration", type=float, default=300.0, help="seconds (default 300)")
-    tgen.add_argument("--seed", type=int, default=0)
-    tgen.add_argument("--adapters", help="adapters.json whose first N adapters the trace uses (default: adapter-0 ...)")
+    for side in ("input", "output"):
+        tgen.add_argument(
+            f"--{side}-range", type=_range, default=(8, 64), metavar="LOW,HIGH", help=f"{side} tokens a request"
+        )
+    tgen.add_argument("--lengths", choices=["uniform", "longtail"], default="uniform", help="how lengths spread")
+    tgen.add_argument("--duration", type=float, default=300.0, help="seconds of trace")
+    tgen.add_argument("--seed", type=int, default=0, help="seed of the arrivals, lengths and adapters")
     tgen.set_defaults(func=_trace_generate)
     tstats = traces.add_parser(
         "stats", help="what a trace holds: rate over time, lengths, adapter shares, and an import's steps"
     )
-    tstats.add_argument("file")
+    tstats.add_argument("file", help="a trace that trace generate or trace import wrote")
     tstats.add_argument("--plot", metavar="FILE.png", help="also draw rate over time, lengths and adapter shares")
     tstats.set_defaults(func=_trace_stats)
     _add_trace_import(traces)
 
 
+def _add_adapters(parser: Any, required: bool) -> None:
+    """The adapters a trace labels its requests with: how many, and optionally whose names;
+    one meaning in both subcommands."""
+    parser.add_argument(
+        "-n",
+        "--num-adapters",
+        type=int,
+        required=required,
+        default=None if required else 1,
+        help="number of adapters N",
+    )
+    parser.add_argument(
+        "--adapters",
+        metavar="ADAPTERS.JSON",
+        help="adapters.json whose first N names label the trace's adapters (without it: adapter-0, adapter-1 ...)",
+    )
+
+
 def _add_trace_import(traces: Any) -> None:
     imp = traces.add_parser(
         "import",
-        help="a public trace (Azure, BurstGPT, Mooncake, any CSV) as a lorabench trace; exit 2 on bad input",
+        help="a public trace (Azure, BurstGPT, Mooncake, any CSV) as a lorabench trace",
         description="Read a public trace's arrival times and lengths, cut a window, drop requests without "
         "output, clip lengths, rescale time and give each request an adapter. The header records the source "
         "file, its sha256 and every step with the rows it touched. Formats: azure (TIMESTAMP, ContextTokens, "
@@ -189,19 +232,23 @@ def _add_trace_import(traces: Any) -> None:
     imp.add_argument("file", help="the trace to read (CSV, or JSON lines for mooncake)")
     imp.add_argument("--out", required=True, help="trace file to write (JSON lines)")
     csv_args = imp.add_argument_group("csv format: which columns hold what")
-    csv_args.add_argument("--time-column")
-    csv_args.add_argument("--input-column")
-    csv_args.add_argument("--output-column")
-    csv_args.add_argument("--time-unit", choices=["s", "ms", "us", "datetime"], default="s")
+    for what in ("time", "input", "output"):
+        csv_args.add_argument(
+            f"--{what}-column", help=f"the column of the request's {what.replace('put', 'put tokens')}"
+        )
+    csv_args.add_argument(
+        "--time-unit", choices=["s", "ms", "us", "datetime"], default="s", help="the time column's unit"
+    )
     cut = imp.add_argument_group("window, lengths and time")
-    cut.add_argument("--start", type=float, default=0.0, help="seconds from the first request (default 0)")
+    cut.add_argument("--start", type=float, default=0.0, help="seconds from the first request")
     cut.add_argument("--duration", type=float, help="seconds of trace to keep (default: to the end)")
     cut.add_argument("--max-model-len", type=int, help="fit input+output into this many tokens (the input shortened)")
     scale = cut.add_mutually_exclusive_group()
     scale.add_argument("--time-scale", type=float, help="multiply every arrival time by this (0.01: 100x faster)")
     scale.add_argument("--rate", type=float, help="scale time so the mean rate is this many requests/s")
     labels = imp.add_argument_group("adapters")
-    labels.add_argument("--adapters", type=int, default=1, help="number of adapters N (default 1)")
+    _add_adapters(labels, required=False)
+    labels.add_argument("--adapter-names", action=Renamed, now="--adapters")
     labels.add_argument("--popularity", help="powerlaw:ALPHA, zipf:ALPHA, uniform (default) or round-robin")
     labels.add_argument("--seed", type=int, default=0, help="seed of the popularity draw")
     labels.add_argument(
@@ -209,5 +256,4 @@ def _add_trace_import(traces: Any) -> None:
         help="give each of this column's values its own adapter instead (folded by request count when there are "
         "more values than N; one session, one adapter)",
     )
-    labels.add_argument("--adapter-names", help="adapters.json whose first N names label the adapters")
     imp.set_defaults(func=_trace_import)

@@ -45,9 +45,11 @@ class WallClock:
         wall = time.perf_counter() - self.started
         return {**self.spent, HARNESS: max(wall - sum(self.spent.values()), 0.0)}
 
-    def line(self) -> str:
-        """``wall time 446.0 s: engine builds 112.0 s (25 %), measured 180.0 s (40 %), ...``"""
+    def line(self, builds_as: str = BUILDS) -> str:
+        """``wall time 446.0 s: engine builds 112.0 s (25 %), measured 180.0 s (40 %), ...``;
+        ``builds_as`` names the builds' share where nothing is built (connections to a URL)."""
         split = self.split()
         wall = sum(split.values())
-        shares = ", ".join(f"{name} {s:.1f} s ({100 * s / wall:.0f} %)" for name, s in split.items()) if wall else ""
+        named = {builds_as if name == BUILDS else name: s for name, s in split.items()}
+        shares = ", ".join(f"{name} {s:.1f} s ({100 * s / wall:.0f} %)" for name, s in named.items()) if wall else ""
         return f"wall time {wall:.1f} s: {shares}"

@@ -7,9 +7,10 @@ prefixed, to pytest (``--bench-compare-threshold``), so the two can never drift 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -17,6 +18,7 @@ from lorabench.analysis.compare.options import ALPHA_HELP, NOISE_FROM_HELP, THRE
 from lorabench.config.target import parse_target
 
 GROUP = ("lorabench", "multi-LoRA benchmarks on vLLM")
+BAD_INPUT = 2  # the exit status of bad input, as the lorabench command line's (pytest's usage error is 4)
 
 
 def _builds(text: str) -> int:
@@ -82,6 +84,12 @@ OPTIONS = {
             convert=parse_target,
         ),
         Option(
+            "bench_history",
+            "at the end, add this run to the history database FILE (lorabench history; made if missing)",
+            "FILE",
+            path=True,
+        ),
+        Option(
             "bench_report",
             "at the end, draw this run's results as a page of figures in DIR/index.html",
             "DIR",
@@ -101,13 +109,18 @@ def add_options(parser: pytest.Parser) -> None:
             group.addoption(o.flag_name, action="append", metavar=o.metavar, help=o.help)
             parser.addini(o.name, o.help, type="linelist", default=[])
         else:
-            group.addoption(o.flag_name, metavar=o.metavar, help=o.help)
-            parser.addini(o.name, o.help, default=o.ini_default)
+            shown = f"{o.help} (default: {o.ini_default})" if o.ini_default else o.help
+            group.addoption(o.flag_name, metavar=o.metavar, help=shown)
+            parser.addini(o.name, shown, default=o.ini_default)
+
+
+class BadOption(ValueError):
+    """An option's value that cannot be used; its message names where it came from and the fix."""
 
 
 def value(config: pytest.Config, name: str) -> Any:
-    """The command-line value, else the ini value, else None; converted, or a usage error
-    that names where the bad value came from."""
+    """The command-line value, else the ini value, else None; converted, or BadOption
+    naming where the bad value came from."""
     o = OPTIONS[name]
     raw = config.getoption(name)
     source = f"{o.flag_name} {raw}"
@@ -123,4 +136,23 @@ def value(config: pytest.Config, name: str) -> Any:
     try:
         return o.convert(raw)
     except ValueError as exc:
-        raise pytest.UsageError(f"lorabench: {source}: {exc}") from None
+        raise BadOption(f"{source}: {exc}") from None
+
+
+def checked(config: pytest.Config, name: str, problems: list[str]) -> Any:
+    """``value``, with a bad one kept in ``problems`` (refused once collection ends) and None."""
+    try:
+        return value(config, name)
+    except BadOption as exc:
+        problems.append(str(exc))
+        return None
+
+
+def refuse(problems: list[str]) -> NoReturn:
+    """Stop the session before any engine starts: each problem one line on stderr (it names
+    the file, field, value and fix), exit status 2, as every bad input of lorabench. Called
+    from a collection hook, not from pytest_configure, where pytester's in-process runs
+    cannot take an exit status of 2 (pytest's own for an interrupted session)."""
+    for problem in problems:
+        print(f"lorabench: {problem}", file=sys.stderr)
+    pytest.exit(f"lorabench: bad input: nothing ran (exit status {BAD_INPUT})", returncode=BAD_INPUT)

@@ -55,18 +55,20 @@ def pytest_configure(config: pytest.Config) -> None:
     for device in DEVICE_TYPES:
         config.addinivalue_line("markers", f"{device}: needs vLLM's {device} platform; skipped elsewhere")
     config.addinivalue_line("markers", f"scenario(name): a lorabench benchmark; name is one of {', '.join(SCENARIOS)}")
+    problems: list[str] = []  # refused when collection ends, before any engine starts
     config_path = Path(options.value(config, "bench_config"))
     config.stash[STATE] = BenchState(
         config_path=config_path.resolve(),
         output=options.value(config, "bench_output"),
-        builds=options.value(config, "bench_builds"),
-        target_option=options.value(config, "bench_target"),
+        builds=options.checked(config, "bench_builds", problems),
+        target_option=options.checked(config, "bench_target", problems),
+        problems=problems,
     )
-    options.value(config, "bench_compare_alpha")  # a bad value is a usage error now, not after the run
+    options.checked(config, "bench_compare_alpha", problems)  # a bad value is refused now, not after the run
     try:
         pair_from_env()
     except ValueError as exc:
-        raise pytest.UsageError(f"lorabench: {exc}") from None
+        problems.append(str(exc))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -102,7 +104,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state = config.stash[STATE]
     bench_items = [i for i in items if ENGINE_FIXTURE in getattr(i, "fixturenames", ())]
     if state.problems:
-        raise _usage_error(state.problems)
+        options.refuse(state.problems)
     marked = [i for i in items if any(i.get_closest_marker(d) for d in DEVICE_TYPES)]
     if not bench_items and not marked:
         return
@@ -139,11 +141,11 @@ def _resolve_run(state: BenchState, runnable: list[pytest.Item]) -> BenchConfig:
         for scenario in scenarios:
             check_declared(scenario.name, scenario.columns | scenario.maybe_columns)
     except SchemaError as exc:
-        raise _usage_error([str(exc)]) from None
+        options.refuse([str(exc)])
     selected = [i.callspec.params[ENGINE_FIXTURE] for i in runnable]
     refused = target_problems(state.config_path, state.file, state.target, selected)
     if refused:
-        raise _usage_error(refused)
+        options.refuse(refused)
     try:
         return resolve_config(
             state.config_path,
@@ -154,7 +156,7 @@ def _resolve_run(state: BenchState, runnable: list[pytest.Item]) -> BenchConfig:
             runs={s.name for s in scenarios},
         )
     except ConfigError as exc:
-        raise _usage_error(exc.problems) from None
+        options.refuse(exc.problems)
 
 
 def _backend(config: pytest.Config, state: BenchState) -> Any:
@@ -172,10 +174,6 @@ def _run_progress(items: list[pytest.Item], file: ConfigFile, at_url: bool) -> R
     replays = sum(scenario_of(i).replay_s(file, **p) for i, p in zip(items, params))
     builds = len({p[ENGINE_FIXTURE] for p in params})
     return RunProgress(builds=builds, cases=len(items), trace_s=replays, at_url=at_url)
-
-
-def _usage_error(problems: list[str]) -> pytest.UsageError:
-    return pytest.UsageError("lorabench: the benchmark configuration cannot run:\n  " + "\n  ".join(problems))
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -206,7 +204,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 @pytest.hookimpl(tryfirst=True)  # before the terminal reporter prints its summary
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if session.config.stash[STATE].refused:
-        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        session.exitstatus = options.BAD_INPUT
         return
     finish_session(session)
 
@@ -221,6 +219,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         ("lorabench", summary_lines(state)),
         ("lorabench compare", state.comparison),
         ("lorabench report", report),
+        ("lorabench history", state.history),
     ):
         if section:
             terminalreporter.write_sep("=", title)

@@ -44,6 +44,7 @@ class BenchState:
     digests: DigestBook = field(default_factory=DigestBook)
     report: Path | None = None  # the page --bench-report wrote
     report_error: str | None = None  # why --bench-report wrote no page: one line of the summary
+    history: list[str] = field(default_factory=list)  # what --bench-history did: the summary's lines
     progress: RunProgress | None = None
     # Where the session's wall time goes (builds, measured work, warm-ups, the harness), from its start.
     clock: WallClock = field(default_factory=WallClock)

@@ -1,6 +1,7 @@
-"""What a benchmark session does at its end, after every case: the report page and the
-comparison with a base (``--bench-report``, ``--bench-compare``), judged by the rules
-``lorabench report`` and ``lorabench compare`` use.
+"""What a benchmark session does at its end, after every case: the report page, the run
+added to the history, and the comparison with a base (``--bench-report``,
+``--bench-history``, ``--bench-compare``), judged by the rules ``lorabench report``,
+``lorabench history`` and ``lorabench compare`` use.
 
 The two are independent: a report that cannot be drawn is said in the summary and the
 comparison still runs, since a gate (``--bench-compare-fail``) must not pass or fail on
@@ -27,6 +28,9 @@ def finish_session(session: pytest.Session) -> None:
     report = options.value(config, "bench_report")
     if report:
         _write_report(state, Path(report), config)
+    history = options.value(config, "bench_history")
+    if history:
+        _add_to_history(state, Path(history))
     base = options.value(config, "bench_compare")
     if not base:
         return
@@ -42,12 +46,25 @@ def finish_session(session: pytest.Session) -> None:
     except compare.CompareError as exc:
         state.comparison = [f"cannot compare with {base}: {exc}"]
         if fail:
-            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            session.exitstatus = options.BAD_INPUT
         return
     state.comparison = compare.render_text(result).splitlines()
     if fail and result.failed:
         state.comparison.append(f"{result.reasons()}: the session fails (--bench-compare-fail)")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _add_to_history(state: BenchState, db: Path) -> None:
+    """This run in the history store; a store that cannot take it is one line of the summary,
+    and the run's result file stays where it is, to be added later."""
+    from lorabench.analysis.history.store import HistoryError, add_runs
+
+    try:
+        added = add_runs(db, [state.writer.path])
+    except (HistoryError, OSError) as exc:
+        state.history = [f"not added to {db}: {exc}; add it later: lorabench history add --db {db} {state.writer.path}"]
+        return
+    state.history = [f"{'added' if new else 'already stored'}: run {run.run_id} to {db}" for run, new in added]
 
 
 def _write_report(state: BenchState, folder: Path, config: pytest.Config) -> None:

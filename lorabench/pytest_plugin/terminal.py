@@ -9,6 +9,7 @@ import pytest
 
 from lorabench.analysis.recommend import for_session
 from lorabench.config.target import URL
+from lorabench.measure.wallclock import BUILDS
 from lorabench.pytest_plugin.session import BenchState
 from lorabench.results.files import format_rank_summary, format_summary
 
@@ -38,7 +39,7 @@ def summary_lines(state: BenchState) -> list[str]:
         what = f"connections to {state.target.url}" if at_url else "engine builds"
         lines.append(f"{what}: {len(state.built)} ({builds})")
     if state.progress is not None:  # benchmark cases ran
-        lines.append(state.clock.line())
+        lines.append(state.clock.line("connections" if at_url else BUILDS))
     if state.rss_after_teardown and not at_url:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lorabench.host.device import Platform, driver_versions, stack_versions
+from lorabench.host.device import Platform, commit_ids, cpu_name, driver_versions, stack_versions
 
 PAIR_ENV = "LORABENCH_AB_PAIR"
 
@@ -45,6 +45,7 @@ def git_state(root: Path) -> tuple[str, bool]:
 
 def provenance(root: Path, platform: Platform, model: str) -> dict[str, Any]:
     commit, dirty = git_state(root)
+    versions = stack_versions()
     return {
         # Tells one session's rows from another's in a fixed output file.
         "run_id": f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-{os.getpid()}",
@@ -53,8 +54,11 @@ def provenance(root: Path, platform: Platform, model: str) -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "device_type": platform.device_type,
         "device_name": platform.device_name,
-        **stack_versions(),
+        **versions,
+        **commit_ids(versions),
         **driver_versions(platform.device_type),
+        "cpu_model": cpu_name(),
+        "device_count": platform.device_count,
         "model": model,
         "ab_pair": pair_from_env(),
     }

@@ -79,6 +79,12 @@ class ResultRow:
     toolkit_version: str = _col(PROVENANCE)
     driver_version: str = _col(PROVENANCE)
     firmware_version: str = _col(PROVENANCE)
+    # What a history bisects over besides the versions: the builds' commits ("unknown" where
+    # the package does not say) and the host (docs/history.md).
+    vllm_commit: str | None = _col(PROVENANCE, optional=True, by_engine=True, older="")
+    vllm_ascend_commit: str | None = _col(PROVENANCE, optional=True, by_engine=True, older="")
+    cpu_model: str | None = _col(PROVENANCE, optional=True, by_engine=True, older="")
+    device_count: int | None = _col(PROVENANCE, optional=True, by_engine=True, older="")
     model: str = _col(PROVENANCE, key=True)
     # An HTTP target's server (lorabench.targets.http): the URL requests went to; blank in process.
     endpoint: str | None = _col(PROVENANCE, optional=True, by_engine=True)

@@ -268,9 +268,9 @@ def _warnings(base: Run, new: Run, findings: list[Finding]) -> list[str]:
     return warnings
 
 
-def parse_thresholds(values: Sequence[str]) -> tuple[float, dict[str, float]]:
+def parse_thresholds(values: Sequence[str], default: float = DEFAULT_THRESHOLD) -> tuple[float, dict[str, float]]:
     """``["5%", "decode_ms=2%"]`` -> (0.05, {"decode_ms": 0.02}); a bare number is a percentage."""
-    default, per_metric = DEFAULT_THRESHOLD, {}
+    per_metric: dict[str, float] = {}
     for value in values:
         metric, _, amount = value.rpartition("=")
         try:

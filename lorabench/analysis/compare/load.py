@@ -72,7 +72,7 @@ class Run:
         return commit + (" (dirty)" if dirty else "") + runs
 
 
-def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
+def keyed(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with the optional key columns older files lack (empty), each row's case key
     and its engine configuration, added in one step: each column added alone copied the
     frame's columns again."""
@@ -98,7 +98,7 @@ def case_of(key: str) -> dict[str, str]:
     return dict(zip(MATCH_KEY, key.split(KEY_SEP)))
 
 
-def _read(path: Path) -> pd.DataFrame:
+def read_result_csv(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise CompareError(f"{path}: no such file")
     try:
@@ -123,14 +123,14 @@ def bracketed_only(rows: pd.DataFrame) -> pd.DataFrame:
 def _load_one(path: Path, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """The rows of a result file's latest run, one per case and build (a fixed file can hold
     several runs); ``rows``: the file's rows, where they are read already (left as they are)."""
-    rows = _read(path) if rows is None else rows
+    rows = read_result_csv(path) if rows is None else rows
     missing = [c for c in (*REQUIRED_KEY, *CORE_METRICS, "timestamp") if c not in rows.columns]
     if missing:
         raise CompareError(f"{path}: not a lorabench result file: missing columns {', '.join(missing)}")
     if rows.empty:
         raise CompareError(f"{path}: has no result rows")
     # Metrics measured only by newer versions: nothing to compare.
-    rows = _keyed(rows.assign(**{metric: np.nan for metric in METRICS if metric not in rows}))
+    rows = keyed(rows.assign(**{metric: np.nan for metric in METRICS if metric not in rows}))
     # Which rows stay is decided on the columns that decide it, by position in the order
     # sort_values("timestamp") gives, and the rows are taken once: each step taking every
     # column was most of a file's load.

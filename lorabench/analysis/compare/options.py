@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+FORMATS = ("text", "markdown", "csv", "json")  # the renderers of compare/show.py
 THRESHOLD_HELP = "smallest change that counts, default 10%%; repeat per metric, e.g. decode_ms=5%%"
 ALPHA_HELP = "significance level after adjustment: the chance that two same-code runs flag anything (default 0.05)"
 NOISE_FROM_HELP = (
@@ -33,3 +34,4 @@ def add_compare_arguments(add: Callable[..., Any], prefix: str = "--", runs: boo
     add(f"{prefix}alpha", type=float, default=0.05, help=ALPHA_HELP)
     if runs:
         add(f"{prefix}noise-from", metavar="RUNS", help=NOISE_FROM_HELP)
+    add(f"{prefix}format", choices=FORMATS, default="text", help="how the comparison is printed on stdout")

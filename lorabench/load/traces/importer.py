@@ -75,7 +75,7 @@ def _check(opts: ImportOptions) -> Columns:
     if columns.time_unit not in TIME_UNITS:
         raise TraceInputError(f"--time-unit {columns.time_unit!r}: use one of {', '.join(TIME_UNITS)}")
     problems = [
-        (opts.num_adapters < 1, f"--adapters {opts.num_adapters}: at least 1"),
+        (opts.num_adapters < 1, f"--num-adapters {opts.num_adapters}: at least 1"),
         (opts.start < 0, f"--start {opts.start:g}: seconds from the first request, 0 or more"),
         (opts.duration is not None and not opts.duration > 0, f"--duration {opts.duration}: above 0 s"),
         (opts.time_scale is not None and not opts.time_scale > 0, f"--time-scale {opts.time_scale}: above 0"),
@@ -84,7 +84,7 @@ def _check(opts: ImportOptions) -> Columns:
         (opts.max_model_len is not None and opts.max_model_len < 2, "--max-model-len: 2 tokens at least"),
     ]
     if opts.adapter_names is not None and len(opts.adapter_names) < opts.num_adapters:
-        problems.append((True, f"--adapters {opts.num_adapters}: --adapter-names has {len(opts.adapter_names)}"))
+        problems.append((True, f"--num-adapters {opts.num_adapters}: --adapters has {len(opts.adapter_names)}"))
     for bad, text in problems:
         if bad:
             raise TraceInputError(f"{text}: fix the option")
@@ -188,12 +188,12 @@ def import_warnings(header: dict[str, Any]) -> list[str]:
     if labels > adapters:
         return [
             f"column {column!r} has {labels} labels for {adapters} adapters: folded by request count, the label "
-            f"ranked r (from 0) on adapter r mod {adapters}; --adapters {labels} gives each its own"
+            f"ranked r (from 0) on adapter r mod {adapters}; --num-adapters {labels} gives each its own"
         ]
     if labels < adapters:
         return [
             f"column {column!r} has {labels} labels for {adapters} adapters: {adapters - labels} adapters get no "
-            f"request; --adapters {labels} gives each label its own with none idle"
+            f"request; --num-adapters {labels} gives each label its own with none idle"
         ]
     return []
 

@@ -159,7 +159,17 @@ class HttpEngine(RuntimeLoras, Engine):
     def provenance(self) -> dict[str, Any]:
         """What the rows say about the software that served: the server's own version where it
         gives one (the local install says nothing about a server elsewhere)."""
-        return {"vllm_version": self.server_version, "vllm_ascend_version": "", "torch_version": ""}
+        served = {"vllm_version": self.server_version, "vllm_ascend_version": "", "torch_version": ""}
+        if self.target != URL:  # a server lorabench started here: its host and install are ours
+            return served
+        unknown = "unknown"  # a server elsewhere: its builds and host are not ours to read
+        return {
+            **served,
+            "vllm_commit": unknown,
+            "vllm_ascend_commit": unknown,
+            "cpu_model": unknown,
+            "device_count": None,
+        }
 
     def check_alive(self) -> None:
         """A server elsewhere cannot be watched; its failures show as failed requests."""
