@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import sysconfig
@@ -16,7 +17,8 @@ import torch  # noqa: F401
 from _pytest import pytester as _pytester
 
 from lorabench.load import builtin
-from tests.helpers import write_json
+from tests.engine_sessions import compare_session, replay_session, serve_session  # noqa: F401 - one run each
+from tests.helpers import write_tiny_config
 
 gc.freeze()  # torch's objects, out of the full collections while the tests are collected too
 
@@ -115,40 +117,7 @@ def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def tiny_config(tmp_path: Path):
+def tiny_config(tmp_path: Path) -> Callable[..., Path]:
     """Write a small, valid config (built-in model, generated adapters) and return a writer
     that applies overrides: ``tiny_config(matrix={"rounds": 2})``."""
-
-    def make(**overrides: object) -> Path:
-        data: dict = {
-            "model": "builtin:tiny-llama",
-            "adapters": {"generate": {"count": 4, "ranks": [8, 16], "target_modules": ["q_proj", "v_proj"]}},
-            "prompts": "prompts.json",
-            "results_dir": "results",
-            "engine": {
-                "max_loras": [1, 2],
-                "max_lora_rank": 16,
-                "max_cpu_loras": 4,
-                "max_model_len": 128,
-                "max_num_seqs": 8,
-            },
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-            "matrix": {
-                "batch_sizes": [2],
-                "workloads": ["distinct", "identical"],
-                "output_len": 4,
-                "warmup_rounds": 0,
-                "rounds": 1,
-                "builds": 1,
-                "seed": 0,
-            },
-        }
-        for key, value in overrides.items():
-            if isinstance(value, dict) and isinstance(data.get(key), dict):
-                data[key] = {**data[key], **value}
-            else:
-                data[key] = value
-        write_json(tmp_path / "prompts.json", ["Say hello.", "Count to three.", "Name a colour."])
-        return write_json(tmp_path / "common.json", data)
-
-    return make
+    return functools.partial(write_tiny_config, tmp_path)

@@ -24,6 +24,41 @@ def generate_adapters(folder: Path, count: int, ranks: str, seed: int = 0) -> Pa
     return folder / "adapters.json"
 
 
+def write_tiny_config(folder: Path, **overrides: object) -> Path:
+    """A small, valid config in ``folder`` (built-in model, generated adapters, 3 prompts), with
+    ``overrides`` applied: a dict merges into its block, anything else replaces the key."""
+    data: dict = {
+        "model": "builtin:tiny-llama",
+        "adapters": {"generate": {"count": 4, "ranks": [8, 16], "target_modules": ["q_proj", "v_proj"]}},
+        "prompts": "prompts.json",
+        "results_dir": "results",
+        "engine": {
+            "max_loras": [1, 2],
+            "max_lora_rank": 16,
+            "max_cpu_loras": 4,
+            "max_model_len": 128,
+            "max_num_seqs": 8,
+        },
+        "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+        "matrix": {
+            "batch_sizes": [2],
+            "workloads": ["distinct", "identical"],
+            "output_len": 4,
+            "warmup_rounds": 0,
+            "rounds": 1,
+            "builds": 1,
+            "seed": 0,
+        },
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    write_json(folder / "prompts.json", ["Say hello.", "Count to three.", "Name a colour."])
+    return write_json(folder / "common.json", data)
+
+
 def write_json(path: Path, data: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))

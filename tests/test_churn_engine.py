@@ -3,24 +3,14 @@ a short trace replays, every operation timed and none failed."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
-
-from tests.helpers import ROOT
 
 
 @pytest.mark.engine
-def test_churn_on_the_cpu_engine_loads_and_unloads_while_a_trace_replays(pytester, tiny_config, tmp_path):
-    pytester.makepyfile(test_multilora_churn=(ROOT / "bench" / "test_multilora_churn.py").read_text())
-    suite = {"name": "ch", "num_adapters": [2], "rate": [5], "duration": 4, "input_range": [8, 32]}
-    churn = {"rate": [4], "adapters": 2, "warmup_s": 0.5, "suites": [{**suite, "output_range": [4, 12]}]}
-    path = tiny_config(engine={"max_loras": 2, "max_cpu_loras": 4}, churn=churn)
-    csv = tmp_path / "results" / "churn.csv"
-    result = pytester.runpytest_subprocess(
-        "--bench-config", str(path), "-k", "churn", "-p", "no:cacheprovider", "--bench-output", str(csv), timeout=300
-    )
-    result.assert_outcomes(passed=1)
-    (row,) = pd.read_csv(csv).to_dict("records")
+def test_churn_on_the_cpu_engine_loads_and_unloads_while_a_trace_replays(replay_session):
+    """The churn case of the replay session (tests/engine_sessions.py), on the build its traces share."""
+    assert replay_session.passed("test_multilora_churn") == 1 and not replay_session.failed()
+    (row,) = replay_session.rows[replay_session.rows["scenario"] == "churn"].to_dict("records")
     # 4 a second over 4 s: 16 operations, of which the two that start in the 0.5 s warm-up count nowhere.
     assert (row["churn_ops"], row["churn_failed_ops"], row["unfinished"]) == (14, 0, 0)
     assert 0 < row["load_ms_p50"] <= row["load_ms_p99"] < 5000
@@ -29,19 +19,11 @@ def test_churn_on_the_cpu_engine_loads_and_unloads_while_a_trace_replays(pyteste
 
 
 @pytest.mark.engine
-def test_churn_through_vllm_serve_uses_the_runtime_load_api(pytester, tiny_config, tmp_path):
+def test_churn_through_vllm_serve_uses_the_runtime_load_api(serve_session):
     """The serve target: vllm serve with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1, its churn adapters
-    unloaded, then loaded and unloaded over /v1/load_lora_adapter while a trace replays."""
-    pytester.makepyfile(test_multilora_churn=(ROOT / "bench" / "test_multilora_churn.py").read_text())
-    suite = {"name": "ch", "num_adapters": [2], "rate": [4], "duration": 3, "input_range": [8, 32]}
-    churn = {"rate": [4], "adapters": 2, "suites": [{**suite, "output_range": [2, 4]}]}
-    path = tiny_config(engine={"max_loras": 2, "max_cpu_loras": 4, "max_model_len": 128}, churn=churn)
-    csv = tmp_path / "results" / "churn-serve.csv"
-    result = pytester.runpytest_subprocess(
-        "--bench-config", str(path), "-p", "no:cacheprovider", "--bench-target", "serve",
-        "--bench-output", str(csv), timeout=600,
-    )  # fmt: skip
-    result.assert_outcomes(passed=1)
-    (row,) = pd.read_csv(csv).to_dict("records")
+    unloaded, then loaded and unloaded over /v1/load_lora_adapter while a trace replays (in the
+    serve session, tests/engine_sessions.py: 4 a second over 3 s)."""
+    assert serve_session.passed("test_multilora_churn") == 1 and not serve_session.failed(), serve_session.failed()
+    (row,) = serve_session.rows[serve_session.rows["scenario"] == "churn"].to_dict("records")
     assert row["target"] == "serve" and (row["churn_ops"], row["churn_failed_ops"], row["failed"]) == (12, 0, 0)
     assert 0 < row["load_ms_p50"] <= row["load_ms_p99"] < 5000 and row["unload_ms_p50"] > 0

@@ -19,7 +19,8 @@ from lorabench.results.records import replays_path_for
 from lorabench.targets.engine import EngineBuildError
 from lorabench.targets.http.serve import ServeEngine, port_free
 from lorabench.targets.standin import write_config
-from tests.helpers import ROOT, result_files
+from tests.engine_sessions import SERVE_ONLINE
+from tests.helpers import ROOT
 
 
 class StandInServe(ServeEngine):
@@ -99,33 +100,24 @@ def test_a_bad_wait_is_refused_before_any_engine_starts(pytester, bad):
 
 
 @pytest.mark.engine
-def test_vllm_serve_runs_a_batch_and_a_trace_and_is_gone_after(pytester, tiny_config):
+def test_vllm_serve_runs_a_batch_and_a_trace_and_is_gone_after(serve_session):
     """The real CPU build: lorabench starts vllm serve, runs a batch case and a short trace
     against it, and stops it: no process left, the port free. The trace's timeline comes
-    from the real server's /metrics, so the names the parser reads are vLLM's own."""
-    for name in ("test_multilora", "test_multilora_online"):
-        pytester.makepyfile(**{name: (ROOT / "bench" / f"{name}.py").read_text()})
+    from the real server's /metrics, so the names the parser reads are vLLM's own. The serve
+    session (tests/engine_sessions.py) runs the other serve tests' scenarios on the same server."""
     # Requests of 16-32 tokens at 4 a second: 1-2 running at most scrapes (with 2-4 tokens, none
     # was running at any of a replay's 7 scrapes, and its gauges read 0 throughout).
-    online = {"suites": [{"num_adapters": [2], "rate": [4], "duration": 2.0, "output_range": [16, 32]}]}
-    config = tiny_config(
-        engine={"max_loras": 2, "max_lora_rank": 16, "max_cpu_loras": 4, "max_model_len": 128},
-        matrix={"workloads": ["distinct"]},
-        online=online,
-    )
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    result = pytester.runpytest_subprocess("--bench-config", str(config), "--bench-target", "serve", timeout=600)
-    result.assert_outcomes(passed=2)
-    (csv,) = result_files(config.parent / "results")
-    rows = pd.read_csv(csv)
+    assert serve_session.passed("test_multilora") == 1 and serve_session.passed("test_multilora_online") == 1
+    assert not serve_session.failed(), serve_session.failed()
+    rows = serve_session.rows[serve_session.rows["scenario"].isin(["multilora", "online"])]
+    assert sorted(rows["scenario"]) == ["multilora", "online"]
     assert (rows["target"] == "serve").all() and rows["endpoint"].str.startswith("http://127.0.0.1:").all()
     assert rows["ttft_ms_p50"].gt(0).all() and (rows["failed"] == 0).all() and rows["queue_ms"].isna().all()
     assert rows["kv_cache_tokens"].gt(0).all(), "vllm:cache_config_info read"
-    check_timeline(csv, rows[rows["scenario"] == "online"].iloc[0], online["suites"][0]["duration"])
-    port = int(rows["endpoint"].iloc[0].rsplit(":", 1)[1])
-    assert port_free(port)
-    left = [p for p in psutil.process_iter(["cmdline"]) if "vllm.entrypoints" in " ".join(p.info["cmdline"] or [])]
-    assert not left and {p.pid for p in psutil.Process().children(recursive=True)} <= before
+    duration = SERVE_ONLINE["suites"][0]["duration"]
+    check_timeline(serve_session.csv, rows[rows["scenario"] == "online"].iloc[0], duration)
+    assert serve_session.ports_free and all(serve_session.ports_free.values()), serve_session.ports_free
+    assert not serve_session.vllm_left and serve_session.children_after <= serve_session.children_before
 
 
 def check_timeline(csv, row, duration_s):

@@ -1,9 +1,14 @@
 """The plugin as a user meets it, through pytester. Only the last test starts engines."""
 
+import shutil
+
 import pandas as pd
 import pytest
 
-from tests.helpers import ROOT, generate_adapters, result_files
+from lorabench.results.records import samples_path_for
+from tests.engine_sessions import CHURN_SUITE, ONLINE_WARMUP_S, SMOKE_SUITE, TIMELINE_SUITE, fast_base
+from tests.helpers import ROOT, result_files
+from tests.test_session_end import CONFTEST as FINISHED_RUN
 
 BENCH_MODULES = ("test_no_lora.py", "test_multilora.py")
 
@@ -238,54 +243,11 @@ def test_end_to_end_on_the_real_cpu_engine(bench_dir, tiny_config, tmp_path):
     assert samples["prompt_tokens"].between(2, 64).all(), "text prompts, tokenized by the built-in tokenizer"
 
 
-def fast_base(path, speedup=20):
-    """Two builds of a made-up run of the compare tests' small matrix, far faster than this machine."""
-    rows = pd.read_csv(ROOT / "tests" / "data" / "default-run.csv")
-    base_rows = rows[
-        (rows.workload == "identical") & (rows.batch_size == 4) & (rows.max_loras == 2) & (rows.build < 2)
-    ].copy()
-    assert sorted(base_rows["build"]) == [0, 1]
-    for column, value in {
-        "batch_size": 2,
-        "input_len": 16,
-        "output_len": 4,
-        "max_loras": 1,
-        "max_cpu_loras": 4,
-    }.items():
-        base_rows[column] = value
-    fast = [
-        c
-        for c in base_rows.columns
-        if c.split("_p")[0] in ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "request_e2e_ms")
-    ]
-    base_rows[fast] /= speedup
-    base_rows["output_tokens_per_s"] *= speedup
-    base_rows["run_id"] = f"fast-{speedup}"
-    base_rows.to_csv(path, index=False)
-    return path
-
-
 @pytest.mark.engine
-def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config, tmp_path):
+def test_bench_compare_fails_the_session_on_a_regression(compare_session):
     """A real run of two builds compared with a made-up base far faster than this
     machine: the session prints the comparison and, with --bench-compare-fail, fails."""
-    path = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 2})
-    base = fast_base(tmp_path / "base.csv")
-
-    result = bench_dir.runpytest_subprocess(
-        "--bench-config",
-        str(path),
-        "-k",
-        "multilora",
-        "-p",
-        "no:cacheprovider",
-        "--bench-builds",
-        "2",
-        "--bench-compare",
-        str(base),
-        "--bench-compare-fail",
-        timeout=400,
-    )
+    result, base = compare_session.result, compare_session.folder / "base.csv"
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
@@ -301,25 +263,28 @@ def test_bench_compare_fails_the_session_on_a_regression(bench_dir, tiny_config,
             "5 regressions: the session fails (--bench-compare-fail)",
         ]
     )
-    (csv,) = result_files(tmp_path / "results")
-    rows = pd.read_csv(csv)
+    rows = compare_session.rows
     assert sorted(rows["build"]) == [0, 1]
     # The KV cache a configuration gets does not depend on the build.
     assert rows["kv_cache_tokens"].nunique() == 1 and rows["kv_cache_tokens"].iloc[0] > 0
 
 
 @pytest.mark.engine
-def test_bench_compare_takes_a_noise_floor_from_earlier_runs(bench_dir, tiny_config, tmp_path):
+def test_bench_compare_takes_a_noise_floor_from_earlier_runs(compare_session, pytester, tmp_path):
     """The same comparison with --bench-compare-noise-from two earlier runs of the base that
-    strayed 20-fold apart: against that floor nothing is significant, and the session passes."""
-    path = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 2})
-    base, slow = fast_base(tmp_path / "base.csv"), fast_base(tmp_path / "slow.csv", speedup=1)
-    result = bench_dir.runpytest_subprocess(
-        "--bench-config", str(path), "-k", "multilora", "-p", "no:cacheprovider", "--bench-builds", "2",
-        "--bench-compare", str(base), "--bench-compare-fail", "--bench-compare-noise-from", f"{base},{slow}",
-        timeout=400,
+    strayed 20-fold apart: against that floor nothing is significant, and the session passes.
+    The real run of the test above, compared again at the end of a session that runs no
+    engine (as tests/test_session_end.py does)."""
+    run = tmp_path / "run.csv"
+    shutil.copy(compare_session.csv, run)
+    base, slow = compare_session.folder / "base.csv", fast_base(tmp_path / "slow.csv", speedup=1)
+    pytester.makeconftest(FINISHED_RUN.format(results=str(run)))
+    pytester.makepyfile("def test_plain(): pass")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--bench-compare", str(base), "--bench-compare-fail",
+        "--bench-compare-noise-from", f"{base},{slow}",
     )  # fmt: skip
-    assert result.ret == pytest.ExitCode.OK
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
             "*one run a side: noise no smaller than the spread of 2 earlier runs of one commit",
@@ -330,72 +295,42 @@ def test_bench_compare_takes_a_noise_floor_from_earlier_runs(bench_dir, tiny_con
 
 
 @pytest.mark.engine
-def test_online_replay_on_the_real_cpu_engine(pytester, tiny_config, tmp_path):
-    """A short trace replayed on a real async engine: every request accounted for."""
+def test_online_replay_on_the_real_cpu_engine(replay_session):
+    """A short trace replayed on a real async engine: every request accounted for. The
+    ``smoke`` trace of the replay session (tests/engine_sessions.py), which also replays the
+    timeline test's trace and a churn case on the same build."""
     from lorabench.config import online_cases, read_config_file
     from lorabench.load.traces import synthetic as trace
 
-    pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
-    path = tiny_config(
-        adapters=str(generate_adapters(tmp_path / "loras", 4, "8,16")),
-        engine={"max_loras": 2, "max_num_seqs": 32},
-        online={
-            "warmup_s": 1,
-            "suites": [
-                {
-                    "name": "smoke",
-                    "num_adapters": [4],
-                    "alpha": [0.3],
-                    "rate": [4],
-                    "duration": 5,
-                    "input_range": [8, 32],
-                    "output_range": [4, 12],
-                }
-            ],
-        },
-    )
-    result = pytester.runpytest_subprocess(
-        "--bench-report",
-        str(tmp_path / "report"),
-        "--bench-config",
-        str(path),
-        "-k",
-        "online",
-        "-p",
-        "no:cacheprovider",
-        "--bench-output",
-        str(tmp_path / "results" / "online.csv"),
-        timeout=300,
-    )
-    result.assert_outcomes(passed=1)
+    result, report = replay_session.result, replay_session.folder / "report"
+    assert replay_session.passed("test_multilora_online") == 2 and not replay_session.failed()
+    replays = SMOKE_SUITE["duration"] + TIMELINE_SUITE["duration"] + CHURN_SUITE["duration"]
     result.stdout.fnmatch_lines(
         [
-            "lorabench: 1 engine builds, 1 cases, 5 s of replays: about * (a first guess*",
+            f"lorabench: 1 engine builds, 3 cases, {replays} s of replays: about * (a first guess*",
             "trace smoke-n4-a0.3-cv1-r4: 10% (* of 5 s): */* sent, * finished, about * s of arrivals to go",
             "trace smoke-n4-a0.3-cv1-r4: 90% *",
             "trace smoke-n4-a0.3-cv1-r4: all * requests sent, * finished; waiting for the rest",
             "lorabench: 1 of 1 engine builds done, * elapsed, about 0 s to go",
             "engine builds: 1 (loras2-rank16-cpu4-build0 *)",
-            f"report: {tmp_path / 'report' / 'index.html'}",
+            f"report: {report / 'index.html'}",
         ]
     )
-    # A report of a real run: the trace's figures from its samples, none of the batch ones.
-    assert {p.name for p in (tmp_path / "report").glob("*.png")} == {
-        "online_cdf.png",
-        "online_adapters.png",
-        "memory.png",
-    }
+    # A report of a real run: the traces' figures from their samples, none of the batch ones.
+    assert {p.name for p in report.glob("*.png")} == {"online_cdf.png", "online_adapters.png", "memory.png"}
 
-    (case,) = online_cases(read_config_file(path))
+    config = replay_session.folder / "common.json"
+    (case,) = [c for c in online_cases(read_config_file(config)) if c.suite == "smoke"]
     expected = trace.generate(case.params, [f"dummy-lora-rank-{r}-{i}" for i, r in ((0, 8), (0, 16), (1, 8), (1, 16))])
-    (csv,) = result_files(tmp_path / "results")
-    (row,) = pd.read_csv(csv).to_dict("records")
-    assert row["scenario"] == "online" and row["trace_suite"] == "smoke" and row["trace_rate"] == 4
+    rows = replay_session.rows
+    (row,) = rows[rows["trace_suite"] == "smoke"].to_dict("records")
+    assert row["scenario"] == "online" and row["trace_rate"] == 4
     assert row["unfinished"] == 0
-    assert row["num_requests"] == sum(r.arrival_s >= 1 for r in expected)
+    assert row["num_requests"] == sum(r.arrival_s >= ONLINE_WARMUP_S for r in expected)
     assert 0 < row["ttft_ms_p50"] <= row["ttft_ms_p99"] and row["decode_ms"] > 0 and row["request_throughput"] > 0
     assert 0 <= row["slo_attainment"] <= 1 and row["send_lag_ms_p99"] >= 0
-    samples = pd.read_csv(csv.with_name(csv.stem + ".samples.csv"))
+    samples = pd.read_csv(samples_path_for(replay_session.csv))
+    samples = samples[samples["trace_suite"] == "smoke"]
     assert len(samples) == len(expected) and samples["finished"].all()
     assert samples["output_tokens"].tolist() == [r.output_len for r in expected]
     assert samples["adapter"].tolist() == [r.adapter for r in expected]

@@ -16,7 +16,8 @@ from lorabench.analysis.report.runs import case_keys
 from lorabench.results.records import replays_path_for, samples_path_for
 from lorabench.targets import timeline
 from lorabench.targets.standin import Costs, StandIn, write_config
-from tests.helpers import ROOT, generate_adapters, result_files
+from tests.engine_sessions import ONLINE_WARMUP_S
+from tests.helpers import ROOT, result_files
 
 # Steps of 10 ms, records of 5 ms (BUCKET_S, patched from 50 ms where SHORT_RECORDS is used):
 # a step never lasts less than 9 ms (lorabench.targets.standin), so each step is its own record.
@@ -223,28 +224,22 @@ def test_with_recording_off_the_replay_runs_and_says_why_its_columns_are_blank(o
 
 
 @pytest.mark.engine
-def test_a_real_engines_timeline_and_its_figure(pytester, tiny_config, tmp_path):
-    """vLLM's own stat loggers interface, on the CPU engine: KV usage above 0 while requests run."""
-    pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
-    suite = {"name": "tl", "num_adapters": [4], "rate": [6], "duration": 3}
-    suite.update(input_range=[8, 32], output_range=[4, 12])
-    online = {"warmup_s": 0.5, "suites": [suite]}
-    path = tiny_config(
-        adapters=str(generate_adapters(tmp_path / "loras", 4, "8,16")), engine={"max_loras": 2}, online=online
-    )
-    csv, report = tmp_path / "results" / "online.csv", tmp_path / "report"
-    result = pytester.runpytest_subprocess(
-        "--bench-config", str(path), "-k", "online", "-p", "no:cacheprovider", "--bench-report", str(report),
-        "--bench-output", str(csv), timeout=300,
-    )  # fmt: skip
-    result.assert_outcomes(passed=1)
+def test_a_real_engines_timeline_and_its_figure(replay_session):
+    """vLLM's own stat loggers interface, on the CPU engine: KV usage above 0 while requests run.
+    The ``tl`` trace of the replay session (tests/engine_sessions.py)."""
+    assert replay_session.passed("test_multilora_online") == 2 and not replay_session.failed()
+    csv, report = replay_session.csv, replay_session.folder / "report"
     steps = pd.read_csv(replays_path_for(csv, "timeline"))
+    steps = steps[steps["trace_suite"] == "tl"]
     busy = steps[steps["running"] > 0]
     assert len(busy) > 5 and (busy["kv_usage"] > 0).all()
     assert (steps["adapters_running"] <= 2).all() and steps["generation_tokens"].sum() > 0
-    (row,) = pd.read_csv(csv).to_dict("records")
-    assert row["kv_usage_max"] == steps[steps["t_s"] >= 0.5]["kv_usage"].max() > 0
+    (row,) = replay_session.rows[replay_session.rows["trace_suite"] == "tl"].to_dict("records")
+    assert row["trace_warmup_s"] == ONLINE_WARMUP_S
+    assert row["kv_usage_max"] == steps[steps["t_s"] >= ONLINE_WARMUP_S]["kv_usage"].max() > 0
     assert (report / "timelines" / "1.png").is_file()
+    assert len(list((report / "timelines").glob("*.png"))) >= 2, "a timeline figure for each trace"
     usage = pd.read_csv(replays_path_for(csv, "adapters"))
+    usage = usage[usage["trace_suite"] == "tl"]
     assert usage["requests"].sum() == row["num_requests"] and (usage["output_tokens"] > 0).all()
     assert (report / "online_adapters.png").is_file()
