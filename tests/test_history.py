@@ -336,3 +336,20 @@ def test_two_machines_are_two_series_not_one_that_jumps(tmp_path, capsys):
     assert main(["history", "show", "--db", str(db), "-k", "bs2", "--metric", "ttft_ms"]) == 0
     out = capsys.readouterr().out
     assert out.count("(6 runs;") == 2 and " on host0 " in out and " on host1 " in out and "change at" not in out
+
+
+def test_a_run_added_while_its_session_was_still_writing_is_completed_not_frozen(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    (path,) = write_runs(tmp_path, 1)
+    whole = pd.read_csv(path)
+    whole.iloc[:2].to_csv(path, index=False)  # two of its four rows written so far
+    main(["history", "add", "--db", str(db), str(path)])
+    whole.to_csv(path, index=False)  # the session finished
+    main(["history", "add", "--db", str(db), str(path)])
+    whole.iloc[:1].to_csv(path, index=False)  # a file cut short later loses nothing stored
+    main(["history", "add", "--db", str(db), str(path)])
+    said = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
+    assert said == ["added", "grew", "already stored"]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM rows").fetchone() == (4,)
+        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (1,)

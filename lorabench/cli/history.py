@@ -68,8 +68,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    for run, new in add_runs(args.db, args.results):
-        print(f"{'added' if new else 'already stored'}: run {run.run_id} (stack {run.stack_id}, {run.timestamp})")
+    for run, status in add_runs(args.db, args.results):
+        print(f"{status}: run {run.run_id} (stack {run.stack_id}, {run.timestamp})")
     return 0
 
 

@@ -65,7 +65,7 @@ def _add_to_history(state: BenchState, db: Path) -> None:
     except (HistoryError, OSError) as exc:
         state.history = [f"not added to {db}: {exc}; add it later: lorabench history add --db {db} {state.writer.path}"]
         return
-    state.history = [f"{'added' if new else 'already stored'}: run {run.run_id} to {db}" for run, new in added]
+    state.history = [f"{status}: run {run.run_id} to {db}" for run, status in added]
 
 
 def _write_report(state: BenchState, folder: Path, config: pytest.Config) -> None:

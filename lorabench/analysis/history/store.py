@@ -8,9 +8,11 @@ interchange: a run is added from its result file, and nothing is kept that the f
 not say.
 
 A run is added whole, in one transaction, or not at all; adding a run the store holds
-already (the same ``run_id``) changes nothing. Commits are not flushed to the disk one by
-one (WAL with ``synchronous=NORMAL``): a power cut may lose the last runs added, never the
-store, and the result files they came from are still there to add again.
+already (the same ``run_id``) changes nothing, unless its file has more rows than were
+stored: a run added while its session was still writing is replaced by the whole of it.
+Commits are not flushed to the disk one by one (WAL with ``synchronous=NORMAL``): a power
+cut may lose the last runs added, never the store, and the result files they came from are
+still there to add again.
 """
 
 from __future__ import annotations
@@ -87,15 +89,25 @@ def connect(db: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
-def _insert(conn: sqlite3.Connection, run: ReadRun) -> tuple[StoredRun, bool]:
+ADDED, GREW, STORED = "added", "grew", "already stored"
+
+
+def _insert(conn: sqlite3.Connection, run: ReadRun) -> tuple[StoredRun, str]:
+    """Add ``run`` whole; a run stored with fewer rows than its file now has (added while
+    its session was still writing) is replaced by the file's; one stored whole is left."""
     stored = StoredRun(run.run_id, run.timestamp, stack_id(run.stack), run.stack)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        new = conn.execute(
-            "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?)",
-            (run.run_id, run.timestamp, stored.stack_id, json.dumps(run.stack), str(run.source)),
-        ).rowcount
-        if new:
+        (held,) = conn.execute("SELECT count(*) FROM rows WHERE run_id = ?", (run.run_id,)).fetchone()
+        known = conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone() is not None
+        status = STORED if known and held >= len(run.rows) else GREW if known else ADDED
+        if status != STORED:
+            for table in ("rows", "digests", "runs"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run.run_id,))  # noqa: S608 - our own names
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
+                (run.run_id, run.timestamp, stored.stack_id, json.dumps(run.stack), str(run.source)),
+            )
             conn.executemany(
                 "INSERT INTO rows VALUES (?, ?, ?, ?, ?)",
                 [(run.run_id, key, engine, build, json.dumps(m)) for key, engine, build, m in run.rows],
@@ -108,12 +120,13 @@ def _insert(conn: sqlite3.Connection, run: ReadRun) -> tuple[StoredRun, bool]:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    return stored, bool(new)
+    return stored, status
 
 
-def add_runs(db: Path, paths: Sequence[Path]) -> list[tuple[StoredRun, bool]]:
-    """Add every run of ``paths``; each with whether it was new. All files are read and
-    checked before the first is added, so bad input adds nothing."""
+def add_runs(db: Path, paths: Sequence[Path]) -> list[tuple[StoredRun, str]]:
+    """Add every run of ``paths``; each with what became of it (``ADDED``, ``GREW``,
+    ``STORED``). All files are read and checked before the first is added, so bad input
+    adds nothing."""
     runs = [run for path in paths for run in read_runs(path)]
     with connect(db, create=True) as conn:
         try:
