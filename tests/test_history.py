@@ -353,3 +353,17 @@ def test_a_run_added_while_its_session_was_still_writing_is_completed_not_frozen
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM rows").fetchone() == (4,)
         assert conn.execute("SELECT count(*) FROM runs").fetchone() == (1,)
+
+
+def test_cases_the_name_alone_would_not_tell_apart_are_named_by_what_differs(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    paths = write_runs(tmp_path, 2)
+    for path in paths:
+        rows = pd.read_csv(path)
+        other = rows[rows["batch_size"] == 2].assign(model="my-llama", ttft_ms=99.0)
+        pd.concat([rows, other]).to_csv(path, index=False)
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    capsys.readouterr()
+    assert main(["history", "show", "--db", str(db), "-k", "bs2", "--metric", "ttft_ms"]) == 0
+    out = capsys.readouterr().out
+    assert "bs2 in16 out4 [model=builtin:tiny-llama]  ttft_ms" in out and "[model=my-llama]  ttft_ms" in out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lorabench.analysis.compare.load import case_of
+from lorabench.analysis.compare.load import MATCH_KEY, case_of
 from lorabench.analysis.compare.render import case_label
 from lorabench.analysis.history.changes import Change, change_points
 from lorabench.analysis.history.runs import HistoryError
@@ -52,6 +52,21 @@ def ordered_runs(conn: sqlite3.Connection, order_file: Path | None = None) -> li
     return sorted(runs, key=lambda r: (position[r.stack_id], r.timestamp))
 
 
+def labels(keys: Sequence[str]) -> dict[str, str]:
+    """Each case's name as compare gives it, with the key columns that tell apart cases the
+    name alone would not (two models, two targets, two SLOs): ``... [model=a]``."""
+    named: dict[str, list[str]] = {}
+    for key in keys:
+        named.setdefault(case_label(case_of(key)), []).append(key)
+    out = {}
+    for label, group in named.items():
+        cases = [case_of(k) for k in group]
+        apart = [c for c in MATCH_KEY if len({case[c] for case in cases}) > 1]
+        for key, case in zip(group, cases):
+            out[key] = f"{label} [{', '.join(f'{c}={case[c]}' for c in apart)}]" if apart else label
+    return out
+
+
 def machine(run: StoredRun) -> str:
     """The host a run measured on: runs of two machines are two series, never one."""
     stack = run.stack
@@ -70,8 +85,7 @@ def series(
     (a case measured on two hosts is labelled with each)."""
     place = {r.run_id: i for i, r in enumerate(runs)}
     found = []
-    for key in case_keys(conn):
-        label = case_label(case_of(key))
+    for key, label in labels(case_keys(conn)).items():
         if not select(label):
             continue
         by_machine: dict[str, list[tuple[int, dict[str, float]]]] = {}
