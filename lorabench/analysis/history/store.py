@@ -123,11 +123,12 @@ def _insert(conn: sqlite3.Connection, run: ReadRun) -> tuple[StoredRun, str]:
     return stored, status
 
 
-def add_runs(db: Path, paths: Sequence[Path]) -> list[tuple[StoredRun, str]]:
-    """Add every run of ``paths``; each with what became of it (``ADDED``, ``GREW``,
+def add_runs(db: Path, paths: Sequence[Path], only: str | None = None) -> list[tuple[StoredRun, str]]:
+    """Add every run of ``paths`` (only the run ``only`` where given: a session's own, in a
+    fixed output file that holds others); each with what became of it (``ADDED``, ``GREW``,
     ``STORED``). All files are read and checked before the first is added, so bad input
     adds nothing."""
-    runs = [run for path in paths for run in read_runs(path)]
+    runs = [run for path in paths for run in read_runs(path) if only is None or run.run_id == only]
     with connect(db, create=True) as conn:
         try:
             return [_insert(conn, run) for run in runs]
