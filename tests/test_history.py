@@ -367,3 +367,24 @@ def test_cases_the_name_alone_would_not_tell_apart_are_named_by_what_differs(tmp
     assert main(["history", "show", "--db", str(db), "-k", "bs2", "--metric", "ttft_ms"]) == 0
     out = capsys.readouterr().out
     assert "bs2 in16 out4 [model=builtin:tiny-llama]  ttft_ms" in out and "[model=my-llama]  ttft_ms" in out
+
+
+def test_a_capacity_that_is_only_a_bound_is_no_point_and_the_gate_says_it_is_blank(tmp_path, capsys):
+    """A search stopped at its range's end found a bound: storing it as a capacity would make
+    a collapse look like a level, and its absence must not pass the gate silently."""
+    db = tmp_path / "h.db"
+    paths = write_runs(tmp_path, 8)
+    for i, path in enumerate(paths):
+        rows = pd.read_csv(path)
+        rows["capacity_rps"] = 0.5 if i == 7 else 4.0
+        rows["search_stop"] = "below min_rate" if i == 7 else "bracketed"
+        rows.to_csv(path, index=False)
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    capsys.readouterr()
+    assert check(db, "--metric", "capacity_rps", "--metric", "ttft_ms") == 1
+    out = capsys.readouterr().out
+    blank = [line for line in out.splitlines() if line.startswith("NOT MEASURED")]
+    assert len(blank) == 2 and all(" capacity_rps: " in line and "newest run run-007" in line for line in blank), out
+    assert "REGRESSION" not in out and "2 figure(s) blank in it" in out
+    assert main(["history", "show", "--db", str(db), "-k", "bs2", "--metric", "capacity_rps"]) == 0
+    assert "(7 runs;" in capsys.readouterr().out  # the bound is not the 8th point

@@ -135,6 +135,13 @@ def _check(args: argparse.Namespace) -> int:
     missing = sorted({s.case for s in found} - {s.case for s in judged})
     for case in missing:
         print(f"MISSING {case}: measured before, not in the newest run {newest.run_id} (did it fail?)")
+    cases = {s.case for s in judged}
+    unmeasured = [s for s in found if s.case in cases and s.runs[-1].run_id != newest.run_id]
+    for s in unmeasured:
+        print(
+            f"NOT MEASURED {s.case} {s.metric}: measured before (last in run {s.runs[-1].run_id}), blank in the "
+            f"newest run {newest.run_id} (a capacity search that found only a bound, a failed measurement)"
+        )
     failed = regressions(judged, threshold, per_metric)
     for r in failed:
         print(_regression_line(r, len(judged)))
@@ -143,9 +150,9 @@ def _check(args: argparse.Namespace) -> int:
     outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
     print(
         f"history check: {verdict} beyond {threshold:.0%} in {len(judged)} series of the newest run "
-        f"{newest.run_id}; {len(missing)} case(s) missing from it; {outputs}"
+        f"{newest.run_id}; {len(missing)} case(s) missing from it, {len(unmeasured)} figure(s) blank in it; {outputs}"
     )
-    return 1 if failed or changed or missing else 0
+    return 1 if failed or changed or missing or unmeasured else 0
 
 
 def _output_changes(args: argparse.Namespace) -> list[str]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorabench.analysis.compare.load import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
+from lorabench.measure.capacity import BRACKETED
 from lorabench.results.records import digests_path_for
 from lorabench.results.schema import ENGINE_KEY, OLDER_FILES, STACK_COLUMNS
 
@@ -66,6 +67,7 @@ class _Columns:
         self.metrics = [(m, at[m]) for m in METRICS if m in at]
         self.stack = [(c, at.get(c)) for c in STACK_ID_COLUMNS]
         self.engine_id, self.build = at.get("engine_id"), at.get("build")
+        self.search_stop = at.get("search_stop")
         self.run_id, self.timestamp = at["run_id"], at["timestamp"]
 
     @staticmethod
@@ -84,6 +86,10 @@ class _Columns:
                 continue
             if math.isfinite(value):
                 metrics[metric] = value
+        if self._get(row, self.search_stop) not in ("", BRACKETED):
+            # A search stopped by a limit or its range's end found a bound, not a capacity
+            # (docs/capacity.md): not a point of the series, and the gate says it is missing.
+            metrics.pop("capacity_rps", None)
         run.rows.append((key, engine, int(float(self._get(row, self.build) or 0)), metrics))
         run.timestamp = max(run.timestamp, row[self.timestamp])
 
