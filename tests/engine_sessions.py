@@ -158,14 +158,15 @@ def fast_base(path: Path, speedup: float = 20) -> Path:
 def compare_session(tmp_path_factory: pytest.TempPathFactory) -> BenchSession:
     """A real run of two builds of one configuration, compared in its session with a made-up
     base far faster than this machine (``base.csv`` in its folder), with --bench-compare-fail
-    (tests/test_plugin.py reads it, and compares it again against a noise floor)."""
+    (tests/test_plugin.py reads it, and compares it again against a noise floor), and added
+    to the history in ``history.db`` (tests/test_history.py)."""
     folder = tmp_path_factory.mktemp("compare")
     path = write_tiny_config(
         folder, engine={"max_loras": 1}, matrix={"workloads": ["identical"], "input_len": 16, "rounds": 2}
     )
     base = fast_base(folder / "base.csv")
     args = ("--bench-config", str(path), "-k", "multilora", "-p", "no:cacheprovider", "--bench-builds", "2")
-    compare = ("--bench-compare", str(base), "--bench-compare-fail")
+    compare = ("--bench-compare", str(base), "--bench-compare-fail", "--bench-history", str(folder / "history.db"))
     return bench_session(folder, ("test_no_lora", "test_multilora"), *args, *compare, timeout=900)
 
 

@@ -3,6 +3,7 @@ planted in a series comes out as a change point at its run, with the stacks eith
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -388,3 +389,42 @@ def test_a_capacity_that_is_only_a_bound_is_no_point_and_the_gate_says_it_is_bla
     assert "REGRESSION" not in out and "2 figure(s) blank in it" in out
     assert main(["history", "show", "--db", str(db), "-k", "bs2", "--metric", "capacity_rps"]) == 0
     assert "(7 runs;" in capsys.readouterr().out  # the bound is not the 8th point
+
+
+@pytest.mark.engine
+def test_a_real_runs_rows_go_into_the_history_and_the_gate_reads_them(compare_session, tmp_path, capsys):
+    """The real CPU engine's run, added by --bench-history at its session's end (the compare
+    session of tests/engine_sessions.py); then a series around it: its made-up fast base as
+    five earlier nights, and two copies of the real run (new ids, later) as the nights after."""
+    db = compare_session.folder / "history.db"
+    compare_session.result.stdout.fnmatch_lines(["*= lorabench history =*", f"added: run * to {db}"])
+    with sqlite3.connect(db) as conn:
+        ((run_id, stack),) = conn.execute("SELECT run_id, stack FROM runs").fetchall()
+    real = pd.read_csv(compare_session.csv)
+    assert run_id == real["run_id"].iloc[0]
+    stack = json.loads(stack)
+    assert stack["vllm_version"] == real["vllm_version"].iloc[0] and stack["cpu_model"] != "unknown"
+    copy = tmp_path / "history.db"
+    copy.write_bytes(db.read_bytes())
+    host = ["hostname", "device_name", "device_count", "cpu_model"]  # the made-up base's is another machine
+    base = pd.read_csv(compare_session.folder / "base.csv").assign(**{c: real[c].iloc[0] for c in host})
+    nights = []
+    for night in range(5):
+        path = tmp_path / f"base{night}.csv"
+        base.assign(run_id=f"base-{night}", timestamp=f"2000-01-0{night + 1}T00:00:00Z").to_csv(path, index=False)
+        nights.append(path)
+    for night in range(2):
+        path = tmp_path / f"again{night}.csv"
+        real.assign(run_id=f"again-{night}", timestamp=f"2999-01-0{night + 1}T00:00:00Z").to_csv(path, index=False)
+        nights.append(path)
+    assert main(["history", "add", "--db", str(copy), *map(str, nights)]) == 0
+    capsys.readouterr()
+    assert check(copy, "-k", "multilora", "--metric", "e2e_ms") == 1
+    out = capsys.readouterr().out
+    assert "multilora loras1-rank16-cpu4 bs2 in16 out4 e2e_ms" in out and f"since run {run_id}" in out, out
+
+
+def test_two_exact_levels_are_one_change_at_one_run():
+    """Copies of one run (no noise at all): the unexplained variance rounds to just under 0."""
+    found = change_points(np.array([31.88438819734057] * 4 + [13.562357016817128] * 3))
+    assert [(c.position, c.first, c.last) for c in found] == [(4, 4, 4)] and found[0].p_value < 1e-12

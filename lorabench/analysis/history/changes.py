@@ -92,8 +92,9 @@ def _split(values: np.ndarray, rng: np.random.Generator) -> tuple[int, float, in
         shuffles = np.array([rng.permutation(values) for _ in range(PERMUTATIONS)])
         as_large = int((gains(shuffles).max(axis=1) >= own[best] * (1 - 1e-12)).sum())
         p = (as_large + 1) / (PERMUTATIONS + 1)
-    variance = (((values - values.mean()) ** 2).sum() - own[best]) / max(n - 2, 1)
-    near = np.flatnonzero(own[best] - own <= LOCATION_KAPPA * variance)
+    # What the split leaves unexplained; rounding can take it just under 0 for exact levels.
+    variance = max((((values - values.mean()) ** 2).sum() - own[best]) / max(n - 2, 1), 0.0)
+    near = np.flatnonzero(own[best] - own <= LOCATION_KAPPA * variance + 1e-12 * own[best])
     return MIN_SIZE + best, p, MIN_SIZE + int(near[0]), MIN_SIZE + int(near[-1])
 
 
