@@ -145,7 +145,7 @@ def _check(args: argparse.Namespace) -> int:
     failed = regressions(judged, threshold, per_metric)
     for r in failed:
         print(_regression_line(r, len(judged)))
-    changed = _output_changes(args)
+    changed = _output_changes(args.db, runs)
     verdict = f"{len(failed)} regressed" if failed else "no regression"
     outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
     print(
@@ -155,13 +155,12 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if failed or changed or missing or unmeasured else 0
 
 
-def _output_changes(args: argparse.Namespace) -> list[str]:
+def _output_changes(db: Path, runs: list[StoredRun]) -> list[str]:
     """OUTPUT CHANGED lines: the newest run against the one before it, adapter by adapter."""
-    with connect(args.db, create=False) as conn:
-        runs = ordered_runs(conn, args.order)
-        if len(runs) < 2:
-            return []
-        before, newest = runs[-2], runs[-1]
+    if len(runs) < 2:
+        return []
+    before, newest = runs[-2], runs[-1]
+    with connect(db, create=False) as conn:
         changed = output_changes(run_digests(conn, newest.run_id), run_digests(conn, before.run_id))
     lines = [
         f"OUTPUT CHANGED {model} ({device}) adapter {adapter}: greedy output {old} -> {new} between run "
