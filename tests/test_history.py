@@ -133,6 +133,10 @@ def test_an_order_file_reorders_the_runs_by_stack(tmp_path, capsys):
         (["show", "--db", "{tmp}/h.db", "--metric", "speed"], "--metric speed: not a compared column"),
         (["show", "--db", "{tmp}/h.db", "-k", "bs2 and ("], "-k 'bs2 and ('"),
         (["show", "--db", "{tmp}/h.db", "--order", "{tmp}/order.txt"], "does not list stack"),
+        (["add", "--db", "{tmp}/h.db", "{tmp}"], "cannot be read (Is a directory): give a result CSV file"),
+        (["add", "--db", "{tmp}/no/such/h.db", "{tmp}/run000.csv"], "no folder"),
+        (["report", "--db", "{tmp}/h.db", "--out", "{tmp}/run000.csv"], "is a file: name a folder"),
+        (["show", "--db", "{tmp}/h.db", "--order", "{tmp}/binary.txt"], "not a text file of stack ids"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
@@ -140,6 +144,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
     main(["history", "add", "--db", str(tmp_path / "h.db"), str(tmp_path / "run000.csv")])
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     (tmp_path / "order.txt").write_text("0123456789ab\n")
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00\x81")
     capsys.readouterr()
     assert main(["history", *(a.format(tmp=tmp_path) for a in args)]) == 2
     err = capsys.readouterr().err
