@@ -309,8 +309,10 @@ def break_import(monkeypatch, name: str, error: Exception) -> None:
 
 
 def test_a_vllm_that_fails_to_import_is_a_config_problem(tiny_config, monkeypatch):
+    # vLLM itself, as a build for another CUDA fails (its _C extension): breaking only
+    # arg_utils would import the real vLLM first, seconds of torch for nothing.
     error = ImportError("libcudart.so.12: cannot open shared object file")
-    break_import(monkeypatch, "vllm.engine.arg_utils", error)
+    break_import(monkeypatch, "vllm", error)
     message = problems_of(tiny_config())
     assert (
         "engine arguments cannot be checked: vLLM is installed but does not import (ImportError: libcudart.so.12: "
@@ -320,7 +322,7 @@ def test_a_vllm_that_fails_to_import_is_a_config_problem(tiny_config, monkeypatc
 
 def test_without_vllm_the_engine_arguments_go_unchecked(tiny_config, monkeypatch):
     """Not installed at all: nothing to check against, and the engine build says what to install."""
-    break_import(monkeypatch, "vllm.engine.arg_utils", ModuleNotFoundError("No module named 'vllm'", name="vllm"))
+    break_import(monkeypatch, "vllm", ModuleNotFoundError("No module named 'vllm'", name="vllm"))
     config = load(tiny_config(engine={"max_num_seq": 4}))  # a typo vLLM's own names would have caught
     assert config.file.engine.model_extra["max_num_seq"] == 4
 

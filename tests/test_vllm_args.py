@@ -115,5 +115,7 @@ def test_vllms_names_come_from_the_cache_and_a_broken_import_is_still_said(tiny_
     problems = problems_of(tiny_config(engine={"only_in_cache": 1}))
     assert "unknown key 'engine.max_model_len'" in problems and "only_in_cache" not in problems
 
-    break_import(monkeypatch, vllm_args.MODULE, ImportError("libcudart.so.12: cannot open shared object file"))
+    # vLLM's own package broken (as its _C extension fails), not arg_utils alone: that would
+    # import the real vLLM above it first, seconds of torch for nothing.
+    break_import(monkeypatch, "vllm", ImportError("libcudart.so.12: cannot open shared object file"))
     assert "vLLM is installed but does not import (ImportError: libcudart.so.12" in problems_of(tiny_config())
