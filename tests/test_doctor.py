@@ -157,6 +157,7 @@ def test_the_exit_status_is_1_when_something_would_stop_a_run(npu_host, monkeypa
     assert doctor.main(argparse.Namespace(config="/nonexistent.json")) == 2
 
 
+@pytest.mark.engine  # the real vLLM: its platform asked of a process of its own (an import of seconds)
 def test_this_cpu_host_with_the_default_config(monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
     assert doctor.main(argparse.Namespace(config=None)) == 0
@@ -319,6 +320,7 @@ def fake_ascend_site(site: Path, log: Path) -> None:
     )
 
 
+@pytest.mark.engine  # the real vLLM, with the fake plugins: an import of seconds
 def test_doctor_on_a_fake_node_imports_neither_vllm_ascend_nor_torch_npu(npu_host, tmp_path, tiny_config):
     """The command as a user runs it, on a node faked down to the plugins' entry points:
     vLLM's platform is npu (asked of a process of its own, which imports both), and the
