@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from lorabench.analysis.compare.load import REQUIRED_KEY
+from lorabench.analysis.cases import REQUIRED_KEY
 from lorabench.config import EngineSpec
 from lorabench.results.naming import engine_name
 from lorabench.results.records import SAMPLE_COLUMNS

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from lorabench.config.target import URL
-from lorabench.measure.capacity import BELOW_RANGE, NO_VERDICT
 from lorabench.results.naming import engine_name
 from lorabench.results.schema import CASE_KEY, ENGINE_KEY, ResultRow
+from lorabench.results.search_stops import BELOW_RANGE, NO_VERDICT
 
 SHAPE_KEY = [c for c in CASE_KEY if c not in ENGINE_KEY]
 

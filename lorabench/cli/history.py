@@ -86,7 +86,7 @@ def _selector(expr: str | None):  # noqa: ANN202 - a predicate on a case's label
 
 
 def _series(args: argparse.Namespace, default_metrics: list[str]) -> tuple[list[StoredRun], list[Series]]:
-    from lorabench.analysis.compare.load import METRICS
+    from lorabench.analysis.cases import METRICS
 
     metrics = args.metric or default_metrics
     unknown = [m for m in metrics if m not in METRICS]
@@ -122,8 +122,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from lorabench.analysis.cases import METRICS
     from lorabench.analysis.compare import CompareError, parse_thresholds
-    from lorabench.analysis.compare.load import METRICS
 
     try:
         threshold, per_metric = parse_thresholds(args.threshold, default=GATE_THRESHOLD)

@@ -9,8 +9,9 @@ the fix, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
@@ -139,51 +140,51 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``only``: the subcommand about to run, the one whose arguments (and
+    module, and what that imports) are loaded; the others are listed by name and help only.
+    A subcommand starts in a fraction of a second that way (``history show`` of one case
+    answers in under one). Without ``only``, every subcommand whole (the tests walk them)."""
     parser = Parser(prog="lorabench", description=DESCRIPTION)
     parser.add_argument("--version", action=_Version, help="lorabench's version and vLLM's")
     commands = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_ab, _add_adapters, _add_compare, _add_report, _add_trace, _add_tools):
-        add(commands)
+    for name, text, fill in _COMMANDS:
+        sub = commands.add_parser(name, help=text)
+        if only is None or only == name:
+            fill(sub)
     return parser
 
 
-def _add_tools(commands: Any) -> None:
-    """Subcommands whose module owns its arguments and its main, as vLLM's benchmarks do."""
-    from lorabench.ab import bisect
-    from lorabench.cli import bundle, doctor, history, serve_command
+def _tool(module_name: str) -> Callable[[argparse.ArgumentParser], None]:
+    """A subcommand whose module owns its arguments and its main, as vLLM's benchmarks do."""
 
-    for name, module, text in (
-        ("doctor", doctor, "preflight: would a run start here? one line a finding; exit status 1: one would stop it"),
-        ("bundle", bundle, "a run's results, logs, config, doctor output and settings in one file"),
-        ("serve-command", serve_command, "the vllm serve command one engine configuration is, to start it yourself"),
-        ("bisect", bisect, "the first environment of a chain where the selection got slower, by A/B sessions"),
-        ("history", history, "runs across commits in one store: add runs, show each case's series and change points"),
-    ):
-        sub = commands.add_parser(name, help=text, description=plain(module.__doc__))
+    def fill(sub: argparse.ArgumentParser) -> None:
+        module = importlib.import_module(module_name)
+        sub.description = plain(module.__doc__)
         module.add_cli_args(sub)
         sub.set_defaults(func=module.main)
 
+    return fill
 
-def _add_trace(commands: Any) -> None:
+
+def _fill_trace(sub: argparse.ArgumentParser) -> None:
     from lorabench.cli import trace as command
 
-    command.add_cli_args(commands.add_parser("trace", help=command.HELP, description=plain(command.__doc__)))
+    sub.description = plain(command.__doc__)
+    command.add_cli_args(sub)
 
 
-def _add_adapters(commands: Any) -> None:
+def _fill_adapters(sub: argparse.ArgumentParser) -> None:
     from lorabench.cli import adapters as adapters_command
 
-    adapters_command.add_cli_args(commands.add_parser("adapters", help="LoRA adapter tools"))
+    adapters_command.add_cli_args(sub)
 
 
-def _add_compare(commands: Any) -> None:
-    comp = commands.add_parser(
-        "compare",
-        help="compare two runs; exit status 1: a regression",
-        description="Compare two benchmark runs case by case. A change is a regression or an improvement only "
+def _fill_compare(comp: argparse.ArgumentParser) -> None:
+    comp.description = (
+        "Compare two benchmark runs case by case. A change is a regression or an improvement only "
         "when it passes the threshold and is significant against the noise between engine builds "
-        "(a t-test on the builds' log values, Benjamini-Hochberg-adjusted over every case and metric).",
+        "(a t-test on the builds' log values, Benjamini-Hochberg-adjusted over every case and metric)."
     )
     comp.add_argument(
         "base",
@@ -204,34 +205,69 @@ def _add_compare(commands: Any) -> None:
     comp.set_defaults(func=_compare)
 
 
-def _add_ab(commands: Any) -> None:
+def _fill_ab(ab: argparse.ArgumentParser) -> None:
     from lorabench.ab import runner
 
-    ab = commands.add_parser(
-        "ab",
-        help="measure two environments in alternation on one node and compare them pair by pair",
-        description="Run the same pytest selection and config in two environments (interpreter, folder, "
+    ab.description = (
+        "Run the same pytest selection and config in two environments (interpreter, folder, "
         "variables), one engine build of each configuration a turn, in the order ABBA..., then compare the "
         "pairs: drift of the machine over the session cancels. "
         "Example: lorabench ab --base-python ~/vllm-a/bin/python --new-python ~/vllm-b/bin/python --out ab/ "
-        '-- bench -k "multilora and identical"',
+        '-- bench -k "multilora and identical"'
     )
     runner.add_cli_args(ab)
     ab.set_defaults(func=runner.main)
 
 
-def _add_report(commands: Any) -> None:
-    report = commands.add_parser("report", help="draw result files as a page of figures: DIR/index.html")
+def _fill_report(report: argparse.ArgumentParser) -> None:
     report.add_argument("results", nargs="+", help="result CSV files, one run each, drawn side by side")
     report.add_argument("--out", required=True, help="folder for index.html and its PNG figures")
     report.set_defaults(func=_report)
+
+
+# Every subcommand: its name, its line in `lorabench --help`, and what adds its arguments.
+_COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
+    ("ab", "measure two environments in alternation on one node and compare them pair by pair", _fill_ab),
+    ("adapters", "LoRA adapter tools", _fill_adapters),
+    ("compare", "compare two runs; exit status 1: a regression", _fill_compare),
+    ("report", "draw result files as a page of figures: DIR/index.html", _fill_report),
+    ("trace", "online workloads: synthetic (S-LoRA style) or imported from public traces", _fill_trace),
+    (
+        "doctor",
+        "preflight: would a run start here? one line a finding; exit status 1: one would stop it",
+        _tool("lorabench.cli.doctor"),
+    ),
+    ("bundle", "a run's results, logs, config, doctor output and settings in one file", _tool("lorabench.cli.bundle")),
+    (
+        "serve-command",
+        "the vllm serve command one engine configuration is, to start it yourself",
+        _tool("lorabench.cli.serve_command"),
+    ),
+    (
+        "bisect",
+        "the first environment of a chain where the selection got slower, by A/B sessions",
+        _tool("lorabench.ab.bisect"),
+    ),
+    (
+        "history",
+        "runs across commits in one store: add runs, show each case's series and change points",
+        _tool("lorabench.cli.history"),
+    ),
+)
+
+
+def _command_in(argv: Sequence[str]) -> str:
+    """The subcommand ``argv`` names (its first word that is no option; lorabench's own
+    options take no value), or "" where it names none it knows."""
+    first = next((word for word in argv if not word.startswith("-")), "")
+    return first if first in {name for name, _, _ in _COMMANDS} else ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; its exit status as the convention says (0 done, 1 a finding, 2 bad
     input), also for argparse's own errors, --help and --version, which exit by raising."""
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(_command_in(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else BAD_INPUT
     return args.func(args)

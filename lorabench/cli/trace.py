@@ -11,8 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HELP = "online workloads: synthetic (S-LoRA style) or imported from public traces"
-
 
 def _range(text: str) -> tuple[int, int]:
     try:

@@ -38,6 +38,15 @@ from typing import Any
 
 from lorabench.config.trace_sections import MIN_REQUESTS
 from lorabench.results.records import ProbeRecord
+from lorabench.results.search_stops import (  # the search writes them; tests read them here too
+    ABOVE_RANGE,
+    BELOW_RANGE,
+    BRACKETED,
+    FAILED,
+    PROBE_LIMIT,
+    TIME_LIMIT,
+    TOO_FEW,
+)
 
 # How many times the configured measured span an undecided probe's rerun may last: 1, 2, then 4.
 MAX_STRETCH = 4.0
@@ -45,18 +54,6 @@ MAX_STRETCH = 4.0
 # latency target, at the estimate's concurrency): capacity under a target is usually below it.
 FIRST_PROBE_SHARE = 0.5
 Z_95 = 1.959964
-
-# Why a search stopped (the row's ``search_stop``).
-BRACKETED = "bracketed"
-ABOVE_RANGE = "above max_rate"
-BELOW_RANGE = "below min_rate"
-PROBE_LIMIT = "max_probes"
-TIME_LIMIT = "max_time_s"
-TOO_FEW = "too few requests"
-FAILED = "requests failed"  # then ": " and the first error
-BEHIND = "client fell behind"  # then ": " and how far (replay_summary.client_behind)
-# The stops of a probe that decided nothing whatever it measured: the search found no SLO edge.
-NO_VERDICT = (FAILED, BEHIND)
 
 
 def wilson_interval(met: int, n: int, z: float = Z_95) -> tuple[float, float]:

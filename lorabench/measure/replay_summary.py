@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from lorabench.measure.capacity import BEHIND
 from lorabench.measure.replay import ReplayedRequest
 from lorabench.results.records import AdapterRecord, Sample
+from lorabench.results.search_stops import BEHIND
 from lorabench.results.stats import percentile, summary
 
 # The client fell behind when more than LATE_SHARE of the measured requests were sent more

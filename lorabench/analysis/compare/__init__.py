@@ -1,57 +1,42 @@
 """Compare two benchmark runs: ``load`` reads them, ``analysis`` decides what changed,
-``render`` shows it."""
+``render`` shows it.
 
-from lorabench.analysis.compare.analysis import (
-    DEFAULT_ALPHA,
-    DEFAULT_THRESHOLD,
-    IMPROVED,
-    NOT_SIGNIFICANT,
-    REGRESSED,
-    TOO_FEW,
-    WITHIN,
-    Comparison,
-    Finding,
-    Noise,
-    compare,
-    parse_thresholds,
-)
-from lorabench.analysis.compare.load import (
-    METRICS,
-    CompareError,
-    Run,
-    find_runs,
-    load_noise_runs,
-    load_run,
-    split_paths,
-)
-from lorabench.analysis.compare.paired import compare_pairs, is_ab_side
-from lorabench.analysis.compare.render import RENDERERS, case_label, plot, render_by_rank, render_text
+The names below are imported when first used, not with the package: the comparison's
+options (``compare.options``), which the pytest plugin adds at every start, need no
+pandas, and importing it took a third of a second of each pytest and lorabench start."""
 
-__all__ = [
-    "DEFAULT_ALPHA",
-    "DEFAULT_THRESHOLD",
-    "IMPROVED",
-    "METRICS",
-    "NOT_SIGNIFICANT",
-    "REGRESSED",
-    "RENDERERS",
-    "TOO_FEW",
-    "WITHIN",
-    "CompareError",
-    "Comparison",
-    "Finding",
-    "Noise",
-    "Run",
-    "case_label",
-    "compare",
-    "compare_pairs",
-    "find_runs",
-    "is_ab_side",
-    "load_noise_runs",
-    "load_run",
-    "parse_thresholds",
-    "plot",
-    "render_by_rank",
-    "render_text",
-    "split_paths",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "analysis": (
+        "DEFAULT_ALPHA",
+        "DEFAULT_THRESHOLD",
+        "IMPROVED",
+        "NOT_SIGNIFICANT",
+        "REGRESSED",
+        "TOO_FEW",
+        "WITHIN",
+        "Comparison",
+        "Finding",
+        "Noise",
+        "compare",
+        "parse_thresholds",
+    ),
+    "load": ("CompareError", "Run", "find_runs", "load_noise_runs", "load_run", "split_paths"),
+    "paired": ("compare_pairs", "is_ab_side"),
+    "render": ("RENDERERS", "plot", "render_by_rank", "render_text"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

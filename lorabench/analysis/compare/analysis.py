@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lorabench.analysis.cases import METRICS, case_of
 from lorabench.analysis.compare.capacity import CapacityBound, capacity_verdicts
 from lorabench.analysis.compare.churn import failed_operations
-from lorabench.analysis.compare.load import METRICS, CompareError, Run, case_of
+from lorabench.analysis.compare.load import CompareError, Run
 from lorabench.analysis.compare.noise import (
     BUILDS,
     Noise,

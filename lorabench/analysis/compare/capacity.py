@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lorabench.analysis.compare.load import PASSED, Run, case_of
-from lorabench.measure.capacity import ABOVE_RANGE, BELOW_RANGE, BRACKETED, NO_VERDICT
+from lorabench.analysis.cases import case_of
+from lorabench.analysis.compare.load import PASSED, Run
+from lorabench.results.search_stops import ABOVE_RANGE, BELOW_RANGE, BRACKETED, NO_VERDICT
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ case whose new side failed an operation is named on its own, and fails the compa
 
 from __future__ import annotations
 
-from lorabench.analysis.compare.load import Run, case_of
+from lorabench.analysis.cases import case_of
+from lorabench.analysis.compare.load import Run
 
 FAILED, DONE = "churn_failed_ops", "churn_ops"
 

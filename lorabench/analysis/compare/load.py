@@ -16,20 +16,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lorabench.measure.capacity import BRACKETED
+from lorabench.analysis.cases import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
 from lorabench.results.records import digests_path_for, samples_path_for
-from lorabench.results.schema import CASE_KEY, COMPARED, ENGINE_KEY, OLDER_FILES, OPTIONAL_COLUMNS
+from lorabench.results.schema import CASE_KEY, ENGINE_KEY, OLDER_FILES
+from lorabench.results.search_stops import BRACKETED
 
-# metric -> True when higher is better: the directions the result schema declares.
-METRICS = COMPARED
-# What every lorabench result file has had.
-CORE_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "output_tokens_per_s")
-# A search's max_rate bounds what it can find, not what it measures: searches under
-# different ones are matched, and where one stopped at its max_rate the capacity is judged
-# as the bound it is (compare.capacity).
-MATCH_KEY = tuple(c for c in CASE_KEY if c != "capacity_max_rate")
-REQUIRED_KEY = tuple(c for c in MATCH_KEY if c not in OPTIONAL_COLUMNS)
-KEY_SEP = "\x1f"  # joins a case's key values into one index label
 PASSED = "_capacity_passed"  # every build's capacity_rps as the file has it, bound or not
 
 
@@ -92,10 +83,6 @@ def keyed(frame: pd.DataFrame) -> pd.DataFrame:
     else:
         added["_engine"] = [KEY_SEP.join(map(_norm, row)) for row in zip(*(values[c] for c in ENGINE_KEY))]
     return pd.concat([frame, pd.DataFrame(added, index=frame.index)], axis=1)
-
-
-def case_of(key: str) -> dict[str, str]:
-    return dict(zip(MATCH_KEY, key.split(KEY_SEP)))
 
 
 def read_result_csv(path: Path) -> pd.DataFrame:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lorabench.analysis.cases import case_of
 from lorabench.analysis.compare.analysis import (
     Comparison,
     Finding,
@@ -35,7 +36,7 @@ from lorabench.analysis.compare.analysis import (
 )
 from lorabench.analysis.compare.capacity import capacity_verdicts
 from lorabench.analysis.compare.churn import failed_operations
-from lorabench.analysis.compare.load import CompareError, Run, case_of, load_run
+from lorabench.analysis.compare.load import CompareError, Run, load_run
 from lorabench.analysis.compare.noise import Noise, case_run_means, detectable, t_sf
 
 PAIRS = "A/B pairs (sd of one pair's log ratio new/base, drift removed)"

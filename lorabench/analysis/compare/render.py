@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lorabench.analysis.cases import METRICS, case_label
 from lorabench.analysis.compare.analysis import (
     IMPROVED,
     NOT_SIGNIFICANT,
@@ -20,28 +21,9 @@ from lorabench.analysis.compare.analysis import (
     Finding,
 )
 from lorabench.analysis.compare.capacity import CapacityBound
-from lorabench.analysis.compare.load import METRICS, rank_medians
+from lorabench.analysis.compare.load import rank_medians
 from lorabench.analysis.compare.noise import UNTESTABLE_PCT
 from lorabench.analysis.compare.paired import PAIRS
-from lorabench.results.naming import engine_name
-
-
-def case_label(case: dict[str, str]) -> str:
-    lora = engine_name(
-        *(case[c] for c in ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras")),
-        case.get("enforce_eager"),
-        case.get("graph_config"),
-    )
-    if case.get("trace_suite"):
-        churn = f" churn{case['churn_rate']}" if case.get("churn_rate") else ""
-        return (
-            f"{case['scenario']} {lora} {case['trace_suite']} n{case['trace_num_adapters']} "
-            f"a{case['trace_alpha']} cv{case['trace_cv']} r{case['trace_rate']}{churn}"
-        )
-    where = "".join(
-        f" {prefix}{case[column]}" for column, prefix in (("tier", ""), ("working_set", "ws")) if case.get(column)
-    )
-    return f"{case['scenario']} {lora}{where} bs{case['batch_size']} in{case['input_len']} out{case['output_len']}"
 
 
 def _ordered(comparison: Comparison) -> list[tuple[str, list[Finding]]]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lorabench.analysis.compare.load import METRICS
+from lorabench.analysis.cases import METRICS
 from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change, student_p
 from lorabench.analysis.history.series import Series
 

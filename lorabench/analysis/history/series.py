@@ -14,8 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lorabench.analysis.compare.load import MATCH_KEY, case_of
-from lorabench.analysis.compare.render import case_label
+from lorabench.analysis.cases import MATCH_KEY, case_label, case_of
 from lorabench.analysis.history.changes import Change, change_points
 from lorabench.analysis.history.runs import HistoryError
 from lorabench.analysis.history.store import StoredRun, case_keys, case_rows, stored_runs
