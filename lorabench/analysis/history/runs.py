@@ -12,14 +12,15 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lorabench.analysis.compare.load import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
-from lorabench.measure.capacity import BRACKETED
+from lorabench.analysis.cases import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
 from lorabench.results.records import digests_path_for
 from lorabench.results.schema import ENGINE_KEY, OLDER_FILES, STACK_COLUMNS
+from lorabench.results.search_stops import BRACKETED
 
 
 class HistoryError(Exception):
@@ -56,13 +57,25 @@ def spelt(text: str | None) -> str:
     return str(int(number)) if number.is_integer() else repr(number)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _spelt_key(values: tuple[str, ...], key: tuple[tuple[int | None, str], ...]) -> str:
+    """``values`` (a row's key columns present in its file, in order) spelt as a case key,
+    with the defaults of the columns the file lacks (``key``: each key column's index or None)."""
+    given = iter(values)
+    return KEY_SEP.join(spelt(next(given) if i is not None else older) for i, older in key)
+
+
 class _Columns:
     """Where each column a run needs sits in a file's header (csv.reader's rows are lists:
     a dict of every column a row was most of the read)."""
 
     def __init__(self, header: list[str]) -> None:
         at = {name: i for i, name in enumerate(header)}
+        self.width = len(header)
         self.key = [(at.get(c), OLDER_FILES.get(c, "")) for c in MATCH_KEY]
+        # A whole row's key columns taken at once (in C), for rows as wide as the header.
+        self.key_present = [i for i, _ in self.key if i is not None]
+        self.key_values = operator.itemgetter(*self.key_present) if len(self.key_present) > 1 else None
         self.engine = [at.get(c) for c in ENGINE_KEY]
         self.metrics = [(m, at[m]) for m in METRICS if m in at]
         self.stack = [(c, at.get(c)) for c in STACK_ID_COLUMNS]
@@ -74,8 +87,15 @@ class _Columns:
     def _get(row: list[str], i: int | None, default: str = "") -> str:
         return row[i] if i is not None and i < len(row) else default
 
+    def case_key(self, row: list[str]) -> str:
+        """The row's case key; a row as wide as the header by its key columns' values at
+        once, and a key spelt once per distinct set of values (they repeat run after run)."""
+        if self.key_values is not None and len(row) >= self.width:
+            return _spelt_key(self.key_values(row), tuple(self.key))
+        return KEY_SEP.join(spelt(self._get(row, i, older)) for i, older in self.key)
+
     def record(self, run: ReadRun, row: list[str]) -> None:
-        key = KEY_SEP.join(spelt(self._get(row, i, older)) for i, older in self.key)
+        key = self.case_key(row)
         engine_id = self._get(row, self.engine_id)
         engine = _BUILD.sub("", engine_id) if engine_id else KEY_SEP.join(spelt(self._get(row, i)) for i in self.engine)
         metrics = {}

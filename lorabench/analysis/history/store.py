@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS rows (
     metrics TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS rows_by_case ON rows(case_key);
+CREATE INDEX IF NOT EXISTS rows_by_run ON rows(run_id);
 CREATE TABLE IF NOT EXISTS digests (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
     model TEXT NOT NULL,
@@ -53,6 +54,7 @@ CREATE TABLE IF NOT EXISTS digests (
     adapter TEXT NOT NULL,
     digests TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS digests_by_run ON digests(run_id);
 """
 
 
