@@ -182,6 +182,42 @@ def test_the_gate_passes_what_is_not_a_regression_beyond_its_threshold(tmp_path,
     assert check(db, "--metric", "ttft_ms", *args) == status, capsys.readouterr().out
 
 
+def with_history(tmp_path, history):
+    """The repository's default config with a ``history`` section of its own."""
+    config = json.loads((ROOT / "config" / "common.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "history": history}))
+    return path
+
+
+def test_the_configs_thresholds_are_the_gates_and_the_command_line_overrides_them(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 16, step_at=8, factor=1.04, seed=5))])
+    strict = with_history(tmp_path, {"metrics_pct": {"ttft_ms": 3}})
+    assert check(db, "--metric", "ttft_ms", "--config", str(strict)) == 1, capsys.readouterr().out
+    assert "beyond 5%" in capsys.readouterr().out, "the overall threshold stays the default"
+    assert check(db, "--metric", "ttft_ms", "--config", str(strict), "--threshold", "ttft_ms=5%") == 0
+    lenient = with_history(tmp_path, {"threshold_pct": 2, "metrics_pct": {"ttft_ms": 6}})
+    assert check(db, "--metric", "ttft_ms", "--config", str(lenient)) == 0, "the metric's own over the overall"
+
+
+@pytest.mark.parametrize(
+    "history, says",
+    [
+        ({"metrics_pct": {"ttft": 3}}, "'ttft' is not a compared column"),
+        ({"metrics_pct": {"ttft_ms": -1}}, "give a percentage of 0 or more"),
+        ({"threshold": 3}, "history.threshold"),
+    ],
+)
+def test_a_bad_history_section_is_one_line_and_exit_2(tmp_path, capsys, history, says):
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 2))])
+    capsys.readouterr()
+    assert check(db, "--config", str(with_history(tmp_path, history))) == 2
+    err = capsys.readouterr().err
+    assert says in err and "config.json" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_the_split_is_the_one_ruptures_binary_segmentation_finds():
     """The l2 split is computed here (vectorized for the permutation test); ruptures'
     Binseg(model="l2") is the reference it must agree with."""

@@ -41,8 +41,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="[METRIC=]PCT",
         help=f"smallest worsening that fails the gate, default {100 * GATE_THRESHOLD:.0f}%%; "
-        "repeat per metric, e.g. decode_ms=3%%",
+        "repeat per metric, e.g. decode_ms=3%%; overrides the config's",
     )
+    check.add_argument("--config", help="a benchmark config whose history section sets the thresholds (default: none)")
     check.set_defaults(run=_check)
     report = actions.add_parser("report", help="the history as one static page: DIR/index.html, opened offline")
     _add_selection(report, f"a result column to draw; repeat for more (default: {', '.join(DEFAULT_METRICS)})")
@@ -125,8 +126,9 @@ def _check(args: argparse.Namespace) -> int:
     from lorabench.analysis.cases import METRICS
     from lorabench.analysis.compare import CompareError, parse_thresholds
 
+    given = [*_config_thresholds(args.config), *args.threshold]  # the command line's last: they win
     try:
-        threshold, per_metric = parse_thresholds(args.threshold, default=GATE_THRESHOLD)
+        threshold, per_metric = parse_thresholds(given, default=GATE_THRESHOLD)
     except CompareError as exc:
         raise HistoryError(str(exc)) from None
     runs, found = _series(args, list(METRICS))
@@ -153,6 +155,20 @@ def _check(args: argparse.Namespace) -> int:
         f"{newest.run_id}; {len(missing)} case(s) missing from it, {len(unmeasured)} figure(s) blank in it; {outputs}"
     )
     return 1 if failed or changed or missing or unmeasured else 0
+
+
+def _config_thresholds(path: str | None) -> list[str]:
+    """The config's history thresholds, spelt as --threshold values."""
+    if path is None:
+        return []
+    from lorabench.config import ConfigError, read_config_file
+
+    try:
+        history = read_config_file(Path(path)).history
+    except ConfigError as exc:
+        raise HistoryError(exc.problems[0]) from None
+    overall = [] if history.threshold_pct is None else [f"{history.threshold_pct}%"]
+    return overall + [f"{metric}={pct}%" for metric, pct in history.metrics_pct.items()]
 
 
 def _output_changes(db: Path, runs: list[StoredRun]) -> list[str]:

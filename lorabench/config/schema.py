@@ -25,6 +25,7 @@ from lorabench.config.strict import Strict, unique
 from lorabench.config.target import check_url
 from lorabench.config.trace_sections import Capacity, Churn, Online
 from lorabench.results.graph import GRAPH_KEYS
+from lorabench.results.schema import COMPARED
 
 WORKLOADS = ("distinct", "uniform", "skewed", "identical", "mixed")
 Workload = Literal["distinct", "uniform", "skewed", "identical", "mixed"]
@@ -160,6 +161,25 @@ class UrlTarget(Strict):
         return check_url(value)
 
 
+class History(Strict):
+    """The nightly gate's thresholds (``lorabench history check --config``): the smallest
+    worsening of a metric that fails it, in percent; a ``--threshold`` given on the command
+    line overrides them. Unset: the gate's own default (docs/history.md#the-gate)."""
+
+    threshold_pct: float | None = Field(default=None, ge=0)
+    metrics_pct: dict[str, float] = {}
+
+    @field_validator("metrics_pct")
+    @classmethod
+    def _compared(cls, value: dict[str, float]) -> dict[str, float]:
+        for metric, pct in value.items():
+            if metric not in COMPARED:
+                raise ValueError(f"'{metric}' is not a compared column; columns are {', '.join(COMPARED)}")
+            if not 0 <= pct < math.inf:
+                raise ValueError(f"'{metric}': give a percentage of 0 or more, such as 3 for 3 %")
+        return value
+
+
 class ConfigFile(Strict):
     """The JSON document as written; paths are still relative to its folder."""
 
@@ -182,3 +202,5 @@ class ConfigFile(Strict):
     target: Literal["inprocess", "serve"] | UrlTarget = "inprocess"
     # How long the serve target waits for its server to start and to stop.
     serve: Serve = Serve()
+    # The nightly gate's thresholds (lorabench history check --config).
+    history: History = History()
