@@ -93,14 +93,10 @@ def fake_npu_platform(calls: list[str]):
 
 
 @pytest.fixture
-def fake_npu(monkeypatch, tmp_path):
-    """An NPU host: returns (calls, set_hbm) where set_hbm(used0, used1) changes what npu-smi reports."""
-    import torch
-    import vllm.platforms
-
+def npu_smi(monkeypatch, tmp_path):
+    """An NPU host's management tool: returns (calls, set_hbm) where set_hbm(used0, used1)
+    changes what npu-smi reports; torch_npu is a tripwire."""
     calls: list[str] = []
-    monkeypatch.setattr(vllm.platforms, "_current_platform", fake_npu_platform(calls))
-    monkeypatch.setattr(torch, "npu", Tripwire("torch.npu", calls), raising=False)
     monkeypatch.setitem(sys.modules, "torch_npu", Tripwire("torch_npu", calls))
     monkeypatch.setattr(smi, "ASCEND_HOME", tmp_path / "no-cann")
     monkeypatch.setattr(smi, "ASCEND_ROOT", tmp_path / "no-ascend")
@@ -116,12 +112,27 @@ def fake_npu(monkeypatch, tmp_path):
         output.write_text(NPU_SMI.format(used0, used1))
 
     set_hbm(3300, 3100)
-    device.detect_platform.cache_clear()
     yield calls, set_hbm
-    device.detect_platform.cache_clear()
     assert calls == [], f"device touched from the pytest process: {calls}"
 
 
+@pytest.fixture
+def fake_npu(npu_smi, monkeypatch):
+    """An NPU host as vLLM sees it too: its platform is npu, and every device call of it, and
+    torch.npu, a tripwire. vLLM's own platform classes, so tests using it import vLLM (the
+    engine tier: ``pytest -m engine``)."""
+    import torch
+    import vllm.platforms
+
+    calls, _ = npu_smi
+    monkeypatch.setattr(vllm.platforms, "_current_platform", fake_npu_platform(calls))
+    monkeypatch.setattr(torch, "npu", Tripwire("torch.npu", calls), raising=False)
+    device.detect_platform.cache_clear()
+    yield npu_smi
+    device.detect_platform.cache_clear()
+
+
+@pytest.mark.engine  # vLLM's platform classes, imported in this process
 def test_detection_and_provenance_read_the_device_from_outside(fake_npu):
     calls, _ = fake_npu
     platform = device.detect_platform()
@@ -132,8 +143,8 @@ def test_detection_and_provenance_read_the_device_from_outside(fake_npu):
     assert calls == []
 
 
-def test_memory_is_summed_over_the_engines_devices_and_waited_for(fake_npu, monkeypatch):
-    calls, set_hbm = fake_npu
+def test_memory_is_summed_over_the_engines_devices_and_waited_for(npu_smi, monkeypatch):
+    calls, set_hbm = npu_smi
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "1,0")
     memory = PeakMemory("npu", num_devices=2)  # tensor parallel over both cards
     memory.start()
@@ -148,6 +159,7 @@ def test_memory_is_summed_over_the_engines_devices_and_waited_for(fake_npu, monk
     assert calls == []
 
 
+@pytest.mark.engine  # vLLM's platform classes, imported in this process
 def test_an_engine_on_npu_spawns_its_processes_and_waits_for_release(fake_npu, tiny_config, monkeypatch):
     """The build itself is replaced (there is no NPU here); everything around it is real."""
     from lorabench.config import EngineSpec, read_config_file, resolve_config
@@ -173,6 +185,7 @@ def test_an_engine_on_npu_spawns_its_processes_and_waits_for_release(fake_npu, t
     assert calls == []
 
 
+@pytest.mark.engine  # vLLM's platform classes, imported in this process
 def test_collection_on_an_npu_host_touches_no_device(fake_npu, pytester, tiny_config):
     calls, _ = fake_npu
     for name in ("test_no_lora.py", "test_multilora.py"):
@@ -185,8 +198,8 @@ def test_collection_on_an_npu_host_touches_no_device(fake_npu, pytester, tiny_co
     assert calls == []
 
 
-def test_a_failed_device_read_keeps_the_peak_and_says_it_may_be_low(fake_npu, tmp_path):
-    calls, set_hbm = fake_npu
+def test_a_failed_device_read_keeps_the_peak_and_says_it_may_be_low(npu_smi, tmp_path):
+    calls, set_hbm = npu_smi
     memory = PeakMemory("npu")
     memory.start()
     set_hbm(40_000, 3100)
@@ -201,8 +214,8 @@ def test_a_failed_device_read_keeps_the_peak_and_says_it_may_be_low(fake_npu, tm
     assert calls == []
 
 
-def test_a_device_tool_failing_at_release_is_an_error_and_a_hiccup_is_not(fake_npu, tmp_path):
-    calls, set_hbm = fake_npu
+def test_a_device_tool_failing_at_release_is_an_error_and_a_hiccup_is_not(npu_smi, tmp_path):
+    calls, set_hbm = npu_smi
     memory = PeakMemory("npu")
     memory.start()
     set_hbm(40_000, 3100)

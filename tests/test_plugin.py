@@ -15,10 +15,20 @@ BENCH_MODULES = ("test_no_lora.py", "test_multilora.py")
 
 @pytest.fixture
 def bench_dir(pytester):
-    """The repository's own bench modules, copied into pytester's folder."""
+    """The repository's own bench modules, copied into pytester's folder, run on the stand-in
+    engine: these tests read what the plugin collects, refuses and writes, and vLLM's own
+    platform (an import of seconds) is the engine tests' (``pytest -m engine``)."""
     for name in BENCH_MODULES:
         pytester.makepyfile(**{name[:-3]: (ROOT / "bench" / name).read_text()})
+    on_the_stand_in(pytester)
     return pytester
+
+
+def on_the_stand_in(pytester):
+    pytester.makeconftest(
+        "from lorabench.targets.standin import StandIn\n\n\n"
+        "def pytest_lorabench_backend(config):\n    return StandIn(virtual_clock=True)\n"
+    )
 
 
 def test_options_and_ini_twins_are_registered(pytester):
@@ -165,6 +175,7 @@ def test_cases_for_an_absent_device_skip_with_the_reason(bench_dir, tiny_config)
 
 
 def test_device_marks_skip_plain_tests_too(pytester):
+    on_the_stand_in(pytester)  # whose platform is the CPU, as vLLM's is on this host
     pytester.makepyfile(
         """
         import pytest
