@@ -72,7 +72,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         sides, config, out = _prepare(args)
-        versions = {name: _versions(side) for name, side in sides.items()}
+        versions = _versions(sides)
     except ABError as exc:
         print(f"lorabench ab: {exc}", file=sys.stderr)
         return 2
@@ -164,20 +164,29 @@ def _read_record(path: Path) -> dict:
     return record
 
 
-def _versions(side: Side) -> str:
-    """What the side's interpreter imports: its vLLM and lorabench, checked before any turn."""
+def _versions(sides: dict[str, Side]) -> dict[str, str]:
+    """What each side's interpreter imports: its vLLM and lorabench, checked before any turn
+    (a side that cannot import vLLM would fail its first turn, after the other side's). The
+    sides are asked at once: each import takes seconds."""
     probe = "import lorabench, vllm; print(f'vllm {vllm.__version__}, lorabench {lorabench.__version__}')"
-    done = subprocess.run(
-        [str(side.python), "-c", probe],
-        cwd=side.folder,
-        env={**os.environ, **side.env},
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode:
-        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ABError(f"--{side.name}-python {side.python}: cannot import vllm and lorabench there: {reason}")
-    return done.stdout.strip()
+    asked = {
+        name: subprocess.Popen(
+            [str(side.python), "-c", probe],
+            cwd=side.folder,
+            env={**os.environ, **side.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, side in sides.items()
+    }
+    answers = {name: process.communicate() for name, process in asked.items()}
+    for name, process in asked.items():
+        if process.returncode:
+            reason = (answers[name][1].strip().splitlines() or ["no output"])[-1]
+            side = sides[name]
+            raise ABError(f"--{side.name}-python {side.python}: cannot import vllm and lorabench there: {reason}")
+    return {name: stdout.strip() for name, (stdout, _) in answers.items()}
 
 
 def _run_turns(
