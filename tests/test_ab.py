@@ -213,6 +213,18 @@ def test_bad_input_exits_2_before_any_turn(tmp_path, options, selection, message
     assert not (tmp_path / "ab" / "logs").exists()
 
 
+def test_a_side_that_cannot_import_vllm_is_bad_input_before_any_turn(tmp_path, fake_python):
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\necho 'ImportError: libcudart.so.12: cannot open shared object file' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    done = run_ab("--base-python", fake_python, "--new-python", broken, "--out", tmp_path / "ab", "--", "bench")
+    assert done.returncode == 2 and not (tmp_path / "ab" / "logs").exists(), done.stderr
+    assert done.stderr.strip() == (
+        f"lorabench ab: --new-python {broken}: cannot import vllm and lorabench there: "
+        "ImportError: libcudart.so.12: cannot open shared object file"
+    )
+
+
 FAKE_PYTHON = '''#!{python} -S
 """A stand-in interpreter for lorabench ab's bookkeeping: answers the version probe, and
 for "-m pytest" writes build 0 of a real run to --bench-output, as a turn would. Only the
