@@ -79,14 +79,16 @@ def chain_of_fake_interpreters(folder, count, slow_from):
 
 
 def test_a_chain_of_interpreters_is_bisected_through_real_ab_sessions_and_resumed(tmp_path):
-    envs, out = chain_of_fake_interpreters(tmp_path, 4, slow_from=2), tmp_path / "bisect"
+    # Three environments, the last two slower: A/A of the first, the last against it, then
+    # the middle one; a good middle one and longer chains are the search's tests above.
+    envs, out = chain_of_fake_interpreters(tmp_path, 3, slow_from=1), tmp_path / "bisect"
     command = [sys.executable, "-m", "lorabench", "bisect", "--envs", str(envs), "--out", str(out), "--pairs", "2"]
     done = subprocess.run([*command, "--", "bench"], cwd=ROOT, capture_output=True, text=True, env=os.environ)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "first slower environment: nightly-2 (after nightly-1)" in done.stdout, done.stdout
+    assert "first slower environment: nightly-1 (after nightly-0), 3 sessions" in done.stdout, done.stdout
     record = json.loads((out / "bisect.json").read_text())
-    assert record["verdicts"] == {"0": GOOD, "3": BAD, "1": GOOD, "2": BAD}
-    assert " 0 regressed, " not in (out / "step-002" / "comparison.txt").read_text()  # its evidence, kept
+    assert record["verdicts"] == {"0": GOOD, "2": BAD, "1": BAD}
+    assert " 0 regressed, " not in (out / "step-001" / "comparison.txt").read_text()  # its evidence, kept
     again = subprocess.run([*command, "--resume", "--", "bench"], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 1 and "against" not in again.stderr, again.stderr  # no session ran again
 

@@ -1,8 +1,11 @@
 import builtins
 
+import pytest
+
 from lorabench.host import device
 
 
+@pytest.mark.engine  # vLLM's own platform, imported in this process (seconds of torch)
 def test_platform_here_is_the_cpu():
     device.detect_platform.cache_clear()
     platform = device.detect_platform()

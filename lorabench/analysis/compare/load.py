@@ -7,6 +7,7 @@ output) is read as its latest run.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,6 +64,11 @@ class Run:
         return commit + (" (dirty)" if dirty else "") + runs
 
 
+@functools.lru_cache(maxsize=1 << 14)  # a file's keys repeat from run to run, and in a simulation
+def _joined(values: tuple[Any, ...]) -> str:
+    return KEY_SEP.join(map(_norm, values))
+
+
 def keyed(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with the optional key columns older files lack (empty), each row's case key
     and its engine configuration, added in one step: each column added alone copied the
@@ -74,7 +80,7 @@ def keyed(frame: pd.DataFrame) -> pd.DataFrame:
         for c in (*CASE_KEY, *ENGINE_KEY)
     }
     added: dict[str, Any] = {c: OLDER_FILES.get(c, "") for c in missing}
-    added["_key"] = [KEY_SEP.join(map(_norm, row)) for row in zip(*(values[c] for c in MATCH_KEY))]
+    added["_key"] = [_joined(row) for row in zip(*(values[c] for c in MATCH_KEY))]
     # The engine configuration a row ran on, as recorded (older files built online
     # cases on engines of their own, named "...-online-buildN"); builds of one are the
     # independent draws of the noise.
