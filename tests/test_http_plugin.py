@@ -100,11 +100,21 @@ def test_targets_are_refused_before_anything_starts(bench, pytester):
     result.stderr.fnmatch_lines(
         ["*is one server, but the selected cases run 2 engine configurations*(-k loras1-* or -k loras2-*)*"]
     )
-    result, _ = bench(engine={"max_loras": 2, "distributed_executor_backend": "ray"})
-    result.stderr.fnmatch_lines(["*engine.distributed_executor_backend 'ray' is not run in process*"])
     result, _ = bench(target={"url": "ftp://x"})
     assert result.ret == 2
     result.stderr.fnmatch_lines(["*target*ftp://x*http://host:port*"])
+
+
+def test_an_engine_in_process_on_ray_is_refused_before_it_starts(bench, pytester):
+    """On the stand-in: the refusal is the config's, and vLLM's platform (an import of
+    seconds) need not be asked."""
+    pytester.makeconftest(
+        "from lorabench.targets.standin import StandIn\n\n\n"
+        "def pytest_lorabench_backend(config):\n    return StandIn(virtual_clock=True)\n"
+    )
+    result, _ = bench(engine={"max_loras": 2, "distributed_executor_backend": "ray"})
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(["*engine.distributed_executor_backend 'ray' is not run in process*"])
 
 
 @pytest.mark.realtime
