@@ -11,16 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-# Imported here so that gc.freeze below leaves torch's objects out of every full collection.
-import torch  # noqa: F401
 from _pytest import pytester as _pytester
 
 from lorabench.load import builtin
 from tests.engine_sessions import compare_session, replay_session, serve_session  # noqa: F401 - one run each
 from tests.helpers import write_tiny_config
-
-gc.freeze()  # torch's objects, out of the full collections while the tests are collected too
 
 _INSTALLED = tuple({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
 
@@ -61,11 +56,35 @@ SLOW_FULL_COLLECTION_S = 0.01
 _FULL_COLLECTIONS = {"started": 0.0, "slow": False}
 
 
+# `pytest` alone, the quick loop, runs on this many pytest-xdist workers (the README's tests).
+QUICK_LOOP_WORKERS = 2
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns -n into workers
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`pytest` alone, with no path or -m of its own, is the quick loop: on 2 workers, which
+    on a 2-core host take about 60 % of the serial time (half the CPU work each, plus a
+    start of their own). Not in the config's addopts, since it would reach what must run in
+    one process: `pytest -m engine` (one real engine at a time, builds shared through the
+    session) and `pytest bench` (benchmark cases refuse xdist). A -n given, a path, or a -m
+    of one's own runs as asked: `pytest -n 0` is the quick loop serially."""
+    if hasattr(config, "workerinput") or getattr(config.option, "numprocesses", 0) is not None:
+        return  # a worker; -n given; or no xdist installed (no such option)
+    if config.args_source is not pytest.Config.ArgsSource.TESTPATHS or config.option.markexpr != "not engine":
+        return
+    if not (config.option.collectonly or config.option.usepdb):
+        config.option.numprocesses = QUICK_LOOP_WORKERS
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Leave what is loaded by now (torch, pandas, the plugin, the tests) out of every
-    later garbage collection: each engine's shutdown runs a full one (``Engine.close``), which
-    over these objects took 0.14 s a stand-in run here, 2 ms with them frozen. They are
-    modules, classes and functions that live as long as the process anyway."""
+    """Leave what is loaded by now (pandas, the plugin, the tests; torch where a real engine
+    will run) out of every later garbage collection: each engine's shutdown runs a full one
+    (``Engine.close``), which over these objects took 0.14 s a stand-in run here, 2 ms with
+    them frozen. They are modules, classes and functions that live as long as the process
+    anyway. torch is imported for that only where a real engine is selected: the quick loop
+    never needs it, and it costs 2 s a process."""
+    if any(item.get_closest_marker("engine") for item in session.items):
+        import torch  # noqa: F401
     gc.freeze()
 
 
