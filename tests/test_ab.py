@@ -426,29 +426,36 @@ def test_the_session_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatc
 
 
 @pytest.mark.engine
-def test_a_real_ab_session_of_one_environment_on_the_cpu_engine(tmp_path, tiny_config):
-    """Both sides the project's own interpreter: two pairs of real turns, each one build
-    of one configuration, alternated and compared pair by pair; the second added by --resume.
-    Two pairs, not three: each turn is an interpreter importing vLLM and building an engine
-    (about 40 s here); the order past two pairs and the drift fit of three are the quick tests'
-    (test_alternation_is_abba_and_cancels_linear_drift, test_resume_keeps_complete_pairs_...)."""
-    config = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "rounds": 2})
+def test_a_real_ab_session_against_a_busy_interpreter_and_its_turns_as_nights_of_the_history(tmp_path, tiny_config):
+    """Real turns on the CPU engine: the base side this interpreter, the new side the same
+    with a busy loop beside it (scripts/ab/busy-python), three pairs alternated and compared
+    pair by pair. Then the turns as six nightly runs, the base's three first: the history's
+    gate fails and names the first busy night. One build of one configuration a turn (about
+    40 s here); resuming and the order past the pairs are the quick tests' (test_resume_...,
+    test_alternation_is_abba_and_cancels_linear_drift)."""
+    config = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "rounds": 3})
     out = tmp_path / "ab"
-    sides = ["--base-python", sys.executable, "--new-python", sys.executable, "--config", config, "--out", out]
-    selection = ["--", "bench", "-k", "multilora and identical"]
-    first = run_ab(*sides, "--pairs", 1, *selection)
-    assert first.returncode in (0, 1) and "only 1 complete pair: nothing can be tested" in first.stdout, first.stderr
-    done = run_ab(*sides, "--pairs", 2, "--resume", *selection)
-    assert done.returncode in (0, 1) and "2 turns of 2 pairs to run" in done.stderr, done.stderr
+    busy = ["--new-python", ROOT / "scripts" / "ab" / "busy-python", "--new-env", f"LORABENCH_PYTHON={sys.executable}"]
+    sides = ["--base-python", sys.executable, *busy, "--config", config, "--out", out, "--pairs", 3]
+    done = run_ab(*sides, "--", "bench", "-k", "multilora and identical")
+    assert done.returncode in (0, 1) and "6 turns of 3 pairs to run" in done.stderr, done.stderr
+    nights = []
     for side in (BASE, NEW):
-        for pair, path in pair_files(out / side).items():
+        for pair, path in sorted(pair_files(out / side).items()):
             rows = pd.read_csv(path)
             assert rows["ab_pair"].tolist() == [pair] and rows["build"].tolist() == [0]
             assert rows["engine_id"].tolist() == ["loras1-rank16-cpu4-build0"]
-    started = {
-        side: [pd.read_csv(pair_file(out / side, p))["timestamp"].min() for p in range(2)] for side in (BASE, NEW)
-    }
-    assert [b < n for b, n in zip(started[BASE], started[NEW])] == [True, False]
+            night = tmp_path / f"night{len(nights)}.csv"
+            rows.assign(timestamp=f"2026-12-0{len(nights) + 1}T02:00:00Z").to_csv(night, index=False)
+            nights.append((night, rows["run_id"].iloc[0]))
     text = (out / "comparison.txt").read_text()
-    assert "A/B: 2 complete pairs, run in the order ABBA" in text and "noise between A/B pairs" in text
+    assert "A/B: 3 complete pairs, run in the order ABBAAB" in text and "noise between A/B pairs" in text
     assert ("REGRESSED" in text) == (done.returncode == 1)
+    db = tmp_path / "history.db"
+    assert cli.main(["history", "add", "--db", str(db), *(str(n) for n, _ in nights)]) == 0
+    gate = subprocess.run(
+        [sys.executable, "-m", "lorabench", "history", "check", "--db", db, "--metric", "decode_ms"],
+        capture_output=True,
+        text=True,
+    )
+    assert gate.returncode == 1 and f"since run {nights[3][1]}" in gate.stdout, gate.stdout + gate.stderr

@@ -104,3 +104,18 @@ def test_a_chain_too_short_is_bad_input(tmp_path, capsys, lines, says):
     assert main(["bisect", "--envs", str(tmp_path / "envs.txt"), "--out", str(tmp_path / "b"), "--", "bench"]) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_envs_file_that_is_not_text_and_a_damaged_record_are_bad_input(tmp_path, capsys):
+    from lorabench.cli.main import main
+
+    (tmp_path / "envs.bin").write_bytes(b"\xff\xfe\x00\x81")
+    assert main(["bisect", "--envs", str(tmp_path / "envs.bin"), "--out", str(tmp_path / "b"), "--", "bench"]) == 2
+    err = capsys.readouterr().err
+    assert "not a text file" in err and len(err.strip().splitlines()) == 1, err
+    envs = chain_of_fake_interpreters(tmp_path, 3, slow_from=1)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "bisect.json").write_text('{"envs": [')  # cut short by a full disk
+    assert main(["bisect", "--envs", str(envs), "--out", str(tmp_path / "b"), "--resume", "--", "bench"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a bisection record" in err and len(err.strip().splitlines()) == 1, err

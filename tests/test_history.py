@@ -151,6 +151,42 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, says):
     assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
+def test_a_reader_changes_no_database(tmp_path, capsys):
+    """history check, show and report open the store read-only: another program's database
+    named by mistake is refused and left as it was."""
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (a)")
+    before = other.read_bytes()
+    for action in ("check", "show"):
+        assert main(["history", action, "--db", str(other)]) == 2
+        assert "not a lorabench history database (it has no runs, rows and digests tables)" in capsys.readouterr().err
+    assert other.read_bytes() == before and not other.with_name("other.sqlite-wal").exists()
+
+
+def test_a_bad_build_number_and_a_row_still_being_written(tmp_path, capsys):
+    """A build that is no number is bad input naming the file; a last row cut short (its
+    session still writing) is left out, and the run grows when its file is added again."""
+    (path,) = write_runs(tmp_path, 1)
+    rows = pd.read_csv(path)
+    bad = tmp_path / "bad.csv"
+    rows.assign(build="zz").to_csv(bad, index=False)
+    db = tmp_path / "h.db"
+    assert main(["history", "add", "--db", str(db), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: column 'build' has bad value 'zz'" in err and len(err.strip().splitlines()) == 1, err
+    whole = path.read_text()
+    path.write_text(whole[: whole.rindex(",", 0, len(whole) - 40)])  # the last row torn mid-write
+    assert main(["history", "add", "--db", str(db), str(path)]) == 0
+    assert main(["history", "add", "--db", str(db), str(path.with_name("whole.csv"))]) == 2  # no such file yet
+    path.with_name("whole.csv").write_text(whole)
+    capsys.readouterr()
+    assert main(["history", "add", "--db", str(db), str(path.with_name("whole.csv"))]) == 0
+    assert "grew: run run-000" in capsys.readouterr().out
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM rows").fetchone() == (len(rows),)
+
+
 def check(db, *args):
     return main(["history", "check", "--db", str(db), *args])
 
@@ -164,7 +200,7 @@ def test_the_gate_fails_on_a_regression_naming_its_run_and_what_changed_in_the_s
     failed = [line for line in out.splitlines() if line.startswith("REGRESSION")]
     assert len(failed) == 2 and all(" ttft_ms: " in line for line in failed), out  # both cases, ttft only
     assert all(line.endswith("since run run-007: vllm_version 0.32.0 -> 0.33.0") for line in failed), out
-    assert "history check: 2 regressed beyond 5% in 12 series of the newest run run-011" in out
+    assert "history check: 2 regressed beyond 5% (or the metric's own) in 12 series of the newest run (run-011)" in out
 
 
 @pytest.mark.parametrize(
@@ -180,6 +216,33 @@ def test_the_gate_passes_what_is_not_a_regression_beyond_its_threshold(tmp_path,
     db = tmp_path / "h.db"
     main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 16, step_at=8, factor=factor, seed=5))])
     assert check(db, "--metric", "ttft_ms", *args) == status, capsys.readouterr().out
+
+
+def test_a_store_two_hosts_add_to_judges_each_hosts_newest_run(tmp_path, capsys):
+    """Nights alternate between two hosts: each host's newest run is judged against its own
+    series, none of the other host's cases is MISSING, and a step on one host is named."""
+    paths = write_runs(tmp_path, 16, step_at=8, factor=1.3, seed=3)
+    for i, path in enumerate(paths):
+        rows = pd.read_csv(path).assign(hostname=f"host{i % 2}")
+        if i % 2:  # host1 never stepped: its ttft_ms back to the base level
+            rows = rows.assign(ttft_ms=rows["ttft_ms"] / (1.3 if i >= 8 else 1.0), vllm_version="0.32.0")
+        rows.to_csv(path, index=False)
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    capsys.readouterr()
+    assert check(db, "--metric", "ttft_ms") == 1
+    out = capsys.readouterr().out
+    assert "MISSING" not in out and "(run-014, run-015)" in out, out
+    failed = [line for line in out.splitlines() if line.startswith("REGRESSION")]
+    assert len(failed) == 2 and all(" on host0 " in line and "threshold 5 %" in line for line in failed), out
+
+
+def test_worse_is_said_as_compare_says_it():
+    from lorabench.analysis.history.gate import worse_by
+
+    assert worse_by("output_tokens_per_s", 10.0, 8.0) == pytest.approx(0.20)  # not 10/8 - 1 = 25 %
+    assert worse_by("ttft_ms", 10.0, 12.0) == pytest.approx(0.20)
+    assert worse_by("output_tokens_per_s", 10.0, 12.0) < 0 < worse_by("capacity_rps", 10.0, 9.0)
 
 
 def with_history(tmp_path, history):
@@ -199,6 +262,10 @@ def test_the_configs_thresholds_are_the_gates_and_the_command_line_overrides_the
     assert check(db, "--metric", "ttft_ms", "--config", str(strict), "--threshold", "ttft_ms=5%") == 0
     lenient = with_history(tmp_path, {"threshold_pct": 2, "metrics_pct": {"ttft_ms": 6}})
     assert check(db, "--metric", "ttft_ms", "--config", str(lenient)) == 0, "the metric's own over the overall"
+    overall = with_history(tmp_path, {"threshold_pct": 3})
+    assert check(db, "--metric", "ttft_ms", "--config", str(overall)) == 1, (
+        "the overall one, where none is the metric's"
+    )
 
 
 @pytest.mark.parametrize(
@@ -302,8 +369,8 @@ def test_the_gate_fails_the_night_an_adapters_output_changed(tmp_path, capsys):
 
 
 def test_six_runs_can_show_a_change_though_a_permutation_test_of_them_could_not():
-    """3 and 3 runs have 20 orders: a permutation p-value is never under 0.05. Welch's
-    t-test decides short series, and it is not fooled by their noise."""
+    """3 and 3 runs have 20 orders: a permutation p-value is never under 0.05. Student's
+    pooled t-test decides short series, and it is not fooled by their noise."""
     rng = np.random.default_rng(2)
     found, false = 0, 0
     for i in range(100):

@@ -57,12 +57,27 @@ class Bisection:
         return min(left, key=lambda i: (abs(i - middle), i)) if left else None
 
 
+def _kept_verdicts(record: Path, state: Bisection, envs: str) -> dict[int, str]:
+    """The verdicts of an interrupted bisection, for --resume; one line where it cannot be."""
+    try:
+        kept = json.loads(record.read_text(encoding="utf-8"))
+        same = kept["envs"] == [e.__dict__ for e in state.envs]
+        verdicts = {int(i): str(v) for i, v in kept["verdicts"].items()}
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ABError(f"--resume: {record} is not a bisection record ({exc}); start again with a new --out") from None
+    if not same:
+        raise ABError(f"--resume: {envs} is not the chain {record} was started with")
+    return verdicts
+
+
 def read_envs(path: Path) -> list[Env]:
     """The chain; ``ABError`` with one line where the file cannot be one."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise ABError(f"--envs {path}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ABError(f"--envs {path}: not a text file: one interpreter or environment a line") from None
     envs = []
     for line in lines:
         parts = line.split(None, 1)
@@ -139,10 +154,7 @@ def _start(args: argparse.Namespace) -> tuple[Bisection, Path]:
     if args.resume:
         if not record.is_file():
             raise ABError(f"--resume: {args.out} holds no bisection (no bisect.json); leave out --resume to start one")
-        kept = json.loads(record.read_text(encoding="utf-8"))
-        if kept["envs"] != [e.__dict__ for e in state.envs]:
-            raise ABError(f"--resume: {args.envs} is not the chain {record} was started with")
-        state.verdicts = {int(i): v for i, v in kept["verdicts"].items()}
+        state.verdicts = _kept_verdicts(record, state, args.envs)
     elif record.exists():
         raise ABError(
             f"--out {args.out}: holds an earlier bisection; add --resume to continue it, or give a new folder"

@@ -16,7 +16,7 @@ from pathlib import Path
 from lorabench.analysis.history.changes import ALPHA, Change
 from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, output_changes, regressions
 from lorabench.analysis.history.runs import HistoryError
-from lorabench.analysis.history.series import Series, ordered_runs, series
+from lorabench.analysis.history.series import Series, machine, ordered_runs, series
 from lorabench.analysis.history.store import StoredRun, add_runs, connect, run_digests
 
 DEFAULT_METRICS = ("ttft_ms", "decode_ms", "e2e_ms")
@@ -132,29 +132,41 @@ def _check(args: argparse.Namespace) -> int:
     except CompareError as exc:
         raise HistoryError(str(exc)) from None
     runs, found = _series(args, list(METRICS))
-    newest = runs[-1]
-    judged = [s for s in found if s.runs[-1].run_id == newest.run_id]
+    # Each machine's newest run is judged: a store several hosts add to holds series of each.
+    newest = {machine(r): r for r in runs}
+    judged = [s for s in found if s.runs[-1].run_id == newest[machine(s.runs[-1])].run_id]
+    newest_of = {s.case: newest[machine(s.runs[-1])].run_id for s in found}
     missing = sorted({s.case for s in found} - {s.case for s in judged})
     for case in missing:
-        print(f"MISSING {case}: measured before, not in the newest run {newest.run_id} (did it fail?)")
-    cases = {s.case for s in judged}
-    unmeasured = [s for s in found if s.case in cases and s.runs[-1].run_id != newest.run_id]
+        print(f"MISSING {case}: measured before, not in the newest run {newest_of[case]} (did it fail?)")
+    cases, judged_ids = {s.case for s in judged}, {id(s) for s in judged}
+    unmeasured = [s for s in found if s.case in cases and id(s) not in judged_ids]
     for s in unmeasured:
         print(
             f"NOT MEASURED {s.case} {s.metric}: measured before (last in run {s.runs[-1].run_id}), blank in the "
-            f"newest run {newest.run_id} (a capacity search that found only a bound, a failed measurement)"
+            f"newest run {newest_of[s.case]} (a capacity search that found only a bound, a failed measurement)"
         )
     failed = regressions(judged, threshold, per_metric)
     for r in failed:
         print(_regression_line(r, len(judged)))
-    changed = _output_changes(args.db, runs)
+    changed = [line for runs_of in _by_machine(runs).values() for line in _output_changes(args.db, runs_of)]
     verdict = f"{len(failed)} regressed" if failed else "no regression"
     outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
+    newest_runs = ", ".join(r.run_id for r in newest.values())
     print(
-        f"history check: {verdict} beyond {threshold:.0%} in {len(judged)} series of the newest run "
-        f"{newest.run_id}; {len(missing)} case(s) missing from it, {len(unmeasured)} figure(s) blank in it; {outputs}"
+        f"history check: {verdict} beyond {threshold:.0%} (or the metric's own) in {len(judged)} series of the "
+        f"newest run ({newest_runs}); {len(missing)} case(s) missing from it, {len(unmeasured)} figure(s) blank "
+        f"in it; {outputs}"
     )
     return 1 if failed or changed or missing or unmeasured else 0
+
+
+def _by_machine(runs: list[StoredRun]) -> dict[str, list[StoredRun]]:
+    """The runs of each machine, in the series' order."""
+    grouped: dict[str, list[StoredRun]] = {}
+    for run in runs:
+        grouped.setdefault(machine(run), []).append(run)
+    return grouped
 
 
 def _config_thresholds(path: str | None) -> list[str]:
@@ -172,7 +184,8 @@ def _config_thresholds(path: str | None) -> list[str]:
 
 
 def _output_changes(db: Path, runs: list[StoredRun]) -> list[str]:
-    """OUTPUT CHANGED lines: the newest run against the one before it, adapter by adapter."""
+    """OUTPUT CHANGED lines: the newest run against the one before it (of one machine: hosts
+    may answer differently), adapter by adapter."""
     if len(runs) < 2:
         return []
     before, newest = runs[-2], runs[-1]
@@ -192,7 +205,8 @@ def _regression_line(r: Regression, family: int) -> str:
     s, c = r.series, r.change
     return (
         f"REGRESSION {s.case} {s.metric}: {r.level:.3f} -> {r.newest:.3f} ({100 * r.worse:.1f} % worse, "
-        f"p {r.p_value:.2g} over {family} series) since run {s.runs[c.position].run_id}{_range(s, c)}: "
+        f"threshold {100 * r.threshold:g} %, p {r.p_value:.2g} over {family} series) since run "
+        f"{s.runs[c.position].run_id}{_range(s, c)}: "
         f"{r.stack_change()}"
     )
 

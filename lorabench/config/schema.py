@@ -164,7 +164,7 @@ class UrlTarget(Strict):
 class History(Strict):
     """The nightly gate's thresholds (``lorabench history check --config``): the smallest
     worsening of a metric that fails it, in percent; a ``--threshold`` given on the command
-    line overrides them. Unset: the gate's own default (docs/history.md#the-gate)."""
+    line overrides them. Unset: the gate's own default (docs/history.md#the-nightly-gate)."""
 
     threshold_pct: float | None = Field(default=None, ge=0)
     metrics_pct: dict[str, float] = {}

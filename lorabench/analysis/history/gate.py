@@ -38,6 +38,7 @@ class Regression:
     newest: float  # the newest level
     worse: float  # the share by which the metric got worse: 0.12 is 12 % worse
     p_value: float  # for the family of series judged
+    threshold: float  # the metric's threshold it passed
 
     def stack_change(self) -> str:
         """What differs between the stacks at the two ends of where the change may lie:
@@ -49,10 +50,13 @@ class Regression:
 
 
 def worse_by(metric: str, before: float, after: float) -> float:
-    """How much worse ``after`` is than ``before`` for ``metric``, in its own direction."""
+    """How much worse ``after`` is than ``before`` for ``metric``, in its own direction, as
+    ``compare`` and ``ab`` say it: a throughput from 10 to 8 is 20 % worse (1 - 8/10), not 25 %."""
+    if not before:
+        return float("inf")
     if METRICS[metric]:  # higher is better
-        return before / after - 1 if after else float("inf")
-    return after / before - 1 if before else float("inf")
+        return 1 - after / before
+    return after / before - 1
 
 
 def _levels(s: Series) -> list[np.ndarray]:
@@ -70,7 +74,7 @@ def _worst(s: Series, threshold: float, family: int) -> Regression | None:
         worse = worse_by(s.metric, float(np.median(level)), float(np.median(newest)))
         p = min(1.0, student_p(level, newest) * splits * family)
         if worse > threshold and p <= ALPHA and (found is None or worse > found.worse):
-            found = Regression(s, s.changes[i], float(np.median(level)), float(np.median(newest)), worse, p)
+            found = Regression(s, s.changes[i], float(np.median(level)), float(np.median(newest)), worse, p, threshold)
     return found
 
 

@@ -110,8 +110,15 @@ class _Columns:
             # A search stopped by a limit or its range's end found a bound, not a capacity
             # (docs/capacity.md): not a point of the series, and the gate says it is missing.
             metrics.pop("capacity_rps", None)
-        run.rows.append((key, engine, int(float(self._get(row, self.build) or 0)), metrics))
+        run.rows.append((key, engine, _build(self._get(row, self.build)), metrics))
         run.timestamp = max(run.timestamp, row[self.timestamp])
+
+
+def _build(text: str) -> int:
+    try:
+        return int(float(text or 0))
+    except ValueError:
+        raise HistoryError(f"column 'build' has bad value {text!r}: a build number, 0 for the first") from None
 
 
 def read_runs(path: Path) -> list[ReadRun]:
@@ -126,6 +133,8 @@ def read_runs(path: Path) -> list[ReadRun]:
             columns = _Columns(header)
             runs: dict[str, ReadRun] = {}
             for row in reader:
+                if len(row) < columns.width:
+                    continue  # a row still being written: the run grows when it is added again
                 run_id = columns._get(row, columns.run_id)
                 if not run_id:
                     raise HistoryError(f"{path}: a row without a run_id: write it with lorabench 0.1 or later")
@@ -139,6 +148,10 @@ def read_runs(path: Path) -> list[ReadRun]:
         raise HistoryError(f"{path}: cannot be read ({exc.strerror}): give a result CSV file") from None
     except (UnicodeDecodeError, csv.Error) as exc:
         raise HistoryError(f"{path}: not a CSV file ({exc})") from None
+    except HistoryError as exc:
+        if str(exc).startswith(str(path)):
+            raise
+        raise HistoryError(f"{path}: {exc}") from None
     if not runs:
         raise HistoryError(f"{path}: has no result rows")
     _read_digests(digests_path_for(path), runs)

@@ -79,10 +79,17 @@ def connect(db: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
     if not db.parent.is_dir():
         raise HistoryError(f"--db {db}: no folder {db.parent}: make it, or name a file in a folder that exists")
     try:
-        conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.executescript(_TABLES)
+        if create:
+            conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_TABLES)
+        else:  # a reader changes nothing, not even another program's database named by mistake
+            conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"runs", "rows", "digests"} <= tables:
+                conn.close()
+                raise sqlite3.DatabaseError("it has no runs, rows and digests tables")
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{db}: not a lorabench history database ({exc})") from None
     try:
