@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -270,7 +271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser(_command_in(sys.argv[1:] if argv is None else argv)).parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else BAD_INPUT
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # the reader went away (`| head`): nothing left to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

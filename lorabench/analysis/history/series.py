@@ -7,6 +7,7 @@ first; a run whose stack the file does not list is refused, not guessed at.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from lorabench.analysis.history.runs import HistoryError
 from lorabench.analysis.history.store import StoredRun, case_keys, case_rows, stored_runs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq: its arrays have no single truth value
 class Series:
     case: str  # the case's label, as compare names it
     metric: str
@@ -28,9 +29,16 @@ class Series:
     builds: list[np.ndarray]  # each run's builds: replicates of one point
     changes: list[Change]
 
-    @property
+    @functools.cached_property
     def medians(self) -> np.ndarray:
-        return np.array([np.median(b) for b in self.builds])
+        """Each run's median over its builds (a run of one build: its value)."""
+        return run_medians(self.builds)
+
+
+def run_medians(builds: Sequence[np.ndarray]) -> np.ndarray:
+    """Each run's median over its builds; computed per run only where a run has several (a
+    nightly of 10,000 one-build runs: np.median's own overhead was most of a show)."""
+    return np.array([b[0] if len(b) == 1 else np.median(b) for b in builds], dtype=float)
 
 
 def ordered_runs(conn: sqlite3.Connection, order_file: Path | None = None) -> list[StoredRun]:
@@ -106,5 +114,4 @@ def _one(name: str, metric: str, rows: list[tuple[int, dict[str, float]]], runs:
         return None
     order = sorted(by_run)
     builds = [np.array(by_run[at]) for at in order]
-    medians = np.array([np.median(b) for b in builds])
-    return Series(name, metric, [runs[at] for at in order], builds, change_points(medians))
+    return Series(name, metric, [runs[at] for at in order], builds, change_points(run_medians(builds)))
