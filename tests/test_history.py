@@ -499,6 +499,30 @@ def test_a_capacity_that_is_only_a_bound_is_no_point_and_the_gate_says_it_is_bla
     assert "(7 runs;" in capsys.readouterr().out  # the bound is not the 8th point
 
 
+def test_a_capacity_past_the_top_of_its_range_is_no_regression_and_a_fall_from_it_is(tmp_path, capsys):
+    """A search that passed its max_rate found a capacity of at least that: an improvement
+    that must not fail the gate; a series that falls from there to a bracketed capacity does."""
+
+    def gate(name, above):
+        (tmp_path / name).mkdir()
+        paths = write_runs(tmp_path / name, 9, seed=4)
+        for i, path in enumerate(paths):
+            rows = pd.read_csv(path)
+            noise = np.random.default_rng(i).normal(1, 0.02, len(rows))
+            rows["capacity_rps"] = 8.0 if above(i) else 4.0 * noise
+            rows["search_stop"] = "above max_rate" if above(i) else "bracketed"
+            rows.to_csv(path, index=False)
+        db = tmp_path / name / "h.db"
+        main(["history", "add", "--db", str(db), *map(str, paths)])
+        capsys.readouterr()
+        return check(db, "--metric", "capacity_rps"), capsys.readouterr().out
+
+    status, out = gate("rose", lambda i: i >= 5)
+    assert status == 0 and "NOT MEASURED" not in out, out
+    status, out = gate("fell", lambda i: i < 5)
+    assert status == 1 and out.count("REGRESSION") == 2 and "since run run-005" in out, out
+
+
 @pytest.mark.engine
 def test_a_real_runs_rows_go_into_the_history_and_the_gate_reads_them(compare_session, tmp_path, capsys):
     """The real CPU engine's run, added by --bench-history at its session's end (the compare

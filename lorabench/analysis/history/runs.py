@@ -20,7 +20,7 @@ from pathlib import Path
 from lorabench.analysis.cases import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
 from lorabench.results.records import digests_path_for
 from lorabench.results.schema import ENGINE_KEY, OLDER_FILES, STACK_COLUMNS
-from lorabench.results.search_stops import BRACKETED
+from lorabench.results.search_stops import ABOVE_RANGE, BRACKETED
 
 
 class HistoryError(Exception):
@@ -106,9 +106,11 @@ class _Columns:
                 continue
             if math.isfinite(value):
                 metrics[metric] = value
-        if self._get(row, self.search_stop) not in ("", BRACKETED):
-            # A search stopped by a limit or its range's end found a bound, not a capacity
-            # (docs/capacity.md): not a point of the series, and the gate says it is missing.
+        if self._get(row, self.search_stop) not in ("", BRACKETED, ABOVE_RANGE):
+            # A search stopped by a limit or below its range found no capacity, or only a
+            # bound under one (docs/capacity.md): not a point of the series, and the gate says
+            # it is missing. One that passed the top of its range stands at that rate: a rise
+            # past the range is no regression, and a fall from it is one.
             metrics.pop("capacity_rps", None)
         run.rows.append((key, engine, _build(self._get(row, self.build)), metrics))
         run.timestamp = max(run.timestamp, row[self.timestamp])
