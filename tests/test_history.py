@@ -237,6 +237,25 @@ def test_a_store_two_hosts_add_to_judges_each_hosts_newest_run(tmp_path, capsys)
     assert len(failed) == 2 and all(" on host0 " in line and "threshold 5 %" in line for line in failed), out
 
 
+def test_two_servers_through_their_urls_are_two_machines_and_a_serve_targets_port_no_stack(tmp_path, capsys):
+    paths = write_runs(tmp_path, 4)
+    for i, path in enumerate(paths):
+        rows = pd.read_csv(path)
+        if i < 2:  # two url servers measured from one client host
+            rows = rows.assign(target="url", endpoint=f"http://10.0.0.{i}:8000")
+        else:  # lorabench's own vllm serve, on a free port each run
+            rows = rows.assign(target="serve", endpoint=f"http://127.0.0.1:{40000 + i}")
+        rows.to_csv(path, index=False)
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    out = capsys.readouterr().out
+    stacks = [line.split("(stack ")[1].split(",")[0] for line in out.splitlines()]
+    assert stacks[2] == stacks[3] and len(set(stacks)) == 3, out  # the two serve runs: one stack
+    assert main(["history", "show", "--db", str(db), "-k", "bs2", "--metric", "ttft_ms"]) == 0
+    out = capsys.readouterr().out
+    assert "via http://10.0.0.0:8000" in out and "via http://10.0.0.1:8000" in out and "127.0.0.1" not in out, out
+
+
 def test_worse_is_said_as_compare_says_it():
     from lorabench.analysis.history.gate import worse_by
 

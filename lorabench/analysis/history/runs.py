@@ -82,6 +82,15 @@ class _Columns:
         self.engine_id, self.build = at.get("engine_id"), at.get("build")
         self.search_stop = at.get("search_stop")
         self.run_id, self.timestamp = at["run_id"], at["timestamp"]
+        self.target = at.get("target")
+
+    def stack_of(self, row: list[str]) -> dict[str, str]:
+        """The run's stack. A ``serve`` target's endpoint is left out: lorabench started that
+        server on a free port of this host, another each run, and no change of the stack."""
+        stack = {c: self._get(row, i) or "unknown" for c, i in self.stack}
+        if self._get(row, self.target) == "serve":
+            stack["endpoint"] = "unknown"
+        return stack
 
     @staticmethod
     def _get(row: list[str], i: int | None, default: str = "") -> str:
@@ -141,8 +150,7 @@ def read_runs(path: Path) -> list[ReadRun]:
                 if not run_id:
                     raise HistoryError(f"{path}: a row without a run_id: write it with lorabench 0.1 or later")
                 if run_id not in runs:
-                    stack = {c: columns._get(row, i) or "unknown" for c, i in columns.stack}
-                    runs[run_id] = ReadRun(run_id, path, stack)
+                    runs[run_id] = ReadRun(run_id, path, columns.stack_of(row))
                 columns.record(runs[run_id], row)
     except FileNotFoundError:
         raise HistoryError(f"{path}: no such file") from None

@@ -75,11 +75,14 @@ def labels(keys: Sequence[str]) -> dict[str, str]:
 
 
 def machine(run: StoredRun) -> str:
-    """The host a run measured on: runs of two machines are two series, never one."""
+    """The host a run measured on: runs of two machines are two series, never one. A server
+    measured through its URL (a ``url`` target) is named by that URL too: two servers
+    measured from one client host are two machines."""
     stack = run.stack
-    return (
-        f"{stack.get('hostname', 'unknown')} ({stack.get('device_name', 'unknown')} x{stack.get('device_count', '?')})"
-    )
+    device = f"{stack.get('device_name', 'unknown')} x{stack.get('device_count', '?')}"
+    host = f"{stack.get('hostname', 'unknown')} ({device})"
+    endpoint = stack.get("endpoint", "unknown")
+    return host if endpoint in ("", "unknown") else f"{host} via {endpoint}"
 
 
 def series(
