@@ -64,12 +64,12 @@ def test_a_first_or_last_that_cannot_run_stops_the_search():
     assert search(5, skip={15})[0] == "last skipped"
 
 
-def chain_of_fake_interpreters(folder, count, slow_from):
+def chain_of_fake_interpreters(folder, count, slow_from, slowdown=1.3):
     fake = write_fake_python(folder)
     lines = []
     for i in range(count):
         wrapper = folder / f"env{i}"
-        scale = 1.3 if i >= slow_from else 1.0
+        scale = slowdown if i >= slow_from else 1.0
         wrapper.write_text(f'#!/bin/sh\nFAKE_SCALE={scale} exec "{fake}" "$@"\n')
         wrapper.chmod(0o755)
         lines.append(f"{wrapper} nightly-{i}")

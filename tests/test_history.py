@@ -161,6 +161,9 @@ def test_a_reader_changes_no_database(tmp_path, capsys):
     for action in ("check", "show"):
         assert main(["history", action, "--db", str(other)]) == 2
         assert "not a lorabench history database (it has no runs, rows and digests tables)" in capsys.readouterr().err
+    (run,) = write_runs(tmp_path, 1)
+    assert main(["history", "add", "--db", str(other), str(run)]) == 2, "nor does a writer add its tables there"
+    assert "not a lorabench history database (it holds other tables (t) and no runs)" in capsys.readouterr().err
     assert other.read_bytes() == before and not other.with_name("other.sqlite-wal").exists()
 
 
@@ -302,6 +305,17 @@ def test_a_bad_history_section_is_one_line_and_exit_2(tmp_path, capsys, history,
     assert check(db, "--config", str(with_history(tmp_path, history))) == 2
     err = capsys.readouterr().err
     assert says in err and "config.json" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_config_with_two_problems_gets_a_line_each_and_a_missing_one_names_the_option(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 2))])
+    capsys.readouterr()
+    assert check(db, "--config", str(with_history(tmp_path, {"threshold_pct": -1, "metrics_pct": {"x": 1}}))) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all(line.startswith("lorabench history check: ") for line in lines), lines
+    assert check(db, "--config", str(tmp_path / "nosuch.json")) == 2
+    assert f"--config {tmp_path / 'nosuch.json'}: no such file" in capsys.readouterr().err
 
 
 def test_the_split_is_the_one_ruptures_binary_segmentation_finds():

@@ -64,7 +64,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         return args.run(args)
     except HistoryError as exc:
-        print(f"lorabench history {args.action}: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # a config's problems: one line each
+            print(f"lorabench history {args.action}: {line}", file=sys.stderr)
         return 2
 
 
@@ -175,10 +176,12 @@ def _config_thresholds(path: str | None) -> list[str]:
         return []
     from lorabench.config import ConfigError, read_config_file
 
+    if not Path(path).is_file():
+        raise HistoryError(f"--config {path}: no such file: name a benchmark config with a history section")
     try:
         history = read_config_file(Path(path)).history
     except ConfigError as exc:
-        raise HistoryError(exc.problems[0]) from None
+        raise HistoryError("\n".join(exc.problems)) from None
     overall = [] if history.threshold_pct is None else [f"{history.threshold_pct}%"]
     return overall + [f"{metric}={pct}%" for metric, pct in history.metrics_pct.items()]
 

@@ -81,6 +81,10 @@ def connect(db: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
     try:
         if create:
             conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "runs" not in tables:  # another program's database, named by mistake
+                conn.close()
+                raise sqlite3.DatabaseError(f"it holds other tables ({', '.join(sorted(tables))}) and no runs")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(_TABLES)
