@@ -428,14 +428,19 @@ def test_the_session_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatc
 @pytest.mark.engine
 def test_a_real_ab_session_against_a_busy_interpreter_and_its_turns_as_nights_of_the_history(tmp_path, tiny_config):
     """Real turns on the CPU engine: the base side this interpreter, the new side the same
-    with a busy loop beside it (scripts/ab/busy-python), three pairs alternated and compared
+    with a busy loop on each core (scripts/ab/busy-python), three pairs alternated and compared
     pair by pair. Then the turns as six nightly runs, the base's three first: the history's
     gate fails and names the first busy night. One build of one configuration a turn (about
     40 s here); resuming and the order past the pairs are the quick tests' (test_resume_...,
     test_alternation_is_abba_and_cancels_linear_drift)."""
     config = tiny_config(engine={"max_loras": 1}, matrix={"workloads": ["identical"], "rounds": 3})
     out = tmp_path / "ab"
-    busy = ["--new-python", ROOT / "scripts" / "ab" / "busy-python", "--new-env", f"LORABENCH_PYTHON={sys.executable}"]
+    # A busy loop on each core: one alone slowed a turn by 0 to 60 % as it landed on the
+    # worker's core or not, too unevenly for three nights to tell apart every time.
+    busy = [
+        *("--new-python", ROOT / "scripts" / "ab" / "busy-python", "--new-env", f"LORABENCH_PYTHON={sys.executable}"),
+        *("--new-env", f"BUSY_LOOPS={len(os.sched_getaffinity(0))}"),
+    ]
     sides = ["--base-python", sys.executable, *busy, "--config", config, "--out", out, "--pairs", 3]
     done = run_ab(*sides, "--", "bench", "-k", "multilora and identical")
     assert done.returncode in (0, 1) and "6 turns of 3 pairs to run" in done.stderr, done.stderr
