@@ -131,3 +131,12 @@ def make_sample(**values: Any) -> Sample:
     }
     fields.update(values)
     return Sample(**fields)
+
+
+def on_the_stand_in(pytester: Any) -> None:
+    """pytester's sessions build the stand-in engine (a conftest of its folder's hook), on a
+    virtual clock: for tests of what the plugin collects and refuses, which need no vLLM."""
+    pytester.makeconftest(
+        "from lorabench.targets.standin import StandIn\n\n\n"
+        "def pytest_lorabench_backend(config):\n    return StandIn(virtual_clock=True)\n"
+    )

@@ -12,7 +12,7 @@ import pytest
 from lorabench.results.schema import ENGINE_ONLY
 from lorabench.targets.standin import Costs, write_config
 from lorabench.targets.standin.server import BASE, VERSION, StandInServer
-from tests.helpers import ROOT, result_files
+from tests.helpers import ROOT, on_the_stand_in, result_files
 
 ONLINE = {
     "suites": [{"num_adapters": [3], "rate": [40], "duration": 0.5, "input_range": [8, 16], "output_range": [2, 4]}]
@@ -108,10 +108,7 @@ def test_targets_are_refused_before_anything_starts(bench, pytester):
 def test_an_engine_in_process_on_ray_is_refused_before_it_starts(bench, pytester):
     """On the stand-in: the refusal is the config's, and vLLM's platform (an import of
     seconds) need not be asked."""
-    pytester.makeconftest(
-        "from lorabench.targets.standin import StandIn\n\n\n"
-        "def pytest_lorabench_backend(config):\n    return StandIn(virtual_clock=True)\n"
-    )
+    on_the_stand_in(pytester)
     result, _ = bench(engine={"max_loras": 2, "distributed_executor_backend": "ray"})
     assert result.ret == 2
     result.stderr.fnmatch_lines(["*engine.distributed_executor_backend 'ray' is not run in process*"])

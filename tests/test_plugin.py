@@ -7,7 +7,7 @@ import pytest
 
 from lorabench.results.records import samples_path_for
 from tests.engine_sessions import CHURN_SUITE, ONLINE_WARMUP_S, SMOKE_SUITE, TIMELINE_SUITE, fast_base
-from tests.helpers import ROOT, result_files
+from tests.helpers import ROOT, on_the_stand_in, result_files
 from tests.test_session_end import CONFTEST as FINISHED_RUN
 
 BENCH_MODULES = ("test_no_lora.py", "test_multilora.py")
@@ -28,13 +28,6 @@ def bench_dir(real_bench_dir):
     (``pytest -m engine``, which use ``real_bench_dir``)."""
     on_the_stand_in(real_bench_dir)
     return real_bench_dir
-
-
-def on_the_stand_in(pytester):
-    pytester.makeconftest(
-        "from lorabench.targets.standin import StandIn\n\n\n"
-        "def pytest_lorabench_backend(config):\n    return StandIn(virtual_clock=True)\n"
-    )
 
 
 def test_options_and_ini_twins_are_registered(pytester):
