@@ -587,6 +587,9 @@ def test_a_real_runs_rows_go_into_the_history_and_the_gate_reads_them(compare_se
     assert check(copy, "-k", "multilora", "--metric", "e2e_ms") == 1
     out = capsys.readouterr().out
     assert "multilora loras1-rank16-cpu4 bs2 in16 out4 e2e_ms" in out and f"since run {run_id}" in out, out
+    lenient = with_history(tmp_path, {"metrics_pct": {"e2e_ms": 1e6}})  # the config's threshold, on real rows
+    check(copy, "-k", "multilora", "--metric", "e2e_ms", "--config", str(lenient))
+    assert "REGRESSION" not in capsys.readouterr().out
 
 
 def test_two_exact_levels_are_one_change_at_one_run():
