@@ -72,7 +72,7 @@ class _Columns:
     def __init__(self, header: list[str]) -> None:
         at = {name: i for i, name in enumerate(header)}
         self.width = len(header)
-        self.key = [(at.get(c), OLDER_FILES.get(c, "")) for c in MATCH_KEY]
+        self.key = tuple((at.get(c), OLDER_FILES.get(c, "")) for c in MATCH_KEY)
         # A whole row's key columns taken at once (in C), for rows as wide as the header.
         self.key_present = [i for i, _ in self.key if i is not None]
         self.key_values = operator.itemgetter(*self.key_present) if len(self.key_present) > 1 else None
@@ -100,7 +100,7 @@ class _Columns:
         """The row's case key; a row as wide as the header by its key columns' values at
         once, and a key spelt once per distinct set of values (they repeat run after run)."""
         if self.key_values is not None and len(row) >= self.width:
-            return _spelt_key(self.key_values(row), tuple(self.key))
+            return _spelt_key(self.key_values(row), self.key)
         return KEY_SEP.join(spelt(self._get(row, i, older)) for i, older in self.key)
 
     def record(self, run: ReadRun, row: list[str]) -> None:
