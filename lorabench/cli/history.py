@@ -134,7 +134,8 @@ def _check(args: argparse.Namespace) -> int:
         raise HistoryError(str(exc)) from None
     runs, found = _series(args, list(METRICS))
     # Each machine's newest run is judged: a store several hosts add to holds series of each.
-    newest = {machine(r): r for r in runs}
+    by_machine = _by_machine(runs)
+    newest = {host: runs_of[-1] for host, runs_of in by_machine.items()}
     judged = [s for s in found if s.runs[-1].run_id == newest[machine(s.runs[-1])].run_id]
     newest_of = {s.case: newest[machine(s.runs[-1])].run_id for s in found}
     missing = sorted({s.case for s in found} - {s.case for s in judged})
@@ -150,7 +151,7 @@ def _check(args: argparse.Namespace) -> int:
     failed = regressions(judged, threshold, per_metric)
     for r in failed:
         print(_regression_line(r, len(judged)))
-    changed = [line for runs_of in _by_machine(runs).values() for line in _output_changes(args.db, runs_of)]
+    changed = [line for runs_of in by_machine.values() for line in _output_changes(args.db, runs_of)]
     verdict = f"{len(failed)} regressed" if failed else "no regression"
     outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
     newest_runs = ", ".join(r.run_id for r in newest.values())
