@@ -63,10 +63,10 @@ QUICK_LOOP_WORKERS = 2
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns -n into workers
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """`pytest` alone, with no path or -m of its own, is the quick loop: on 2 workers, which
-    on a 2-core host take about 60 % of the serial time (half the CPU work each, plus a
-    start of their own). Not in the config's addopts, since it would reach what must run in
-    one process: `pytest -m engine` (one real engine at a time, builds shared through the
-    session) and `pytest bench` (benchmark cases refuse xdist). A -n given, a path, or a -m
+    on a 2-core host take about half the serial time (61 s against 118 s on the slow Xeon).
+    Not in the config's addopts, since it would reach what must run in one process:
+    `pytest -m engine` (one real engine at a time, builds shared through the session) and
+    `pytest bench` (benchmark cases refuse xdist). A -n given, a path, or a -m
     of one's own runs as asked: `pytest -n 0` is the quick loop serially."""
     if hasattr(config, "workerinput") or getattr(config.option, "numprocesses", 0) is not None:
         return  # a worker; -n given; or no xdist installed (no such option)
