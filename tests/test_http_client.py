@@ -113,11 +113,12 @@ def test_adapters_are_discovered_from_v1_models(tmp_path):
 
 
 @pytest.mark.realtime
+@pytest.mark.realtime
 def test_the_http_engine_counts_failures_and_times_on_its_own_clock(tmp_path):
     path = write_config(tmp_path, adapters=3)
     config = resolve_config(path, read_config_file(path), needs_lora=True)
     # Request 1 is the build's first token; 2 is served, 3 dropped.
-    with StandInServer(ADAPTERS, Costs(decode_ms_per_step=5), failures={3: "drop"}) as server:
+    with StandInServer(ADAPTERS, Costs(decode_ms_per_step=20), failures={3: "drop"}) as server:
         engine = HttpEngine(config, EngineSpec(True, 2, 8, 4), "remote", None, Target(URL, server.url))
         with engine:
             assert engine.base_model == BASE and engine.server_version == "0.0.0-stand-in"
@@ -126,7 +127,9 @@ def test_the_http_engine_counts_failures_and_times_on_its_own_clock(tmp_path):
             assert len(out.outputs[0].token_ids) == 4 and UNKNOWN_TOKEN not in out.outputs[0].token_ids
             t = out.timing
             assert t.sent_ts < t.first_token_ts < t.last_token_ts and out.metrics is None
-            assert (t.last_token_ts - t.first_token_ts) * 1000 >= 3 * 5 - 1, "three steps of 5 ms"
+            # Three steps of 20 ms: stamped as they came. (A bound of all three flaked beside a
+            # busy worker, whose client read two chunks at once: one step is the property.)
+            assert (t.last_token_ts - t.first_token_ts) * 1000 >= 20 - 1, "stamped as they came, not at the end"
             with pytest.raises(RequestFailed, match="1 of 1 requests of the batch failed"):
                 engine.generate([[1, 2, 3]], [config.adapters[1]], 4)
             assert engine.failed_requests == 1
