@@ -77,14 +77,14 @@ def test_a_server_that_does_not_answer_in_time_fails_the_build_naming_the_settin
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         "print('Loading safetensors checkpoint shards: 40% Completed', flush=True); time.sleep(120)"
     )
-    served, config = engine(tmp_path, script, serve={"health_timeout_s": 1.5, "stop_timeout_s": 0.5})
+    served, config = engine(tmp_path, script, serve={"health_timeout_s": 0.6, "stop_timeout_s": 0.2})
     started = time.monotonic()
     with pytest.raises(EngineBuildError) as info:
         served.__enter__()
     took = time.monotonic() - started
-    assert f"did not answer /health within 1.5 s (serve.health_timeout_s in {config.path}: raise it" in str(info.value)
+    assert f"did not answer /health within 0.6 s (serve.health_timeout_s in {config.path}: raise it" in str(info.value)
     assert "Loading safetensors checkpoint shards: 40% Completed (server log:" in str(info.value)
-    assert 1.5 <= took < 10 and served.server is None
+    assert 0.6 <= took < 10 and served.server is None
 
 
 @pytest.mark.parametrize("bad", [0, -5, "ten", math.inf])
