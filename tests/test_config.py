@@ -89,10 +89,20 @@ def test_builtin_model_and_generated_adapters(tiny_config):
     kwargs = config.llm_kwargs(EngineSpec(True, 2, 16, 4))
     # The built-in model ships real (random) weights, so vLLM loads them: no dummy loader.
     assert "load_format" not in kwargs and (config.model / "model.safetensors").is_file()
-    assert kwargs["disable_log_stats"] is False and kwargs["enable_prefix_caching"] is False
+    assert kwargs["disable_log_stats"] is False and kwargs["enable_prefix_caching"] is False, "off unless asked"
     assert (kwargs["max_loras"], kwargs["max_lora_rank"], kwargs["max_cpu_loras"]) == (2, 16, 4)
     assert config.llm_kwargs(EngineSpec(False))["enable_lora"] is False
     assert "max_loras" not in config.llm_kwargs(EngineSpec(False))
+
+
+def test_prefix_caching_is_a_configuration_of_its_own_and_off_unless_asked(tiny_config):
+    """A list crosses the LoRA knobs, as the graph-mode settings do: each configuration named
+    with -pc where caching is on, and vLLM told either way."""
+    config = load(tiny_config(engine={"max_loras": 2, "enable_prefix_caching": [False, True]}))
+    specs = engine_specs(config.file, with_lora_off=True)
+    assert [s.name for s in specs] == ["lora-off", "loras2-rank16-cpu4", "lora-off-pc", "loras2-rank16-cpu4-pc"]
+    assert [config.llm_kwargs(s)["enable_prefix_caching"] for s in specs] == [False, False, True, True]
+    assert not any(s.enable_prefix_caching for s in engine_specs(load(tiny_config()).file, with_lora_off=True))
 
 
 def test_comment_keys_are_ignored(tiny_config):

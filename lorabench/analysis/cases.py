@@ -33,6 +33,7 @@ def case_label(case: dict[str, str]) -> str:
         *(case[c] for c in ("enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras")),
         case.get("enforce_eager"),
         case.get("graph_config"),
+        case.get("enable_prefix_caching"),
     )
     if case.get("trace_suite"):
         churn = f" churn{case['churn_rate']}" if case.get("churn_rate") else ""

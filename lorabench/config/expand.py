@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorabench.config.schema import LORA_KEYS, ConfigFile, Matrix
+from lorabench.config.schema import LORA_KEYS, PREFIX_CACHING, ConfigFile, Matrix
 from lorabench.load.adapters import Adapter
 from lorabench.load.workload import Shape
 from lorabench.results import graph
@@ -30,6 +30,7 @@ class EngineSpec:
     # Graph mode (lorabench.results.graph): None leaves vLLM's default.
     enforce_eager: bool | None = None
     graph_config: str | None = None
+    enable_prefix_caching: bool = False
     # Which of the run's builds of this configuration (matrix.builds) this is.
     build: int = 0
 
@@ -42,6 +43,7 @@ class EngineSpec:
             self.max_cpu_loras,
             self.enforce_eager,
             self.graph_config,
+            self.enable_prefix_caching,
         )
 
     @property
@@ -50,7 +52,10 @@ class EngineSpec:
 
     def engine_kwargs(self) -> dict[str, Any]:
         """vLLM's arguments that make this configuration what it is."""
-        kwargs = graph.engine_kwargs(self.enforce_eager, self.graph_config)
+        kwargs = {
+            **graph.engine_kwargs(self.enforce_eager, self.graph_config),
+            PREFIX_CACHING: self.enable_prefix_caching,
+        }
         if not self.enable_lora:
             return {**kwargs, "enable_lora": False}
         return {
@@ -80,13 +85,14 @@ def graph_modes(file: ConfigFile) -> list[tuple[bool | None, str | None]]:
 
 
 def engine_specs(file: ConfigFile, *, with_lora_off: bool, builds: int = 1) -> list[EngineSpec]:
-    """The cross product of the graph modes and the LoRA knobs (and ``lora-off`` first in
-    each graph mode if asked), ``builds`` times over, build-major: a configuration's
-    builds are spread over the run."""
+    """The cross product of the graph modes, prefix caching and the LoRA knobs (and
+    ``lora-off`` first in each mode if asked), ``builds`` times over, build-major: a
+    configuration's builds are spread over the run."""
     configurations = []
     lists = [as_list(getattr(file.engine, key)) for key in LORA_KEYS]
-    for eager, settings in graph_modes(file):
-        mode = {"enforce_eager": eager, "graph_config": settings}
+    caching = as_list(file.engine.enable_prefix_caching)
+    for (eager, settings), cached in itertools.product(graph_modes(file), caching):
+        mode = {"enforce_eager": eager, "graph_config": settings, PREFIX_CACHING: cached}
         if with_lora_off:
             configurations.append(EngineSpec(False, **mode))
         for loras, rank, cpu in itertools.product(*lists):
@@ -118,10 +124,10 @@ class BenchConfig:
         kwargs: dict[str, Any] = {"model": str(self.model), "seed": self.matrix.seed}
         if self.tokenizer is not None:
             kwargs["tokenizer"] = str(self.tokenizer)
-        chosen_per_spec = (*LORA_KEYS, *graph.GRAPH_KEYS)
+        chosen_per_spec = (*LORA_KEYS, *graph.GRAPH_KEYS, PREFIX_CACHING)
         kwargs.update({k: v for k, v in self.file.engine.model_dump().items() if k not in chosen_per_spec})
         kwargs.update(spec.engine_kwargs())
-        kwargs.update(disable_log_stats=False, enable_prefix_caching=False)
+        kwargs.update(disable_log_stats=False)
         return kwargs
 
     @property

@@ -33,13 +33,15 @@ DeviceType = Literal["cpu", "cuda", "npu"]
 # vLLM rejects any other value of max_lora_rank when the engine starts.
 LoraRank = Literal[1, 8, 16, 32, 64, 128, 256, 320, 512]
 LORA_KEYS = ("max_loras", "max_lora_rank", "max_cpu_loras")
+# vLLM's prefix caching, per configuration: off unless the config says (a cached prefix makes
+# a round cheaper than the one before it); the isolation scenario turns it on for its engines.
+PREFIX_CACHING = "enable_prefix_caching"
 # Set by lorabench itself: the measurements depend on them.
 RESERVED_ENGINE_KEYS = {
     "model": "set the top-level 'model' field instead",
     "tokenizer": "set the top-level 'tokenizer' field instead",
     "enable_lora": "lorabench enables LoRA per engine configuration",
     "disable_log_stats": "lorabench needs per-request stats and turns them on",
-    "enable_prefix_caching": "lorabench turns prefix caching off so rounds are comparable",
 }
 
 
@@ -50,8 +52,9 @@ Settings = dict[str, Any]
 
 
 class EngineArgs(BaseModel):
-    """Keyword arguments for vLLM's engine. The three LoRA knobs and the graph-mode
-    settings (``lorabench.results.graph``) may be lists: each combination is a configuration."""
+    """Keyword arguments for vLLM's engine. The three LoRA knobs, prefix caching and the
+    graph-mode settings (``lorabench.results.graph``) may be lists: each combination is a
+    configuration."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -63,8 +66,10 @@ class EngineArgs(BaseModel):
     # Objects only: vLLM's async engine takes a mode number only as {"mode": N}.
     compilation_config: Settings | list[Settings] | None = None
     additional_config: Settings | list[Settings] | None = None
+    # A list: a configuration with and one without, to measure what caching gains.
+    enable_prefix_caching: bool | list[bool] = False
 
-    @field_validator(*LORA_KEYS, *GRAPH_KEYS)
+    @field_validator(*LORA_KEYS, *GRAPH_KEYS, PREFIX_CACHING)
     @classmethod
     def _no_repeats(cls, value: Any) -> Any:
         return unique(value)

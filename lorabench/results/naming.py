@@ -16,13 +16,20 @@ def engine_name(
     max_cpu_loras: Any = None,
     enforce_eager: Any = None,
     graph_config: Any = None,
+    enable_prefix_caching: Any = None,
 ) -> str:
-    """``lora-off`` or ``loras8-rank16-cpu8``, with ``-eager`` / ``-graph`` and a graph
-    settings hash where set: how test ids, the summary and compare name a configuration."""
-    mode = name_suffix(enforce_eager, graph_config)
-    if str(enable_lora).lower() not in ("true", "1"):
+    """``lora-off`` or ``loras8-rank16-cpu8``, with ``-pc`` where prefix caching is on, and
+    ``-eager`` / ``-graph`` and a graph settings hash where set: how test ids, the summary and
+    compare name a configuration."""
+    mode = ("-pc" if _true(enable_prefix_caching) else "") + name_suffix(enforce_eager, graph_config)
+    if not _true(enable_lora):
         return "lora-off" + mode
     return f"loras{max_loras}-rank{max_lora_rank}-cpu{max_cpu_loras}{mode}"
+
+
+def _true(value: Any) -> bool:
+    """A flag as a row or a spec holds it: a bool, or its spelling in a CSV file."""
+    return str(value).lower() in ("true", "1")
 
 
 def engine_id(name: str, build: int) -> str:

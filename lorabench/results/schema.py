@@ -105,6 +105,8 @@ class ResultRow:
     # Graph mode as configured (lorabench.results.graph); blank: vLLM's default.
     enforce_eager: bool | None = _col(PARAMETER, key=True, engine=True, optional=True)
     graph_config: str | None = _col(PARAMETER, key=True, engine=True, optional=True)
+    # vLLM's prefix caching (config engine.enable_prefix_caching); files before it ran without.
+    enable_prefix_caching: bool | None = _col(PARAMETER, key=True, engine=True, optional=True, older="False")
     rounds: int = _col(PARAMETER)
     tier: str | None = _col(PARAMETER, key=True, optional=True)
     working_set: int | None = _col(PARAMETER, key=True, optional=True)
@@ -257,6 +259,15 @@ class ResultRow:
     custom_ops: str | None = _col(ENGINE, optional=True, by_engine=True)
     # Adapters whose greedy output on this build differs from the run's first (LoRA engines).
     digest_mismatches: int | None = _col(ENGINE, optional=True, by_engine=True)
+    # The isolation canaries (scenario isolation, docs/scenarios.md#isolation): the answers of
+    # adapters sent a prompt another adapter had cached; those that differed from their
+    # uncached answer or reused its cached tokens; the owners' own cached answers that differed
+    # (caching changed outputs whatever the adapter); the prompt tokens the owners found cached
+    # on their second request (0: caching was not in effect, and the canaries proved nothing).
+    isolation_checked: int | None = _col(METRIC, optional=True)
+    isolation_broken: int | None = _col(METRIC, optional=True)
+    isolation_control_changed: int | None = _col(METRIC, optional=True)
+    isolation_cached_tokens: int | None = _col(METRIC, optional=True)
     peak_memory_mb: float = _col(ENGINE)
     memory_source: str = _col(ENGINE)
     test_id: str = _col(ENGINE)

@@ -102,6 +102,8 @@ class BenchCase:
             check_row(row, self.scenario.columns, self.scenario.maybe_columns)
         except SchemaError as exc:
             pytest.fail(f"{exc} (the row is written to {self.writer.path})", pytrace=False)
+        if outcome.failure:
+            pytest.fail(f"{outcome.failure} (the row and its records are in {self.writer.path})", pytrace=False)
         return row
 
     def _row(self, engine: Engine, outcome: Outcome, failed: int | None, stamp: str | None) -> ResultRow:
@@ -133,6 +135,7 @@ class BenchCase:
             max_cpu_loras=spec.max_cpu_loras,
             enforce_eager=spec.enforce_eager,
             graph_config=spec.graph_config,
+            enable_prefix_caching=spec.enable_prefix_caching,
             **engine.graph.columns(),
             engine_id=engine.id,
             build=spec.build,
