@@ -28,6 +28,11 @@ class Requests:
     def vocab_size(self) -> int:
         return int(self.llm.vllm_config.model_config.get_vocab_size())
 
+    @property
+    def block_size(self) -> int:
+        """Tokens in a KV block: what prefix caching shares, a block at a time."""
+        return int(self.llm.vllm_config.cache_config.block_size)
+
     def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Any:
         """Exactly ``max_tokens`` tokens (``ignore_eos``): sampled, or with ``greedy`` the most likely.
 
@@ -43,27 +48,43 @@ class Requests:
             n=1, temperature=temperature, top_p=1.0, ignore_eos=True, max_tokens=max_tokens, output_kind=kind
         )
 
-    def prompt_input(self, prompt: Prompt) -> Any:
-        """What the engine is sent for ``prompt``: token ids as vLLM's TokensPrompt, text as is."""
-        from vllm.inputs import TokensPrompt
+    def prompt_input(self, prompt: Prompt, cache_salt: str | None = None) -> Any:
+        """What the engine is sent for ``prompt``: token ids as vLLM's TokensPrompt, text as
+        is; with a ``cache_salt`` (vLLM hashes it into the first KV block, so the request shares
+        no cached prefix with a request without it) as a prompt dict that carries it."""
+        from vllm.inputs import TextPrompt, TokensPrompt
 
-        return TokensPrompt(prompt_token_ids=prompt) if isinstance(prompt, list) else prompt
+        if cache_salt is None:
+            return TokensPrompt(prompt_token_ids=prompt) if isinstance(prompt, list) else prompt
+        if isinstance(prompt, list):
+            return TokensPrompt(prompt_token_ids=prompt, cache_salt=cache_salt)
+        return TextPrompt(prompt=prompt, cache_salt=cache_salt)
 
-    def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[Any]:
+    def stream(
+        self, prompt: Prompt, params: Any, adapter: Adapter | None, cache_salt: str | None = None
+    ) -> AsyncIterator[Any]:
         """One request's outputs as the engine produces them (on this engine's loop)."""
         lora = self.lora_request(adapter) if self.spec.enable_lora else None
         request_id = f"req-{next(self._request_ids)}"
-        return self.llm.generate(self.prompt_input(prompt), params, request_id=request_id, lora_request=lora)
+        sent = self.prompt_input(prompt, cache_salt)
+        return self.llm.generate(sent, params, request_id=request_id, lora_request=lora)
 
     def generate(
-        self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int, *, greedy: bool = False
+        self,
+        prompts: Sequence[Prompt],
+        adapters: Sequence[Adapter | None],
+        output_len: int,
+        *,
+        greedy: bool = False,
+        cache_salt: str | None = None,
     ) -> list[Any]:
-        """Serve one batch: every request sent at once, the final outputs gathered in order."""
+        """Serve one batch: every request sent at once, the final outputs gathered in order;
+        ``cache_salt`` keeps the batch off every cached prefix but its own (prefix caching)."""
         params = self.sampling_params(output_len, greedy=greedy)
 
         async def one(prompt: Prompt, adapter: Adapter | None) -> Any:
             final = None
-            async for output in self.stream(prompt, params, adapter):
+            async for output in self.stream(prompt, params, adapter, cache_salt):
                 final = output
             return final
 

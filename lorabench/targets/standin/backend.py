@@ -60,6 +60,10 @@ class StandInEngine(Engine):
     def vocab_size(self) -> int:
         return VOCAB_SIZE
 
+    @property
+    def block_size(self) -> int:
+        return BLOCK_SIZE
+
     def check_alive(self) -> None:
         if self.llm is not None and self.llm.dead:
             raise EngineDied(self.llm.dead)
@@ -70,8 +74,9 @@ class StandInEngine(Engine):
     def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Params:
         return Params(max_tokens, stream, greedy)
 
-    def prompt_input(self, prompt: Prompt) -> list[int]:
-        return list(prompt) if isinstance(prompt, list) else [3 + b for b in prompt.encode()]
+    def prompt_input(self, prompt: Prompt, cache_salt: str | None = None) -> list[int] | dict:
+        ids = list(prompt) if isinstance(prompt, list) else [3 + b for b in prompt.encode()]
+        return ids if cache_salt is None else {"prompt_token_ids": ids, "cache_salt": cache_salt}
 
 
 class StandIn:

@@ -15,7 +15,18 @@ from typing import Any
 from lorabench.config import EngineSpec
 from lorabench.targets import clock
 from lorabench.targets.engine import EngineDied
-from lorabench.targets.standin.scheduler import KV_BLOCKS, BlockPool, LoraRef, Metrics, Params, Request, schedule, stats
+from lorabench.targets.standin.prefix_cache import Owner, PrefixCache
+from lorabench.targets.standin.scheduler import (
+    BLOCK_SIZE,
+    KV_BLOCKS,
+    BlockPool,
+    LoraRef,
+    Metrics,
+    Params,
+    Request,
+    schedule,
+    stats,
+)
 from lorabench.targets.standin.virtual_clock import block
 
 VOCAB_SIZE = 1000
@@ -42,6 +53,9 @@ class Costs:
     abort_ms: float = 0.0
     # The KV cache, in blocks of 16 tokens (lorabench.targets.standin.scheduler): not a cost, the capacity.
     kv_blocks: int = KV_BLOCKS
+    # A planted bug, not a cost: with prefix caching on, blocks keyed without their adapter, so
+    # one adapter's request reuses another's KV (lorabench.targets.standin.prefix_cache).
+    blocks_keyed_without_adapter: bool = False
 
 
 @dataclass
@@ -56,6 +70,7 @@ class Output:
     outputs: list[Completion]
     finished: bool
     metrics: Metrics
+    num_cached_tokens: int = 0
 
 
 class StandInLLM:
@@ -78,6 +93,9 @@ class StandInLLM:
         self.running: list[Request] = []
         self.deferred: set[Request] = set()  # waiting requests skipped for a LoRA slot
         self.kv = BlockPool(costs.kv_blocks)
+        keyed = not costs.blocks_keyed_without_adapter
+        cache = PrefixCache(costs.kv_blocks, BLOCK_SIZE, keyed_by_adapter=keyed)
+        self.prefix_cache = cache if spec.enable_prefix_caching else None
         # The requests in the engine by id, as vLLM's front end holds them (output_processor.request_states).
         self.requests: dict[str, Request] = {}
         self.output_processor = SimpleNamespace(request_states=self.requests)
@@ -140,17 +158,26 @@ class StandInLLM:
             self._loop.cancel()
 
     async def generate(
-        self, prompt: list[int], params: Params, request_id: str, lora_request: LoraRef | None = None
+        self, prompt: list[int] | dict, params: Params, request_id: str, lora_request: LoraRef | None = None
     ) -> AsyncIterator[Output]:
+        """A request; ``prompt`` as vLLM's ``TokensPrompt`` (a dict, with a ``cache_salt`` or not) or its ids."""
         if self.dead:
             raise EngineDied(self.dead)
         if self.costs.send_block_ms:
             block(self.costs.send_block_ms / 1000.0)
-        weights = self.weights.get(lora_request.lora_name, "") if lora_request else "base"
-        seed = hashlib.sha256(f"{lora_request and lora_request.lora_name}|{weights}|{prompt}".encode()).digest()
+        salt = prompt.get("cache_salt") if isinstance(prompt, dict) else None
+        prompt = list(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else prompt
+        name = lora_request and lora_request.lora_name
+        weights = self.weights.get(name, "") if lora_request else "base"
+        seed = hashlib.sha256(f"{name}|{weights}|{prompt}".encode()).digest()
         if self.kv.blocks_for(len(prompt) + params.max_tokens) > self.kv.total:
             raise ValueError(f"{len(prompt)} + {params.max_tokens} tokens do not fit the stand-in's KV cache")
-        request = Request(request_id, prompt, params, lora_request, seed, Metrics(clock.now()))
+        request = Request(
+            request_id, prompt, params, lora_request, seed, Metrics(clock.now()), owner=Owner(name, weights)
+        )
+        if self.prefix_cache is not None:
+            key = (lora_request.lora_name, lora_request.lora_path) if lora_request else None
+            request.hashes = self.prefix_cache.hashes(prompt, key, salt)
         self.waiting.append(request)
         self.requests[request_id] = request
         self.sent += 1
@@ -262,12 +289,21 @@ class StandInLLM:
             request.tokens.append(int.from_bytes(digest[:4], "little") % VOCAB_SIZE)
             if index == 0:
                 request.metrics.first_token_ts = now
+                if self.prefix_cache is not None:
+                    self.prefix_cache.insert(request.hashes, request.owner, self.kv.total - self.kv.used)
             request.metrics.last_token_ts = now
             request.finished = len(request.tokens) >= request.params.max_tokens
             if request.finished:
                 self._drop(request)
             if request.params.stream or request.finished:
                 tokens = request.tokens[-1:] if request.params.stream else list(request.tokens)
-                output = Output(request.id, request.prompt, [Completion(tokens)], request.finished, request.metrics)
+                output = Output(
+                    request.id,
+                    request.prompt,
+                    [Completion(tokens)],
+                    request.finished,
+                    request.metrics,
+                    request.cached_tokens,
+                )
                 request.queue.put_nowait(output)
         return preempted

@@ -23,6 +23,7 @@ what lorabench's columns read:
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -32,6 +33,8 @@ from lorabench.targets import clock
 
 if TYPE_CHECKING:
     from collections import deque
+
+    from lorabench.targets.standin.prefix_cache import Owner, PrefixCache
 
 # vLLM's default block size on GPUs (its CPU backend defaults to 128).
 BLOCK_SIZE = 16
@@ -75,6 +78,12 @@ class Request:
     tokens: list[int] = field(default_factory=list)
     finished: bool = False
     preemptions: int = 0  # preemptions not yet reported (with the request's next output)
+    # Prefix caching (lorabench.targets.standin.prefix_cache): whose KV the request computes, its
+    # prompt's block hashes, and whose cached KV it reused where that was not its own.
+    owner: Owner | None = None
+    hashes: list[bytes] = field(default_factory=list)
+    reused_from: Owner | None = None
+    cached_tokens: int = 0  # of its prompt, found cached (vLLM's RequestOutput.num_cached_tokens)
 
     @property
     def lora_name(self) -> str | None:
@@ -127,6 +136,7 @@ class StandInLLM(Protocol):
     running: list[Request]
     waiting: deque[Request]
     deferred: set[Request]
+    prefix_cache: PrefixCache | None
 
     def _to_slot(self, lora: LoraRef, active: set[int]) -> float: ...
 
@@ -178,12 +188,29 @@ def _admit_waiting(llm: StandInLLM, active: set[int], now: float) -> tuple[float
         llm.deferred.discard(request)
         llm.running.append(request)
         request.metrics.scheduled_ts = request.metrics.scheduled_ts or now
+        cached = 0 if request.tokens else _reuse(llm, request)
         prompt_tokens += 0 if request.tokens else len(request.prompt)
-        cost += llm.prefill_ms_per_token * kv_tokens(request)
+        cost += llm.prefill_ms_per_token * (kv_tokens(request) - cached)
         if lora is not None:
             cost += llm._to_slot(lora, active)
             active.add(lora.lora_int_id)
     return cost, prompt_tokens
+
+
+def _reuse(llm: StandInLLM, request: Request) -> int:
+    """The prompt tokens a request admitted before its first output finds cached. KV another
+    adapter (or other weights) computed makes its answer another: its tokens' seed takes the
+    owner in."""
+    cache = llm.prefix_cache
+    if cache is None:
+        return 0
+    owners = cache.lookup(request.hashes, len(request.prompt))
+    foreign = next((owner for owner in owners if owner != request.owner), None)
+    if foreign is not None and request.reused_from is None:
+        request.reused_from = foreign
+        request.seed = hashlib.sha256(request.seed + repr(foreign).encode()).digest()
+    request.cached_tokens = len(owners) * cache.block_size
+    return request.cached_tokens
 
 
 def stats(llm: StandInLLM, prompt_tokens: int, generated: int, preempted: int) -> tuple[Any, Any]:
