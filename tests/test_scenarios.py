@@ -8,7 +8,7 @@ from tests.helpers import ROOT, generate_adapters, result_files
 
 pytestmark = pytest.mark.engine
 
-MODULES = ("test_multilora.py", "test_multilora_residency.py", "test_multilora_working_set.py")
+MODULES = ("test_multilora.py", "test_multilora_residency.py", "test_multilora_working_set.py", "test_isolation.py")
 
 
 def read_run(folder):
@@ -20,13 +20,14 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     for name in MODULES:
         pytester.makepyfile(**{name[:-3]: (ROOT / "bench" / name).read_text()})
     path = tiny_config(
-        engine={"max_loras": 1, "max_lora_rank": 16, "max_cpu_loras": 2, "max_model_len": 128, "max_num_seqs": 8},
+        # 160: the isolation canaries' prompts are a KV block (128 tokens on the CPU) and 8 more.
+        engine={"max_loras": 1, "max_lora_rank": 16, "max_cpu_loras": 2, "max_model_len": 160, "max_num_seqs": 8},
         matrix={"batch_sizes": [4], "workloads": ["skewed", "mixed"], "input_len": 16, "output_len": 4, "rounds": 1},
         residency={"requests": 3},
         working_set={"sizes": [1, 2, 3], "cycles": 1, "min_requests": 2},
     )
     result = pytester.runpytest_subprocess("--bench-config", str(path), "-p", "no:cacheprovider", timeout=600)
-    result.assert_outcomes(passed=8)
+    result.assert_outcomes(passed=9)
     result.stdout.fnmatch_lines(["by adapter rank: rank 8: ttft p50 * ms, decode p50 * ms (* requests); rank 16: *"])
     csv, rows, samples = read_run(tmp_path / "results")
 
@@ -43,6 +44,13 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     assert tiers["tier_extra_ttft_ms"].notna().all()
     tier_samples = samples[samples.scenario == "residency"]
     assert tier_samples.groupby("tier").size().to_dict() == {"cpu": 3, "disk": 3, "slot": 3}, "repeats are no samples"
+
+    # vLLM 0.32 keys KV blocks by adapter, and caches with LoRA: each owner's second request
+    # found its prompt's block cached (128 tokens, twice), no other adapter's answer changed.
+    (canary,) = rows[rows.scenario == "isolation"].to_dict("records")
+    assert canary["engine_id"] == "loras1-rank16-cpu2-pc-build0" and canary["enable_prefix_caching"]
+    assert (canary["isolation_checked"], canary["isolation_broken"], canary["isolation_control_changed"]) == (6, 0, 0)
+    assert canary["isolation_cached_tokens"] == 2 * 128
 
     sweep = rows[rows.scenario == "working_set"].set_index("working_set")
     assert sweep["load_share"].to_dict() == {1: 0.0, 2: 0.0, 3: 1.0}, "past max_cpu_loras=2 every request loads"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # A URL's server runs with LoRA as it was started: no LoRA-disabled engine there.
     with_lora_off = scenario.with_lora_off and state.target.kind != URL
     specs = engine_specs(file, with_lora_off=with_lora_off, builds=builds)
+    if scenario.prefix_caching is not None:
+        specs = list(dict.fromkeys(replace(s, enable_prefix_caching=scenario.prefix_caching) for s in specs))
     parametrizations = scenario.parametrize(file)
     skips = [
         pytest.mark.skip(reason=f"{state.config_path}: {p.skip_reason}") for p in parametrizations if p.skip_reason

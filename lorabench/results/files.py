@@ -23,6 +23,7 @@ from typing import Any
 from lorabench.results.records import (
     ADAPTER_COLUMNS,
     DIGEST_COLUMNS,
+    ISOLATION_COLUMNS,
     PROBE_COLUMNS,
     SAMPLE_COLUMNS,
     SAMPLE_KEY,
@@ -43,7 +44,12 @@ class ResultsFileError(RuntimeError):
 
 # Records a case may keep beside its samples, by kind: each kind is its own file in the
 # run's replays folder (records.replays_path_for), keyed like the samples.
-REPLAY_FILES = {"timeline": TIMELINE_COLUMNS, "adapters": ADAPTER_COLUMNS, "probes": PROBE_COLUMNS}
+REPLAY_FILES = {
+    "timeline": TIMELINE_COLUMNS,
+    "adapters": ADAPTER_COLUMNS,
+    "probes": PROBE_COLUMNS,
+    "isolation": ISOLATION_COLUMNS,
+}
 # The kind ``append_records`` takes for samples a case keeps before its row (a capacity
 # search's, probe by probe): they go to the run's samples file.
 SAMPLES = "samples"

@@ -73,6 +73,21 @@ class AdapterRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class IsolationRecord:
+    """One greedy answer of the isolation canaries (``lorabench.scenarios.isolation``), in the
+    order sent: with the prompt's ids, what reproduces a finding on another engine."""
+
+    prompt: int
+    adapter: str
+    step: str  # reference (salted: nothing cached), owner, victim, control
+    digest: str
+    # Prompt tokens the engine found cached (vLLM's num_cached_tokens; blank where not told).
+    cached_tokens: int | None
+    token_ids: str  # the answer, space-separated
+    prompt_token_ids: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ProbeRecord:
     """One probe of a capacity search: a replay at one rate (``lorabench.measure.capacity.Probe``)."""
 
@@ -132,6 +147,7 @@ TIMELINE_FIELDS = field_names(TimelineRecord)
 TIMELINE_COLUMNS = SAMPLE_KEY + TIMELINE_FIELDS
 ADAPTER_COLUMNS = SAMPLE_KEY + field_names(AdapterRecord)
 PROBE_COLUMNS = SAMPLE_KEY + field_names(ProbeRecord)
+ISOLATION_COLUMNS = SAMPLE_KEY + field_names(IsolationRecord)
 DIGEST_COLUMNS = field_names(DigestRecord)
 
 

@@ -87,13 +87,17 @@ class Outcome:
     # Records kept in files of their own beside the samples, by kind (lorabench.results.files.REPLAY_FILES):
     # an online replay's engine timeline and per-adapter usage.
     records: dict[str, list[Any]] = field(default_factory=dict)
+    # A finding (a broken isolation): the case's row and records are written, then it fails so.
+    failure: str | None = None
 
 
 class Scenario:
     """A kind of benchmark case. Subclasses set the class attributes and implement both methods.
 
     ``name`` is what ``@pytest.mark.scenario(NAME)`` names; ``with_lora_off`` adds the
-    engine with LoRA disabled to the LoRA configurations it runs on; ``needs_adapters``
+    engine with LoRA disabled to the LoRA configurations it runs on; ``prefix_caching``, where
+    set, turns vLLM's prefix caching on or off in every configuration it runs on, whatever the
+    config says (the isolation scenario's engines cache); ``needs_adapters``
     says whether the config must list adapters; ``columns`` are the optional result
     columns its rows fill, ``maybe_columns`` those some of its rows fill
     (``lorabench.results.schema_check.check_row`` holds it to that).
@@ -101,6 +105,7 @@ class Scenario:
 
     name: str = ""
     with_lora_off: bool = False
+    prefix_caching: bool | None = None
     needs_adapters: bool = True
     columns: frozenset[str] = frozenset()
     maybe_columns: frozenset[str] = frozenset()

@@ -38,7 +38,7 @@ import numpy as np
 
 from lorabench.analysis.cases import METRICS, case_of
 from lorabench.analysis.compare.capacity import CapacityBound, capacity_verdicts
-from lorabench.analysis.compare.churn import failed_operations
+from lorabench.analysis.compare.failures import broken_isolation, failed_operations
 from lorabench.analysis.compare.load import CompareError, Run
 from lorabench.analysis.compare.noise import (
     BUILDS,
@@ -103,8 +103,10 @@ class Comparison:
     capacity_unjudged: list[str] = field(default_factory=list)
     # Cases whose capacity is a bound on either side, judged on the intervals (compare.capacity).
     capacity_bounds: list[CapacityBound] = field(default_factory=list)
-    # Churn cases whose new side failed loads or unloads (compare.churn).
+    # Churn cases whose new side failed loads or unloads, isolation cases whose new side's
+    # canaries found a breach or outputs changed by caching (compare.failures).
     churn_failures: list[str] = field(default_factory=list)
+    isolation_failures: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -113,7 +115,7 @@ class Comparison:
     @property
     def failed(self) -> bool:
         """A regression (a capacity bound's included), an adapter that answers differently, a
-        capacity gone or a failed churn operation: what fails a gate."""
+        capacity gone, a failed churn operation or a broken isolation: what fails a gate."""
         return bool(self.reasons())
 
     def reasons(self) -> str:
@@ -125,6 +127,7 @@ class Comparison:
             (len(self.capacity_unjudged), "capacity search with no verdict", "capacity searches with no verdict"),
             (sum(b.change < 0 for b in self.capacity_bounds), "capacity bound regressed", "capacity bounds regressed"),
             (len(self.churn_failures), "churn case with failed operations", "churn cases with failed operations"),
+            (len(self.isolation_failures), "isolation case failed", "isolation cases failed"),
         )
         return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
 
@@ -201,6 +204,7 @@ def compare(
         base, new, capacity_threshold(threshold, per_metric)
     )
     result.churn_failures = failed_operations(base, new)
+    result.isolation_failures = broken_isolation(base, new)
     return result
 
 

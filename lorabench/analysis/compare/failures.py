@@ -1,38 +1,84 @@
-"""Failed churn operations in a comparison. A churn row's load and unload latencies are
-over the operations that succeeded, so a new side whose loads fail (a server without the
-runtime load API, an adapter it cannot read) can look as fast as ever, or faster: every
-case whose new side failed an operation is named on its own, and fails the comparison."""
+"""Failures a new side counts in its rows, which fail a comparison whatever the timings say.
+
+A churn row's load and unload latencies are over the operations that succeeded, so a new
+side whose loads fail (a server without the runtime load API, an adapter it cannot read)
+can look as fast as ever, or faster. An isolation row whose canaries found an adapter
+answering from another adapter's cached blocks is wrong answers at full speed. Every case
+whose new side counts one is named on its own, with the base side's count beside it;
+failures on the base side only do not fail: the new side fixed them.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from lorabench.analysis.cases import case_of
 from lorabench.analysis.compare.load import Run
 
-FAILED, DONE = "churn_failed_ops", "churn_ops"
+
+@dataclass(frozen=True)
+class Counted:
+    """A kind of failure: the column counting it, the column counting what was tried, and the line's words."""
+
+    failed: str
+    done: str
+    title: str
+    what: str
+    then: str = ""
 
 
-def _counts(run: Run) -> dict[str, tuple[int, int]]:
-    """Per case: operations failed and done, summed over its builds (and runs)."""
+CHURN = Counted(
+    "churn_failed_ops",
+    "churn_ops",
+    "CHURN OPERATIONS FAILED",
+    "loads and unloads failed",
+    "; their latencies are left out of load_ms and unload_ms",
+)
+ISOLATION = Counted(
+    "isolation_broken",
+    "isolation_checked",
+    "ADAPTER ISOLATION BROKEN",
+    "answers of adapters sent a prompt another adapter had cached were not their own or reused its blocks",
+    " (the run's isolation.csv has the answers)",
+)
+CACHING_CHANGED = Counted(
+    "isolation_control_changed",
+    "isolation_checked",
+    "PREFIX CACHING CHANGED OUTPUTS",
+    "owners' answers changed once their own prompt was cached",
+    " (the run's isolation.csv has the answers)",
+)
+
+
+def _counts(run: Run, kind: Counted) -> dict[str, tuple[int, int]]:
+    """Per case: failures and tries, summed over its builds (and runs)."""
     rows = run.all_rows
-    if FAILED not in rows or DONE not in rows:
+    if kind.failed not in rows or kind.done not in rows:
         return {}
-    churned = rows[rows[FAILED].notna()]
-    sums = churned.groupby("_key")[[FAILED, DONE]].sum()
-    return {key: (int(row[FAILED]), int(row[DONE])) for key, row in sums.iterrows()}
+    counted = rows[rows[kind.failed].notna()]
+    sums = counted.groupby("_key")[[kind.failed, kind.done]].sum()
+    return {key: (int(row[kind.failed]), int(row[kind.done])) for key, row in sums.iterrows()}
 
 
-def failed_operations(base: Run, new: Run) -> list[str]:
-    """Cases whose new side had a load or unload fail, with the base side's count beside it."""
-    before = _counts(base)
+def new_failures(base: Run, new: Run, kind: Counted) -> list[str]:
+    """Cases whose new side counted a failure of ``kind``, with the base side's count beside it."""
+    before = _counts(base, kind)
     found = []
-    for key, (failed, done) in _counts(new).items():
+    for key, (failed, done) in _counts(new, kind).items():
         if not failed:
             continue
         label = ", ".join(f"{k}: {v}" for k, v in case_of(key).items() if v)
         base_failed, base_done = before.get(key, (0, 0))
         was = f"base: {base_failed} of {base_done}" if key in before else "not in base"
-        found.append(
-            f"CHURN OPERATIONS FAILED: {label}: {failed} of {done} loads and unloads failed on the new side "
-            f"({was}); their latencies are left out of load_ms and unload_ms"
-        )
+        found.append(f"{kind.title}: {label}: {failed} of {done} {kind.what} on the new side ({was}){kind.then}")
     return found
+
+
+def failed_operations(base: Run, new: Run) -> list[str]:
+    """Churn cases whose new side had a load or unload fail."""
+    return new_failures(base, new, CHURN)
+
+
+def broken_isolation(base: Run, new: Run) -> list[str]:
+    """Isolation cases whose new side's canaries found a breach, or caching that changes outputs."""
+    return new_failures(base, new, ISOLATION) + new_failures(base, new, CACHING_CHANGED)

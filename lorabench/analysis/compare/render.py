@@ -132,12 +132,12 @@ def bound_lines(c: Comparison) -> list[str]:
 
 def failure_lines(c: Comparison) -> list[str]:
     """What fails the comparison whatever the timings say: changed outputs, collapsed
-    capacities, capacity searches with no verdict, failed churn operations."""
+    capacities, capacity searches with no verdict, failed churn operations, broken isolation."""
     changed = [
         f"OUTPUT CHANGED: adapter {adapter} ({model}) answers the greedy probe differently: {b} -> {n}"
         for model, adapter, b, n in c.digest_changes
     ]
-    return [*changed, *c.capacity_collapses, *c.capacity_unjudged, *c.churn_failures]
+    return [*changed, *c.capacity_collapses, *c.capacity_unjudged, *c.churn_failures, *c.isolation_failures]
 
 
 def _unmatched(c: Comparison) -> list[str]:
@@ -206,6 +206,7 @@ def render_json(c: Comparison) -> str:
             "capacity_unjudged": c.capacity_unjudged,
             "capacity_bounds": [_bound_record(b) for b in c.capacity_bounds],
             "churn_failures": c.churn_failures,
+            "isolation_failures": c.isolation_failures,
         },
         indent=2,
     )
