@@ -27,7 +27,8 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
         working_set={"sizes": [1, 2, 3], "cycles": 1, "min_requests": 2},
     )
     result = pytester.runpytest_subprocess("--bench-config", str(path), "-p", "no:cacheprovider", timeout=600)
-    result.assert_outcomes(passed=9)
+    # The isolation case fails on vLLM 0.32: a reload in place reuses the old weights' blocks.
+    result.assert_outcomes(passed=8, failed=1)
     result.stdout.fnmatch_lines(["by adapter rank: rank 8: ttft p50 * ms, decode p50 * ms (* requests); rank 16: *"])
     csv, rows, samples = read_run(tmp_path / "results")
 
@@ -47,10 +48,13 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
 
     # vLLM 0.32 keys KV blocks by adapter, and caches with LoRA: each owner's second request
     # found its prompt's block cached (128 tokens, twice), no other adapter's answer changed.
+    # But its key is the adapter's name and path: new weights loaded in place over an
+    # adapter's found its old weights' block, and answered otherwise (docs/scenarios.md#isolation).
     (canary,) = rows[rows.scenario == "isolation"].to_dict("records")
     assert canary["engine_id"] == "loras1-rank16-cpu2-pc-build0" and canary["enable_prefix_caching"]
     assert (canary["isolation_checked"], canary["isolation_broken"], canary["isolation_control_changed"]) == (6, 0, 0)
-    assert canary["isolation_cached_tokens"] == 2 * 128
+    assert canary["isolation_cached_tokens"] == 2 * 128 and canary["isolation_reload_broken"] == 1
+    result.stdout.fnmatch_lines(["*ADAPTER ISOLATION BROKEN: lorabench-reloaded*in place*128 cached tokens*"])
 
     sweep = rows[rows.scenario == "working_set"].set_index("working_set")
     assert sweep["load_share"].to_dict() == {1: 0.0, 2: 0.0, 3: 1.0}, "past max_cpu_loras=2 every request loads"

@@ -262,11 +262,13 @@ class ResultRow:
     # The isolation canaries (scenario isolation, docs/scenarios.md#isolation): the answers of
     # adapters sent a prompt another adapter had cached; those that differed from their
     # uncached answer or reused its cached tokens; the owners' own cached answers that differed
-    # (caching changed outputs whatever the adapter); the prompt tokens the owners found cached
-    # on their second request (0: caching was not in effect, and the canaries proved nothing).
+    # (caching changed outputs whatever the adapter); whether an adapter reloaded in place
+    # answered from its old weights' cached blocks (1) or not (0); the prompt tokens the owners
+    # found cached on their second request (0: caching was not in effect, the canaries proved nothing).
     isolation_checked: int | None = _col(METRIC, optional=True)
     isolation_broken: int | None = _col(METRIC, optional=True)
     isolation_control_changed: int | None = _col(METRIC, optional=True)
+    isolation_reload_broken: int | None = _col(METRIC, optional=True)
     isolation_cached_tokens: int | None = _col(METRIC, optional=True)
     peak_memory_mb: float = _col(ENGINE)
     memory_source: str = _col(ENGINE)

@@ -56,6 +56,18 @@ class AdapterCache:
         ids = self.run(self.llm.list_loras())
         return {name for name, i in self._lora_ids.items() if i in ids}
 
+    def register(self, adapter: Adapter) -> None:
+        """Give an adapter the config does not list a LoRA id of its own (the next free one)."""
+        self._lora_ids[adapter.name] = max(self._lora_ids.values(), default=0) + 1
+
+    def reload_in_place(self, adapter: Adapter) -> None:
+        """Load ``adapter`` again from its folder under its name and LoRA id, replacing the
+        weights the engine holds (vLLM's ``load_inplace``): what a training loop does that
+        writes new weights to the folder it serves from."""
+        import msgspec
+
+        self.run(self.llm.add_lora(msgspec.structs.replace(self.lora_request(adapter), load_inplace=True)))
+
     def remove_adapter(self, adapter: Adapter) -> None:
         """Drop an adapter from the engine's caches, so that its next use loads it from disk."""
         self.run(self.llm.remove_lora(self._lora_ids[adapter.name]))

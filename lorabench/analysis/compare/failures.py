@@ -25,6 +25,8 @@ class Counted:
     title: str
     what: str
     then: str = ""
+    # Listed only where the base side counted none: a known failure of both sides is history.
+    only_new: bool = False
 
 
 CHURN = Counted(
@@ -40,6 +42,15 @@ ISOLATION = Counted(
     "ADAPTER ISOLATION BROKEN",
     "answers of adapters sent a prompt another adapter had cached were not their own or reused its blocks",
     " (the run's isolation.csv has the answers)",
+)
+# One reload a build: an isolation row's rounds is 1.
+RELOAD = Counted(
+    "isolation_reload_broken",
+    "rounds",
+    "ADAPTER ISOLATION BROKEN",
+    "reloads in place answered from the old weights' cached blocks, which the base side's did not",
+    " (the run's isolation.csv has the answers)",
+    only_new=True,
 )
 CACHING_CHANGED = Counted(
     "isolation_control_changed",
@@ -65,7 +76,7 @@ def new_failures(base: Run, new: Run, kind: Counted) -> list[str]:
     before = _counts(base, kind)
     found = []
     for key, (failed, done) in _counts(new, kind).items():
-        if not failed:
+        if not failed or (kind.only_new and before.get(key, (0, 0))[0]):
             continue
         label = ", ".join(f"{k}: {v}" for k, v in case_of(key).items() if v)
         base_failed, base_done = before.get(key, (0, 0))
@@ -80,5 +91,6 @@ def failed_operations(base: Run, new: Run) -> list[str]:
 
 
 def broken_isolation(base: Run, new: Run) -> list[str]:
-    """Isolation cases whose new side's canaries found a breach, or caching that changes outputs."""
-    return new_failures(base, new, ISOLATION) + new_failures(base, new, CACHING_CHANGED)
+    """Isolation cases whose new side's canaries found a breach (a reload's only where the base
+    side's held), or caching that changes outputs."""
+    return [line for kind in (ISOLATION, RELOAD, CACHING_CHANGED) for line in new_failures(base, new, kind)]

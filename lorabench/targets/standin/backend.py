@@ -74,6 +74,10 @@ class StandInEngine(Engine):
     def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Params:
         return Params(max_tokens, stream, greedy)
 
+    def reload_in_place(self, adapter: Adapter) -> None:
+        """As vLLM's ``load_inplace``: the same name, id and path, the weights read again."""
+        self.run(self.llm.add_lora(self.lora_request(adapter), load_inplace=True))
+
     def prompt_input(self, prompt: Prompt, cache_salt: str | None = None) -> list[int] | dict:
         ids = list(prompt) if isinstance(prompt, list) else [3 + b for b in prompt.encode()]
         return ids if cache_salt is None else {"prompt_token_ids": ids, "cache_salt": cache_salt}

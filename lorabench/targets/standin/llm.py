@@ -56,6 +56,9 @@ class Costs:
     # A planted bug, not a cost: with prefix caching on, blocks keyed without their adapter, so
     # one adapter's request reuses another's KV (lorabench.targets.standin.prefix_cache).
     blocks_keyed_without_adapter: bool = False
+    # A vLLM that keys blocks by the adapter's weights too, which 0.32 does not: an adapter
+    # reloaded in place with new weights then finds nothing its old weights cached.
+    blocks_keyed_by_weights: bool = False
 
 
 @dataclass
@@ -125,10 +128,14 @@ class StandInLLM:
         """What the scheduler charges a prefilled token (``Costs.prefill_ms_per_token``)."""
         return self.costs.prefill_ms_per_token
 
-    async def add_lora(self, lora: LoraRef) -> bool:
+    async def add_lora(self, lora: LoraRef, load_inplace: bool = False) -> bool:
         """Between two steps, holding the next one back (vLLM's engine core runs a load in its
         busy loop, so a load while serving stalls every request): read from disk unless cached,
-        then into a slot, as vLLM's LRU worker manager activates every adapter it adds."""
+        then into a slot, as vLLM's LRU worker manager activates every adapter it adds. In
+        place, the weights are read again (they change the adapter's answers), as from disk."""
+        if load_inplace:
+            self.weights = {**self.weights, lora.lora_name: f"{self.weights.get(lora.lora_name, '')}+reloaded"}
+            self.cpu.pop(lora.lora_int_id, None)
         async with self._core:
             await asyncio.sleep(self._to_slot(lora, self._running_adapters()) / 1000.0)
         return True
@@ -177,6 +184,8 @@ class StandInLLM:
         )
         if self.prefix_cache is not None:
             key = (lora_request.lora_name, lora_request.lora_path) if lora_request else None
+            if key and self.costs.blocks_keyed_by_weights:
+                key += (weights,)
             request.hashes = self.prefix_cache.hashes(prompt, key, salt)
         self.waiting.append(request)
         self.requests[request_id] = request

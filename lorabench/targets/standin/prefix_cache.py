@@ -43,7 +43,7 @@ class PrefixCache:
         self.queries = 0
         self.hits = 0
 
-    def hashes(self, prompt: Sequence[int], adapter: tuple[str, str] | None, salt: str | None) -> list[bytes]:
+    def hashes(self, prompt: Sequence[int], adapter: tuple[str, ...] | None, salt: str | None) -> list[bytes]:
         """The chained hashes of the prompt's full blocks."""
         extra = repr(adapter if self.keyed_by_adapter else None).encode()
         parent, out = b"", []
