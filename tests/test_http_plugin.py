@@ -90,6 +90,15 @@ def test_a_server_started_with_other_max_loras_fails_its_build_rather_than_misla
         result, rows = bench("--bench-target", server.url, "-k", "multilora", engine={"max_cpu_loras": 4})
     result.stdout.fnmatch_lines(["*runs max_cpu_loras 8 (its /server_info), not 4*"])
     assert rows is None
+    # vllm serve caches prefixes unless told not to: the rows would say it did not.
+    with StandInServer(["a0", "a1", "a2"], prefix_caching=True) as server:
+        result, rows = bench("--bench-target", server.url, "-k", "multilora")
+    result.stdout.fnmatch_lines(["*runs enable_prefix_caching True (its /metrics vllm:cache_config_info), not False*"])
+    assert rows is None
+    with StandInServer(["a0", "a1", "a2"], prefix_caching=True) as server:
+        result, rows = bench("--bench-target", server.url, "-k", "multilora", engine={"enable_prefix_caching": True})
+    result.assert_outcomes(passed=1, skipped=1)
+    assert rows["enable_prefix_caching"].tolist() == [True] and rows["engine_id"].str.endswith("-pc-build0").all()
 
 
 def test_targets_are_refused_before_anything_starts(bench, pytester):

@@ -46,7 +46,8 @@ def server_mismatches(
     ``max_loras`` 2 for a server started with 8 would be a false number. The server tells its
     ``max_lora`` on ``/metrics`` (``vllm:lora_requests_info``, once it has served an adapter),
     its ``max_model_len`` on ``/v1/models``, and, in vLLM's dev mode, every LoRA knob on
-    ``/server_info`` (``lora``); what it does not tell is taken on trust."""
+    ``/server_info`` (``lora``), and whether it caches prefixes on ``/metrics``
+    (``vllm:cache_config_info``); what it does not tell is taken on trust."""
     found = []
     for knob in LORA_KNOBS if spec.enable_lora and lora else ():
         if lora.get(knob) is not None and lora[knob] != getattr(spec, knob):
@@ -54,6 +55,11 @@ def server_mismatches(
     told = bool(lora and lora.get("max_loras") is not None)
     if spec.enable_lora and not told and state.max_lora is not None and state.max_lora != spec.max_loras:
         found.append(f"max_loras {state.max_lora} (its /metrics vllm:lora_requests_info), not {spec.max_loras}")
+    if state.prefix_caching is not None and state.prefix_caching != spec.enable_prefix_caching:
+        found.append(
+            f"enable_prefix_caching {state.prefix_caching} (its /metrics vllm:cache_config_info), "
+            f"not {spec.enable_prefix_caching}"
+        )
     served = {m.get("max_model_len") for m in models if not m.get("parent")} - {None}
     if max_model_len is not None and served and max_model_len not in served:
         found.append(f"max_model_len {', '.join(map(str, sorted(served)))} (its /v1/models), not {max_model_len}")

@@ -37,6 +37,8 @@ class ServerState:
     max_lora: int | None = None
     # vllm:cache_config_info's num_gpu_blocks x block_size: the KV cache, in tokens.
     kv_cache_tokens: int | None = None
+    # vllm:cache_config_info's enable_prefix_caching: whether the server caches prompt prefixes.
+    prefix_caching: bool | None = None
     # Counters since the server started (a timeline takes their differences): engine steps
     # (the count of the tokens-per-step histogram), preemptions, prompt and generated tokens.
     steps: int = 0
@@ -98,9 +100,12 @@ def server_state(text: str) -> ServerState:
             lora_info = (value, labels)  # the latest sample: its value is when it was set
         elif name in COUNTERS:
             setattr(state, COUNTERS[name], getattr(state, COUNTERS[name]) + int(value))
-        elif name == "vllm:cache_config_info" and labels.get("num_gpu_blocks", "").isdigit():
-            blocks, size = int(labels["num_gpu_blocks"]), int(labels.get("block_size", "0") or 0)
-            state.kv_cache_tokens = (state.kv_cache_tokens or 0) + blocks * size
+        elif name == "vllm:cache_config_info":
+            if labels.get("enable_prefix_caching") in ("True", "False"):
+                state.prefix_caching = labels["enable_prefix_caching"] == "True"
+            if labels.get("num_gpu_blocks", "").isdigit():
+                blocks, size = int(labels["num_gpu_blocks"]), int(labels.get("block_size", "0") or 0)
+                state.kv_cache_tokens = (state.kv_cache_tokens or 0) + blocks * size
     if lora_info is not None:
         labels = lora_info[1]
         state.adapters_running = _names(labels.get("running_lora_adapters", ""))

@@ -32,7 +32,8 @@ from typing import Any
 from aiohttp import web
 
 from lorabench.config import EngineSpec
-from lorabench.targets.standin.llm import Costs, LoraRef, Params, StandInLLM
+from lorabench.targets.standin.costs import Costs
+from lorabench.targets.standin.llm import LoraRef, Params, StandInLLM
 
 BASE = "stand-in-base"
 VERSION = "0.0.0-stand-in"
@@ -53,6 +54,7 @@ class StandInServer:
         port: int = 0,
         runtime_api: bool = True,
         dev_mode: bool = True,
+        prefix_caching: bool = False,
     ) -> None:
         self._lora_ids = itertools.count(1)
         self.adapters = {name: next(self._lora_ids) for name in adapters}
@@ -62,7 +64,7 @@ class StandInServer:
         self.runtime_api = runtime_api
         self.dev_mode = dev_mode  # vLLM's VLLM_SERVER_DEV_MODE: /server_info says the LoRA settings
         self.costs = costs or Costs()
-        self.spec = EngineSpec(True, max_loras, 8, max_cpu_loras)
+        self.spec = EngineSpec(True, max_loras, 8, max_cpu_loras, enable_prefix_caching=prefix_caching)
         self.max_num_seqs = max_num_seqs
         self.failures = dict(failures or {})
         self.received: list[dict[str, Any]] = []  # every completion request's body, in order
@@ -143,7 +145,8 @@ class StandInServer:
             f'vllm:lora_requests_info{{max_lora="{self.llm.max_loras}",'
             f'running_lora_adapters="{",".join(last.running_lora_adapters)}",'
             f'waiting_lora_adapters="{",".join(last.waiting_lora_adapters)}"}} 1.7e+09',
-            f'vllm:cache_config_info{{block_size="{kv.block_size}",engine="0",num_gpu_blocks="{kv.total}"}} 1.0',
+            f'vllm:cache_config_info{{block_size="{kv.block_size}",enable_prefix_caching='
+            f'"{self.spec.enable_prefix_caching}",engine="0",num_gpu_blocks="{kv.total}"}} 1.0',
             f"vllm:iteration_tokens_total_count{{{labels}}} {self.totals['steps']}",
             f"vllm:num_preemptions_total{{{labels}}} {self.totals['preemptions']}",
             f"vllm:prompt_tokens_total{{{labels}}} {self.totals['prompt_tokens']}",
