@@ -86,3 +86,12 @@ def test_the_least_recently_used_blocks_leave_when_the_room_runs_out():
     cache.insert(first, Owner(None, "base"), room=1)
     cache.insert(second, Owner(None, "base"), room=1)
     assert cache.lookup(first, 17) == [] and len(cache.lookup(second, 17)) == 1
+
+
+def test_a_prompts_head_outlives_its_tail_when_the_room_runs_out():
+    """vLLM frees a request's blocks tail first: with room for 2 of a 3-block prompt's blocks,
+    its first 2 stay, and a prompt sharing them still finds them."""
+    cache = PrefixCache(100, 16)
+    hashes = cache.hashes(list(range(49)), None, None)
+    cache.insert(hashes, Owner(None, "base"), room=2)
+    assert len(cache.lookup(hashes, 49)) == 2

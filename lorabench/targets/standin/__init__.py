@@ -14,6 +14,9 @@ It keeps what the scenarios rely on in vLLM, and nothing else:
   ``remove_lora``) and LRU device slots for ``max_loras`` of them; an ``add_lora`` runs
   between two steps and holds the next back, as vLLM's engine core does, for its
   ``disk_load_ms`` (none when cached) and, as vLLM activates what it adds, ``slot_load_ms``;
+- with ``enable_prefix_caching``, a prefix cache keyed as vLLM 0.32 keys its KV blocks
+  (``lorabench.targets.standin.prefix_cache``): a cached prefix is not prefilled again, and
+  KV another adapter computed changes the answer of a request that reuses it;
 - the engine core's timestamps (queued, scheduled, first and last token) on its event
   loop's clock (monotonic, or virtual: ``StandIn(virtual_clock=True)``), streamed or
   final-only outputs, aborts, and death on demand.
@@ -28,6 +31,7 @@ or from a conftest that returns a ``StandIn`` from ``pytest_lorabench_backend``.
 """
 
 from lorabench.targets.standin.backend import StandIn, StandInEngine, write_config
-from lorabench.targets.standin.llm import Costs, StandInLLM
+from lorabench.targets.standin.costs import Costs
+from lorabench.targets.standin.llm import StandInLLM
 
 __all__ = ["Costs", "StandIn", "StandInEngine", "StandInLLM", "write_config"]

@@ -15,7 +15,8 @@ from lorabench.host.device import Platform
 from lorabench.load.adapters import Adapter
 from lorabench.load.workload import Prompt
 from lorabench.targets.engine import Engine, EngineDied
-from lorabench.targets.standin.llm import VOCAB_SIZE, Costs, LoraRef, Params, StandInLLM
+from lorabench.targets.standin.costs import Costs
+from lorabench.targets.standin.llm import VOCAB_SIZE, LoraRef, Params, StandInLLM
 from lorabench.targets.standin.scheduler import BLOCK_SIZE
 from lorabench.targets.standin.virtual_clock import VirtualClockLoop
 

@@ -15,10 +15,10 @@ from typing import Any
 from lorabench.config import EngineSpec
 from lorabench.targets import clock
 from lorabench.targets.engine import EngineDied
+from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.prefix_cache import Owner, PrefixCache
 from lorabench.targets.standin.scheduler import (
     BLOCK_SIZE,
-    KV_BLOCKS,
     BlockPool,
     LoraRef,
     Metrics,
@@ -36,29 +36,6 @@ VOCAB_SIZE = 1000
 STATS_KEPT = 500
 # How late a step's end may be and still be made up by the next step: the event loop's rounding.
 LATE_MADE_UP_S = 0.001
-
-
-@dataclass(frozen=True)
-class Costs:
-    """What each thing costs the stand-in, in milliseconds."""
-
-    prefill_ms_per_token: float = 0.02
-    decode_ms_per_step: float = 1.0
-    lora_ms_per_adapter: float = 0.0
-    disk_load_ms: float = 0.0
-    slot_load_ms: float = 0.0
-    # The sender blocks this long on every request it sends (a client that falls behind).
-    send_block_ms: float = 0.0
-    # An aborted request stays in the engine (and in its steps) this long before it is dropped.
-    abort_ms: float = 0.0
-    # The KV cache, in blocks of 16 tokens (lorabench.targets.standin.scheduler): not a cost, the capacity.
-    kv_blocks: int = KV_BLOCKS
-    # A planted bug, not a cost: with prefix caching on, blocks keyed without their adapter, so
-    # one adapter's request reuses another's KV (lorabench.targets.standin.prefix_cache).
-    blocks_keyed_without_adapter: bool = False
-    # A vLLM that keys blocks by the adapter's weights too, which 0.32 does not: an adapter
-    # reloaded in place with new weights then finds nothing its old weights cached.
-    blocks_keyed_by_weights: bool = False
 
 
 @dataclass
@@ -312,7 +289,7 @@ class StandInLLM:
                     [Completion(tokens)],
                     request.finished,
                     request.metrics,
-                    request.cached_tokens,
+                    request.cached_tokens or 0,
                 )
                 request.queue.put_nowait(output)
         return preempted

@@ -6,9 +6,12 @@
 - a request admitted for the first time reuses its longest run of leading cached blocks, but
   computes its last prompt token at least (a hit is at most ``(len(prompt) - 1) // block_size``
   blocks); the blocks its prompt filled are cached once it has its first output;
-- cached blocks stay until the cache needs the room (least recently used first). Here the
-  cache holds as many blocks as the KV cache has, apart from the blocks requests hold: vLLM
-  keeps cached blocks among its free ones, so they never count in ``kv_cache_usage``.
+- cached blocks stay until the cache needs the room, least recently used first and, within
+  a request's blocks, its last first (vLLM frees a request's blocks tail first), so that a
+  prompt's head, which other prompts share, stays longest. Here the cache holds as many
+  blocks as the KV cache has, apart from the blocks requests hold: vLLM keeps cached blocks
+  among its free ones, so they never count in ``kv_cache_usage``. Blocks filled by decoded
+  tokens are not cached here (vLLM caches them too): no column reads them.
 
 Each cached block remembers whose KV it holds: the adapter and weights that computed it. A
 request that reuses a block another adapter (or other weights) computed answers with that
@@ -61,8 +64,9 @@ class PrefixCache:
             owner = self.blocks.get(block)
             if owner is None:
                 break
-            self.blocks.move_to_end(block)
             found.append(owner)
+        for block in reversed(hashes[: len(found)]):  # the head most recently used
+            self.blocks.move_to_end(block)
         self.queries += prompt_len
         self.hits += len(found) * self.block_size
         return found
@@ -70,7 +74,7 @@ class PrefixCache:
     def insert(self, hashes: Sequence[bytes], owner: Owner, room: int) -> None:
         """Cache the blocks a request computed (those cached already keep their owner), in
         ``room`` blocks at most: the KV cache's blocks no request holds."""
-        for block in hashes:
+        for block in reversed(hashes):  # the head most recently used
             if block in self.blocks:
                 self.blocks.move_to_end(block)
             else:

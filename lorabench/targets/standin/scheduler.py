@@ -83,7 +83,8 @@ class Request:
     owner: Owner | None = None
     hashes: list[bytes] = field(default_factory=list)
     reused_from: Owner | None = None
-    cached_tokens: int = 0  # of its prompt, found cached (vLLM's RequestOutput.num_cached_tokens)
+    # Of its prompt, found cached when first scheduled (vLLM's RequestOutput.num_cached_tokens).
+    cached_tokens: int | None = None
 
     @property
     def lora_name(self) -> str | None:
@@ -209,8 +210,10 @@ def _reuse(llm: StandInLLM, request: Request) -> int:
     if foreign is not None and request.reused_from is None:
         request.reused_from = foreign
         request.seed = hashlib.sha256(request.seed + repr(foreign).encode()).digest()
-    request.cached_tokens = len(owners) * cache.block_size
-    return request.cached_tokens
+    hits = len(owners) * cache.block_size
+    if request.cached_tokens is None:
+        request.cached_tokens = hits
+    return hits
 
 
 def stats(llm: StandInLLM, prompt_tokens: int, generated: int, preempted: int) -> tuple[Any, Any]:
