@@ -7,7 +7,8 @@ adapter's name and path (``v1/core/kv_cache_utils.py``), not by its weights.
 
 The config gives the model and two adapters (its first two); lorabench only resolves them.
 Prints the reloaded adapter's greedy answer to one prompt with nothing cached (a fresh
-``cache_salt``) and with its old weights' blocks cached; exits 1 when they differ.
+``cache_salt``) and after its old weights cached the prompt; exits 1 when the second found
+cached tokens (or, where the two adapters answer alike, differs).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 from lorabench.config import read_config_file, resolve_config
+from lorabench.measure.correctness import OUTPUT_LEN
+from lorabench.measure.isolation import TAIL
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +45,8 @@ def main(args: argparse.Namespace) -> int:
         seed=0,
     )
     block = llm.llm_engine.vllm_config.cache_config.block_size
-    prompt = list(range(100, 100 + block + 8))  # a full block, which the cache shares, and 8 tokens
-    greedy = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    prompt = list(range(100, 100 + block + TAIL))  # a full block, which the cache shares, and more
+    greedy = SamplingParams(temperature=0.0, max_tokens=OUTPUT_LEN, ignore_eos=True)
 
     def answer(lora: LoRARequest, salt: str | None = None) -> tuple[list[int], int | None]:
         sent = TokensPrompt(prompt_token_ids=prompt, **({"cache_salt": salt} if salt else {}))
@@ -63,10 +66,10 @@ def main(args: argparse.Namespace) -> int:
     print(f"vLLM {vllm.__version__}, KV blocks of {block} tokens")
     print(f"new weights, nothing cached:           {fresh}")
     print(f"new weights, old weights' block cached: {again} ({cached} prompt tokens found cached)")
-    if fresh != again:
-        print("the reloaded adapter answered with its old weights' cached KV")
+    if cached or fresh != again:
+        print("the reloaded adapter found its old weights' cached KV")
         return 1
-    print("the reloaded adapter answered as with nothing cached")
+    print("the reloaded adapter found nothing its old weights cached")
     return 0
 
 

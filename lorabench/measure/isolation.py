@@ -10,14 +10,18 @@ the requests go one at a time, greedily:
    hashes the salt into the first block, so the request finds nothing cached and computes
    its whole prompt, as with caching off;
 2. **owner, victims**: prompt 0 in adapter order, prompt 1 in reverse. The first adapter to
-   send a prompt owns its cached blocks; every other one then finds them: its answer must
-   be its reference, and (where the engine says) it must have found nothing cached;
-3. **control**: the owner again, finding its own blocks. If caching changes the owner's
-   own answer, caching changes outputs whatever the adapter, and a victim's different answer
-   cannot be blamed on the key; if the owner found nothing cached, the canaries proved nothing;
+   send a prompt owns its cached blocks; every other one then sends it: it must find nothing
+   cached (where the engine counts cached tokens) and answer as its reference;
+3. **control**: the owner again, which must find its own blocks cached and answer as its
+   reference. If it found nothing, the canaries could not have seen a breach;
 4. **reload**: one name and folder serving one adapter's weights, then another's loaded in
-   place over them (vLLM's ``load_inplace``: the same name, id and path, so the same key),
-   prompt 2 sent before and after. The reloaded adapter must answer as it does uncached.
+   place over them (vLLM's ``load_inplace``: the same name, id and path), prompt 2 sent
+   before and after, each with a salted reference. The reloaded adapter must find nothing
+   its old weights cached and answer as its new reference, which must differ from the old.
+
+A salted request or a first owner that found something cached, or a reload that changed no
+answer, leaves the canaries unable to judge; an answer that differs with nothing cached is
+an engine whose outputs change for another reason. Each is said apart from a breach.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ if TYPE_CHECKING:
 TAIL = 8
 PROMPT_SEED = 20261127
 REFERENCE, OWNER, VICTIM, CONTROL, RELOADED = "reference", "owner", "victim", "control", "reloaded"
+RELOAD_PROMPT = 2
 # The name the reload canary serves two adapters' weights under, one after the other.
 RELOAD_NAME = "lorabench-reloaded"
 
@@ -76,14 +81,14 @@ def _reload(engine: Engine, old: Adapter, new: Adapter, ask: _Asker) -> None:
         shutil.copytree(old.path, slot.path)
         engine.register(slot)
         before = f"{RELOAD_NAME}[{old.name}]"
-        ask(2, slot, REFERENCE, salted=True, label=before)
-        ask(2, slot, OWNER, label=before)
+        ask(RELOAD_PROMPT, slot, REFERENCE, salted=True, label=before)
+        ask(RELOAD_PROMPT, slot, OWNER, label=before)
         shutil.rmtree(slot.path)
         shutil.copytree(new.path, slot.path)
         engine.reload_in_place(slot)
         after = f"{RELOAD_NAME}[{new.name}, in place]"
-        ask(2, slot, REFERENCE, salted=True, label=after)
-        ask(2, slot, RELOADED, label=after)
+        ask(RELOAD_PROMPT, slot, REFERENCE, salted=True, label=after)
+        ask(RELOAD_PROMPT, slot, RELOADED, label=after)
         engine.remove_adapter(slot)
 
 
@@ -112,53 +117,71 @@ class _Asker:
 
 @dataclass(frozen=True)
 class Verdict:
+    """What the answers show. ``broken``: answers of another adapter's (or replaced weights')
+    cached KV, definite where the engine counted cached tokens; ``changed``: answers that
+    differ from their uncached one for another reason; ``unjudged``: why the canaries
+    cannot tell (a salted request that found something cached, a reload that changed nothing);
+    ``uncached``: controls that found nothing cached."""
+
     checked: int
     broken: list[str]
-    control_changed: list[str]
-    # The prompt tokens the controls found cached, summed; None where the engine does not say.
-    control_cached_tokens: int | None
-    # The reload canary's breach, if any (empty where it held or was not run).
     reload_broken: list[str]
+    changed: list[str]
+    unjudged: list[str]
+    uncached: list[str]
+    # The fewest prompt tokens a control found cached; None where the engine does not say.
+    control_cached_tokens: int | None
 
     @property
     def failure(self) -> str | None:
-        if self.control_changed:
-            return (
-                "PREFIX CACHING CHANGED OUTPUTS: " + "; ".join(self.control_changed) + ". An adapter answers "
-                "otherwise from its own cached blocks, so isolation between adapters cannot be judged on this engine"
-            )
+        also = self.unjudged + self.changed
         if self.broken or self.reload_broken:
-            return "ADAPTER ISOLATION BROKEN: " + "; ".join(self.broken + self.reload_broken)
-        if self.control_cached_tokens == 0:
-            return (
-                "PREFIX CACHING NOT IN EFFECT: no adapter found its own prompt cached on its second request, so "
-                "the canaries could not see one adapter reuse another's blocks (prefix caching with LoRA is off)"
-            )
+            tail = f"; also: {'; '.join(also)}" if also else ""
+            return "ADAPTER ISOLATION BROKEN: " + "; ".join(self.broken + self.reload_broken) + tail
+        if self.unjudged:
+            return "ISOLATION NOT JUDGED: " + "; ".join(also)
+        if self.changed:
+            return "PREFIX CACHING CHANGED OUTPUTS: " + "; ".join(self.changed)
+        if self.uncached:
+            return "PREFIX CACHING NOT IN EFFECT: " + "; ".join(self.uncached) + ": the canaries could not see a breach"
         return None
 
 
 def judge(answers: list[IsolationRecord]) -> Verdict:
-    """Each answer against its adapter's reference to the same prompt (the module's docstring)."""
+    """Each answer against its adapter's uncached reference to the same prompt, and the
+    cached tokens the engine counted (the module's docstring)."""
     reference = {(a.prompt, a.adapter): a.digest for a in answers if a.step == REFERENCE}
     owners = {a.prompt: a.adapter for a in answers if a.step == OWNER}
-    broken, changed, reloaded = [], [], []
+    found: dict[str, list[str]] = {"broken": [], "reload": [], "changed": [], "unjudged": [], "uncached": []}
     for a in answers:
-        same = a.digest == reference[(a.prompt, a.adapter)]
-        found = f"{a.cached_tokens} cached tokens" if a.cached_tokens else "cached blocks"
-        if a.step == VICTIM and not same:
-            broken.append(f"{a.adapter} answered prompt {a.prompt} with {owners[a.prompt]}'s cached blocks")
-        elif a.step == VICTIM and a.cached_tokens:
-            broken.append(
-                f"{a.adapter} reused {a.cached_tokens} cached tokens of prompt {a.prompt}, which "
-                f"{owners[a.prompt]} had sent (its answer happened to match)"
-            )
-        elif a.step == RELOADED and (not same or a.cached_tokens):
-            reloaded.append(
-                f"{a.adapter} answered prompt {a.prompt} with the replaced weights' {found} "
-                f"({owners[a.prompt]}): the KV key is the adapter's name and path, which a reload in place keeps"
-            )
-        elif a.step in (OWNER, CONTROL) and not same:
-            changed.append(f"{a.adapter}'s {a.step} answer to prompt {a.prompt} differs from its uncached one")
+        kind, line = _finding(a, a.digest == reference[(a.prompt, a.adapter)], owners.get(a.prompt, ""))
+        if kind:
+            found[kind].append(line)
+    if len({digest for (k, _), digest in reference.items() if k == RELOAD_PROMPT}) == 1:
+        found["unjudged"].append("the reload in place changed no uncached answer: stale KV could not show")
     controls = [a.cached_tokens for a in answers if a.step == CONTROL]
-    cached = None if None in controls else sum(controls)
-    return Verdict(sum(a.step == VICTIM for a in answers), broken, changed, cached, reloaded)
+    fewest = None if not controls or None in controls else min(controls)
+    checked = sum(a.step == VICTIM for a in answers)
+    return Verdict(
+        checked, found["broken"], found["reload"], found["changed"], found["unjudged"], found["uncached"], fewest
+    )
+
+
+def _finding(a: IsolationRecord, same: bool, owner: str) -> tuple[str, str]:
+    """What one answer shows, as (kind, line); ("", "") where it is as it should be."""
+    where = f"prompt {a.prompt}"
+    if a.step in (REFERENCE, OWNER) and a.cached_tokens:
+        return "unjudged", f"{a.adapter}'s {a.step} request for {where} found {a.cached_tokens} tokens cached"
+    if a.step == VICTIM and (a.cached_tokens or (not same and a.cached_tokens is None)):
+        seen = f"found {a.cached_tokens} tokens of {where} cached" if a.cached_tokens else f"answered {where} otherwise"
+        return "broken", f"{a.adapter} {seen} after {owner} sent it" + ("" if not same else " (its answer matched)")
+    if a.step == RELOADED and (a.cached_tokens or (not same and a.cached_tokens is None)):
+        seen = f"found {a.cached_tokens} tokens of {where} cached" if a.cached_tokens else f"answered {where} otherwise"
+        return "reload", f"{a.adapter} {seen} by the weights it replaced ({owner})" + (
+            "" if not same else " (its answer matched)"
+        )
+    if not same:
+        return "changed", f"{a.adapter}'s {a.step} answer to {where} differs from its uncached one, nothing else cached"
+    if a.step == CONTROL and a.cached_tokens == 0:
+        return "uncached", f"{a.adapter}'s control found nothing of {where} cached"
+    return "", ""

@@ -79,7 +79,7 @@ class IsolationRecord:
 
     prompt: int
     adapter: str
-    step: str  # reference (salted: nothing cached), owner, victim, control
+    step: str  # reference (salted: nothing cached), owner, victim, control, reloaded
     digest: str
     # Prompt tokens the engine found cached (vLLM's num_cached_tokens; blank where not told).
     cached_tokens: int | None

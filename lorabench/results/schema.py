@@ -259,16 +259,12 @@ class ResultRow:
     custom_ops: str | None = _col(ENGINE, optional=True, by_engine=True)
     # Adapters whose greedy output on this build differs from the run's first (LoRA engines).
     digest_mismatches: int | None = _col(ENGINE, optional=True, by_engine=True)
-    # The isolation canaries (scenario isolation, docs/scenarios.md#isolation): the answers of
-    # adapters sent a prompt another adapter had cached; those that differed from their
-    # uncached answer or reused its cached tokens; the owners' own cached answers that differed
-    # (caching changed outputs whatever the adapter); whether an adapter reloaded in place
-    # answered from its old weights' cached blocks (1) or not (0); the prompt tokens the owners
-    # found cached on their second request (0: caching was not in effect, the canaries proved nothing).
+    # The isolation canaries (docs/metrics.md#engine-and-memory defines each).
     isolation_checked: int | None = _col(METRIC, optional=True)
     isolation_broken: int | None = _col(METRIC, optional=True)
-    isolation_control_changed: int | None = _col(METRIC, optional=True)
     isolation_reload_broken: int | None = _col(METRIC, optional=True)
+    isolation_control_changed: int | None = _col(METRIC, optional=True)
+    isolation_unjudged: int | None = _col(METRIC, optional=True)
     isolation_cached_tokens: int | None = _col(METRIC, optional=True)
     peak_memory_mb: float = _col(ENGINE)
     memory_source: str = _col(ENGINE)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from lorabench.config.target import INPROCESS
 from lorabench.config.traces import length_limit
 from lorabench.measure.correctness import OUTPUT_LEN
 from lorabench.measure.isolation import TAIL, canaries, canary_prompts, judge
@@ -22,7 +21,15 @@ if TYPE_CHECKING:
     from lorabench.targets.engine import Engine
 
 CANARY_ADAPTERS = 4
-COLUMNS = frozenset({"isolation_checked", "isolation_broken", "isolation_control_changed", "isolation_reload_broken"})
+COLUMNS = frozenset(
+    {
+        "isolation_checked",
+        "isolation_broken",
+        "isolation_reload_broken",
+        "isolation_control_changed",
+        "isolation_unjudged",
+    }
+)
 # Blank where the engine does not say how many prompt tokens it found cached.
 MAYBE_COLUMNS = frozenset({"isolation_cached_tokens"})
 
@@ -33,6 +40,7 @@ class Isolation(Scenario):
     maybe_columns = MAYBE_COLUMNS
     # Caching on whatever the config says: the scenario is about the cache.
     prefix_caching = True
+    in_process_only = True
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         return []
@@ -41,8 +49,6 @@ class Isolation(Scenario):
         return 1  # a correctness canary: a second build checks nothing a first did not
 
     def run(self, ctx: Context, engine: Engine) -> Outcome:  # type: ignore[override]
-        if engine.target != INPROCESS:
-            pytest.skip("the isolation canaries run in process for now; over HTTP they are not written yet")
         adapters = list(ctx.config.adapters[:CANARY_ADAPTERS])
         if len(adapters) < 2:
             pytest.skip(f"{ctx.config.path}: the isolation canaries need 2 adapters at least, the config has 1")
@@ -64,8 +70,9 @@ class Isolation(Scenario):
             "warmup_rounds": 0,
             "isolation_checked": verdict.checked,
             "isolation_broken": len(verdict.broken),
-            "isolation_control_changed": len(verdict.control_changed),
             "isolation_reload_broken": len(verdict.reload_broken),
+            "isolation_control_changed": len(verdict.changed),
+            "isolation_unjudged": len(verdict.unjudged),
             "isolation_cached_tokens": verdict.control_cached_tokens,
         }
         return Outcome(fields, [], records={"isolation": answers}, failure=verdict.failure)

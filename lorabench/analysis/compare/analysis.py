@@ -127,7 +127,7 @@ class Comparison:
             (len(self.capacity_unjudged), "capacity search with no verdict", "capacity searches with no verdict"),
             (sum(b.change < 0 for b in self.capacity_bounds), "capacity bound regressed", "capacity bounds regressed"),
             (len(self.churn_failures), "churn case with failed operations", "churn cases with failed operations"),
-            (len(self.isolation_failures), "isolation case failed", "isolation cases failed"),
+            (len(self.isolation_failures), "isolation finding", "isolation findings"),
         )
         return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
 

@@ -21,7 +21,7 @@ class Counted:
     """A kind of failure: the column counting it, the column counting what was tried, and the line's words."""
 
     failed: str
-    done: str
+    done: str | None  # None: the count alone is said
     title: str
     what: str
     then: str = ""
@@ -43,20 +43,19 @@ ISOLATION = Counted(
     "answers of adapters sent a prompt another adapter had cached were not their own or reused its blocks",
     " (the run's isolation.csv has the answers)",
 )
-# One reload a build: an isolation row's rounds is 1.
 RELOAD = Counted(
     "isolation_reload_broken",
-    "rounds",
-    "ADAPTER ISOLATION BROKEN",
-    "reloads in place answered from the old weights' cached blocks, which the base side's did not",
+    None,
+    "STALE KV AFTER A RELOAD",
+    "builds' adapters reloaded in place found the KV of the weights they replaced",
     " (the run's isolation.csv has the answers)",
     only_new=True,
 )
 CACHING_CHANGED = Counted(
     "isolation_control_changed",
-    "isolation_checked",
+    None,
     "PREFIX CACHING CHANGED OUTPUTS",
-    "owners' answers changed once their own prompt was cached",
+    "answers differed from their uncached ones with nothing of another adapter's found cached",
     " (the run's isolation.csv has the answers)",
 )
 
@@ -64,11 +63,11 @@ CACHING_CHANGED = Counted(
 def _counts(run: Run, kind: Counted) -> dict[str, tuple[int, int]]:
     """Per case: failures and tries, summed over its builds (and runs)."""
     rows = run.all_rows
-    if kind.failed not in rows or kind.done not in rows:
+    columns = [c for c in (kind.failed, kind.done) if c is not None]
+    if any(c not in rows for c in columns):
         return {}
-    counted = rows[rows[kind.failed].notna()]
-    sums = counted.groupby("_key")[[kind.failed, kind.done]].sum()
-    return {key: (int(row[kind.failed]), int(row[kind.done])) for key, row in sums.iterrows()}
+    sums = rows[rows[kind.failed].notna()].groupby("_key")[columns].sum()
+    return {key: (int(row[kind.failed]), int(row[kind.done]) if kind.done else 0) for key, row in sums.iterrows()}
 
 
 def new_failures(base: Run, new: Run, kind: Counted) -> list[str]:
@@ -80,8 +79,9 @@ def new_failures(base: Run, new: Run, kind: Counted) -> list[str]:
             continue
         label = ", ".join(f"{k}: {v}" for k, v in case_of(key).items() if v)
         base_failed, base_done = before.get(key, (0, 0))
-        was = f"base: {base_failed} of {base_done}" if key in before else "not in base"
-        found.append(f"{kind.title}: {label}: {failed} of {done} {kind.what} on the new side ({was}){kind.then}")
+        of = (lambda n, d: f"{n} of {d}") if kind.done else (lambda n, d: f"{n}")
+        was = f"base: {of(base_failed, base_done)}" if key in before else "not in base"
+        found.append(f"{kind.title}: {label}: {of(failed, done)} {kind.what} on the new side ({was}){kind.then}")
     return found
 
 
