@@ -36,8 +36,9 @@ def test_a_key_without_the_adapter_is_caught_naming_the_pair(pytester, planted):
     (row,) = pd.read_csv(csv).to_dict("records")
     answers = pd.read_csv(replays_path_for(csv, "isolation"))
     # 4 adapters: a reference each per prompt (8), then per prompt its owner, 3 victims, the
-    # control (10); then the reload's reference and owner, its reference and reloaded answer (4).
-    assert row["isolation_checked"] == 6 and len(answers) == 22
+    # control (10); then the reload's reference and owner, its reference and reloaded answer,
+    # the same name at a new path's reference and answer, a victim (6).
+    assert row["isolation_checked"] == 7 and len(answers) == 24
     assert row["isolation_cached_tokens"] == 16, "each control found its block"
     assert result.ret == 1 and row["isolation_reload_broken"] == 1
     assert (row["isolation_control_changed"], row["isolation_unjudged"]) == (0, 0)
@@ -45,7 +46,7 @@ def test_a_key_without_the_adapter_is_caught_naming_the_pair(pytester, planted):
     assert "lorabench-reloaded[a1, in place] found 16 tokens of prompt 2 cached by the weights it replaced" in out
     if planted:
         assert "ADAPTER ISOLATION BROKEN: a1 found 16 tokens of prompt 0 cached after a0 sent it; " in out
-        assert row["isolation_broken"] == 6
+        assert row["isolation_broken"] == 7, "the 6 victims and the new path, all keyed alike"
     else:
         assert "ADAPTER ISOLATION BROKEN: lorabench-reloaded[a1, in place] found 16 tokens" in out
         assert row["isolation_broken"] == 0
@@ -77,14 +78,17 @@ def test_a_planted_key_without_the_adapter_is_flagged_in_20_of_20_seeds_naming_e
     pairs = {f"a{i} found 16 tokens of prompt 0 cached after a0 sent it" for i in (1, 2, 3)}
     pairs |= {f"a{i} found 16 tokens of prompt 1 cached after a3 sent it" for i in (0, 1, 2)}
     for verdict in canary_verdicts(tmp_path, Costs(blocks_keyed_without_adapter=True), range(20)):
-        assert set(verdict.broken) == pairs and verdict.checked == 6
+        assert set(verdict.broken) == pairs | {
+            "lorabench-reloaded[a1, new path] found 16 tokens of prompt 2 cached after lorabench-reloaded[a0] sent it"
+        }
+        assert verdict.checked == 7
         assert not (verdict.changed or verdict.unjudged or verdict.uncached)
         assert len(verdict.reload_broken) == 1, "as vLLM 0.32 keys blocks: by name and path"
 
 
 def test_blocks_keyed_by_adapter_and_weights_flag_nothing_in_20_of_20_seeds(tmp_path):
     for verdict in canary_verdicts(tmp_path, Costs(blocks_keyed_by_weights=True), range(20)):
-        assert (verdict.broken, verdict.reload_broken, verdict.failure) == ([], [], None) and verdict.checked == 6
+        assert (verdict.broken, verdict.reload_broken, verdict.failure) == ([], [], None) and verdict.checked == 7
 
 
 def test_blocks_keyed_as_vllm_0_32_keys_them_break_only_the_reload_in_20_of_20_seeds(tmp_path):

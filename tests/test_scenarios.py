@@ -52,7 +52,7 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     # adapter's found its old weights' block, and answered otherwise (docs/scenarios.md#isolation).
     (canary,) = rows[rows.scenario == "isolation"].to_dict("records")
     assert canary["engine_id"] == "loras1-rank16-cpu2-pc-build0" and canary["enable_prefix_caching"]
-    assert (canary["isolation_checked"], canary["isolation_broken"], canary["isolation_control_changed"]) == (6, 0, 0)
+    assert (canary["isolation_checked"], canary["isolation_broken"], canary["isolation_control_changed"]) == (7, 0, 0)
     assert canary["isolation_cached_tokens"] == 128 and canary["isolation_reload_broken"] == 1
     assert canary["isolation_unjudged"] == 0, "the reload changed the uncached answer: it took"
     result.stdout.fnmatch_lines(

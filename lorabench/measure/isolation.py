@@ -18,6 +18,8 @@ the requests go one at a time, greedily:
    place over them (vLLM's ``load_inplace``: the same name, id and path), prompt 2 sent
    before and after, each with a salted reference. The reloaded adapter must find nothing
    its old weights cached and answer as its new reference, which must differ from the old.
+   Then the same name at another folder, under a new id: a victim like the others, which
+   a key without the adapter's path would fail.
 
 A salted request or a first owner that found something cached, or a reload that changed no
 answer, leaves the canaries unable to judge; an answer that differs with nothing cached is
@@ -90,6 +92,14 @@ def _reload(engine: Engine, old: Adapter, new: Adapter, ask: _Asker) -> None:
         ask(RELOAD_PROMPT, slot, REFERENCE, salted=True, label=after)
         ask(RELOAD_PROMPT, slot, RELOADED, label=after)
         engine.remove_adapter(slot)
+        # The same name at another path, under a new id: the key's path must tell it apart.
+        moved = Adapter(RELOAD_NAME, Path(folder) / "moved", rank=new.rank)
+        shutil.copytree(new.path, moved.path)
+        engine.register(moved)
+        label = f"{RELOAD_NAME}[{new.name}, new path]"
+        ask(RELOAD_PROMPT, moved, REFERENCE, salted=True, label=label)
+        ask(RELOAD_PROMPT, moved, VICTIM, label=label)
+        engine.remove_adapter(moved)
 
 
 class _Asker:
@@ -157,7 +167,8 @@ def judge(answers: list[IsolationRecord]) -> Verdict:
         kind, line = _finding(a, a.digest == reference[(a.prompt, a.adapter)], owners.get(a.prompt, ""))
         if kind:
             found[kind].append(line)
-    if len({digest for (k, _), digest in reference.items() if k == RELOAD_PROMPT}) == 1:
+    reloaded = [a.adapter for a in answers if a.step == RELOADED]
+    if reloaded and reference[(RELOAD_PROMPT, owners[RELOAD_PROMPT])] == reference[(RELOAD_PROMPT, reloaded[0])]:
         found["unjudged"].append("the reload in place changed no uncached answer: stale KV could not show")
     controls = [a.cached_tokens for a in answers if a.step == CONTROL]
     fewest = None if not controls or None in controls else min(controls)
