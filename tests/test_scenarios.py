@@ -34,6 +34,7 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
 
     batch = rows[rows.scenario == "multilora"].set_index("workload")
     assert (batch["lora_overhead"] > 0).all() and (batch["baseline_e2e_ms"] > 0).all()
+    assert (batch["prefix_hit_rate"] == 0).all(), "vLLM counts the cached tokens, none with caching off"
     assert batch.at["skewed", "num_adapters"] == 3, "batch 4 at alpha 1.5: groups of 2, 1, 1"
     assert batch.at["mixed", "base_share"] == 0.5 and batch.at["mixed", "base_ttft_ms"] > 0
     assert pd.isna(batch.at["skewed", "base_ttft_ms"])

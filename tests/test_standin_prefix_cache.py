@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 
+import pandas as pd
 import pytest
 
 from lorabench.config import EngineSpec, read_config_file, resolve_config
+from lorabench.results.records import samples_path_for
 from lorabench.targets.standin import Costs, StandIn, write_config
 from lorabench.targets.standin.prefix_cache import Owner, PrefixCache
+from tests.helpers import ROOT, result_files
 
 # 40 prompt tokens: 2 full blocks of 16 and 8 more; a millisecond a prefilled token.
 PROMPT = list(range(100, 140))
@@ -95,3 +98,25 @@ def test_a_prompts_head_outlives_its_tail_when_the_room_runs_out():
     hashes = cache.hashes(list(range(49)), None, None)
     cache.insert(hashes, Owner(None, "base"), room=2)
     assert len(cache.lookup(hashes, 49)) == 2
+
+
+def test_a_batch_cached_by_its_warm_up_round_shows_its_hit_rate_and_the_prefill_it_saved(pytester):
+    """Ground truth: 40-token prompts, a millisecond a prefilled token. With caching on, the
+    warm-up round caches each request's 2 full blocks (32 tokens) for its adapter, and the
+    measured rounds prefill 8 tokens a request, not 40: a hit rate of 0.8, and the step that
+    prefills the batch's 2 requests 64 ms shorter."""
+    pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
+    matrix = {"batch_sizes": [2], "workloads": ["distinct"], "input_len": 40, "output_len": 4, "warmup_rounds": 1}
+    engine = {"max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4, "enable_prefix_caching": [False, True]}
+    config = write_config(pytester.path / "run", matrix=matrix, engine=engine)
+    costs = Costs(prefill_ms_per_token=1.0, decode_ms_per_step=1.0)
+    result = pytester.runpytest(
+        "--bench-config", str(config), "-p", "no:cacheprovider", plugins=[StandIn(costs, virtual_clock=True)]
+    )
+    result.assert_outcomes(passed=2)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    rows = pd.read_csv(csv).set_index("enable_prefix_caching")
+    assert rows.at[False, "prefix_hit_rate"] == 0.0 and rows.at[True, "prefix_hit_rate"] == 0.8
+    assert rows.at[False, "prefill_ms_p50"] - rows.at[True, "prefill_ms_p50"] == pytest.approx(2 * 32.0, abs=0.5)
+    samples = pd.read_csv(samples_path_for(csv))
+    assert set(samples["cached_tokens"]) == {0, 32}

@@ -59,6 +59,7 @@ def measure_round(round_index: int, e2e_s: float, outputs: Sequence[Any], batch:
                 prompt_tokens=len(out.prompt_token_ids or ()),
                 output_tokens=generated,
                 batch_e2e_ms=e2e_s * 1000.0,
+                cached_tokens=getattr(out, "num_cached_tokens", None),
                 **_times(out, generated),
             )
         )
@@ -102,4 +103,8 @@ def summarize(rounds: Sequence[RoundSample]) -> dict[str, float]:
         metrics.update(summary(name, [getattr(r, name) for r in requests]))
     metrics.update(summary("e2e_ms", [r.e2e_ms for r in rounds]))
     metrics["output_tokens_per_s"] = float(np.mean([r.output_tokens_per_s for r in rounds]))
+    cached = [r.cached_tokens for r in requests]
+    prompt = sum(r.prompt_tokens for r in requests)
+    if None not in cached and prompt:
+        metrics["prefix_hit_rate"] = sum(cached) / prompt
     return metrics

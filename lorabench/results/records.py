@@ -35,6 +35,8 @@ class Sample:
     send_lag_ms: float | None = None
     finished: bool | None = None
     failed: bool | None = None  # the engine failed it (HTTP: an error status, a broken stream)
+    # Prompt tokens found in the prefix cache (vLLM's num_cached_tokens; in process only).
+    cached_tokens: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -154,6 +154,8 @@ class ResultRow:
     request_e2e_ms_p90: float | None = _col(METRIC, optional=True)
     request_e2e_ms_p99: float | None = _col(METRIC, optional=True)
     queue_ms: float | None = _col(METRIC, optional=True, engine_only=True)
+    # The measured requests' prompt tokens found in the prefix cache, over their prompt tokens.
+    prefix_hit_rate: float | None = _col(METRIC, optional=True, engine_only=True)
     queue_ms_p50: float | None = _col(METRIC, optional=True, engine_only=True)
     queue_ms_p90: float | None = _col(METRIC, optional=True, engine_only=True)
     queue_ms_p99: float | None = _col(METRIC, optional=True, engine_only=True)
