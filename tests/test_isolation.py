@@ -176,14 +176,14 @@ def test_a_control_that_found_nothing_cached_means_the_canaries_proved_nothing()
     assert isolation.judge(answers_of(control=("r0", None))).failure is None, "an engine that does not say"
 
 
-def isolation_run(tmp_path, name, source, broken=0, changed=0, reload=0):
+def isolation_run(tmp_path, name, source, broken=0, changed=0, reload=0, uncached=0):
     """``source`` with an isolation row beside each build's distinct bs4 batch row: the last
     with ``broken`` and ``changed``, every one with ``reload``."""
     rows = pd.read_csv(source)
     canary = rows[(rows.scenario == "multilora") & (rows.workload == "distinct") & (rows.batch_size == 4)].copy()
     canary["scenario"], canary["workload"], canary["enable_prefix_caching"] = "isolation", "isolation", True
     canary["isolation_checked"], canary["isolation_broken"], canary["isolation_control_changed"] = 6, 0, 0
-    canary["isolation_reload_broken"], canary["rounds"] = reload, 1
+    canary["isolation_reload_broken"], canary["isolation_uncached"], canary["rounds"] = reload, uncached, 1
     canary.iloc[-1, canary.columns.get_loc("isolation_broken")] = broken
     canary.iloc[-1, canary.columns.get_loc("isolation_control_changed")] = changed
     csv = tmp_path / f"{name}.csv"
@@ -233,3 +233,12 @@ def test_on_a_url_the_cases_skip_before_anything_is_built_and_ask_no_configurati
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*the isolation scenario runs in process only for now*"])
     assert "-pc" not in result.stdout.str()
+
+
+def test_caching_that_stopped_taking_effect_on_the_new_side_fails_the_comparison(tmp_path, capsys):
+    base = isolation_run(tmp_path, "base", DATA)
+    off = isolation_run(tmp_path, "off", DATA2, uncached=2)
+    assert run_cli(base, off) == 1
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("PREFIX CACHING NOT IN EFFECT")]
+    assert len(lines) == 2 and all("8 controls found nothing of their own prompt cached" in ln for ln in lines)
+    assert run_cli(off, isolation_run(tmp_path, "off2", DATA2, uncached=2)) == 0, "off on both sides: no change"

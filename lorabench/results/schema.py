@@ -267,6 +267,7 @@ class ResultRow:
     isolation_reload_broken: int | None = _col(METRIC, optional=True)
     isolation_control_changed: int | None = _col(METRIC, optional=True)
     isolation_unjudged: int | None = _col(METRIC, optional=True)
+    isolation_uncached: int | None = _col(METRIC, optional=True)
     isolation_cached_tokens: int | None = _col(METRIC, optional=True)
     peak_memory_mb: float = _col(ENGINE)
     memory_source: str = _col(ENGINE)

@@ -28,6 +28,7 @@ COLUMNS = frozenset(
         "isolation_reload_broken",
         "isolation_control_changed",
         "isolation_unjudged",
+        "isolation_uncached",
     }
 )
 # Blank where the engine does not say how many prompt tokens it found cached.
@@ -73,6 +74,7 @@ class Isolation(Scenario):
             "isolation_reload_broken": len(verdict.reload_broken),
             "isolation_control_changed": len(verdict.changed),
             "isolation_unjudged": len(verdict.unjudged),
+            "isolation_uncached": len(verdict.uncached),
             "isolation_cached_tokens": verdict.control_cached_tokens,
         }
         return Outcome(fields, [], records={"isolation": answers}, failure=verdict.failure)

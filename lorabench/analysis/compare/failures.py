@@ -60,6 +60,15 @@ CACHING_CHANGED = Counted(
 )
 
 
+CACHE_OFF = Counted(
+    "isolation_uncached",
+    None,
+    "PREFIX CACHING NOT IN EFFECT",
+    "controls found nothing of their own prompt cached: the canaries could not see a breach",
+    only_new=True,
+)
+
+
 def _counts(run: Run, kind: Counted) -> dict[str, tuple[int, int]]:
     """Per case: failures and tries, summed over its builds (and runs)."""
     rows = run.all_rows
@@ -92,5 +101,6 @@ def failed_operations(base: Run, new: Run) -> list[str]:
 
 def broken_isolation(base: Run, new: Run) -> list[str]:
     """Isolation cases whose new side's canaries found a breach (a reload's only where the base
-    side's held), or caching that changes outputs."""
-    return [line for kind in (ISOLATION, RELOAD, CACHING_CHANGED) for line in new_failures(base, new, kind)]
+    side's held), caching that changes outputs, or caching not in effect where the base's was."""
+    kinds = (ISOLATION, RELOAD, CACHING_CHANGED, CACHE_OFF)
+    return [line for kind in kinds for line in new_failures(base, new, kind)]
