@@ -204,6 +204,7 @@ def test_compare_fails_on_a_new_sides_broken_isolation_and_says_where(tmp_path, 
     assert run_cli(base, changed) == 1
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("PREFIX CACHING CHANGED OUTPUTS")]
     assert "1 answers differed from their uncached ones with nothing of another adapter's found cached" in line
+    assert run_cli(changed, isolation_run(tmp_path, "changed2", DATA2, changed=1)) == 0, "on both sides: the engine's"
     assert run_cli(base, isolation_run(tmp_path, "same", DATA2)) == 0
 
 
