@@ -76,30 +76,29 @@ def canaries(engine: Engine, adapters: list[Adapter], prompts: list[list[int]]) 
 
 
 def _reload(engine: Engine, old: Adapter, new: Adapter, ask: _Asker) -> None:
-    """``old``'s weights under ``RELOAD_NAME``, then ``new``'s loaded in place over them, in a
-    folder of the canary's own: the adapters' folders are never written."""
+    """``old``'s weights under ``RELOAD_NAME``, then ``new``'s loaded in place over them, then
+    ``new``'s at another folder under a new id, in folders of the canary's own: the adapters'
+    folders are never written."""
     with tempfile.TemporaryDirectory(prefix="lorabench-reload-") as folder:
-        slot = Adapter(RELOAD_NAME, Path(folder) / "adapter", rank=old.rank)
-        shutil.copytree(old.path, slot.path)
-        engine.register(slot)
-        before = f"{RELOAD_NAME}[{old.name}]"
-        ask(RELOAD_PROMPT, slot, REFERENCE, salted=True, label=before)
-        ask(RELOAD_PROMPT, slot, OWNER, label=before)
+        slot = _served(engine, old, Path(folder) / "adapter")
+        ask.pair(slot, OWNER, f"{RELOAD_NAME}[{old.name}]")
         shutil.rmtree(slot.path)
         shutil.copytree(new.path, slot.path)
         engine.reload_in_place(slot)
-        after = f"{RELOAD_NAME}[{new.name}, in place]"
-        ask(RELOAD_PROMPT, slot, REFERENCE, salted=True, label=after)
-        ask(RELOAD_PROMPT, slot, RELOADED, label=after)
+        ask.pair(slot, RELOADED, f"{RELOAD_NAME}[{new.name}, in place]")
         engine.remove_adapter(slot)
         # The same name at another path, under a new id: the key's path must tell it apart.
-        moved = Adapter(RELOAD_NAME, Path(folder) / "moved", rank=new.rank)
-        shutil.copytree(new.path, moved.path)
-        engine.register(moved)
-        label = f"{RELOAD_NAME}[{new.name}, new path]"
-        ask(RELOAD_PROMPT, moved, REFERENCE, salted=True, label=label)
-        ask(RELOAD_PROMPT, moved, VICTIM, label=label)
+        moved = _served(engine, new, Path(folder) / "moved")
+        ask.pair(moved, VICTIM, f"{RELOAD_NAME}[{new.name}, new path]")
         engine.remove_adapter(moved)
+
+
+def _served(engine: Engine, weights: Adapter, folder: Path) -> Adapter:
+    """``weights`` copied to ``folder`` and given a LoRA id under ``RELOAD_NAME``."""
+    served = Adapter(RELOAD_NAME, folder, rank=weights.rank)
+    shutil.copytree(weights.path, served.path)
+    engine.register(served)
+    return served
 
 
 class _Asker:
@@ -123,6 +122,11 @@ class _Asker:
                 prompt_token_ids=" ".join(map(str, self.prompts[k])),
             )
         )
+
+    def pair(self, adapter: Adapter, step: str, label: str) -> None:
+        """The reload prompt sent salted (the reference), then as ``step``, under ``label``."""
+        self(RELOAD_PROMPT, adapter, REFERENCE, salted=True, label=label)
+        self(RELOAD_PROMPT, adapter, step, label=label)
 
 
 @dataclass(frozen=True)
