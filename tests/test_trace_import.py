@@ -307,7 +307,37 @@ AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68059
             (),
             "m.jsonl: row 1: no column 'output_length'",
         ),
-        ("mooncake", "j.jsonl", '{"timestamp": 1, "input_length": 3, "output_length": 4}\n[1]\n', (), "j.jsonl: row 2"),
+        (
+            "mooncake",
+            "j.jsonl",
+            '{"timestamp": 1, "input_length": 3, "output_length": 4, "hash_ids": [1]}\n[1]\n',
+            (),
+            "j.jsonl: row 2",
+        ),
+        # Shared prefixes: a Mooncake row without its ids, ids that are not whole numbers.
+        (
+            "mooncake",
+            "h.jsonl",
+            '{"timestamp": 1, "input_length": 3, "output_length": 4}\n',
+            (),
+            "h.jsonl: row 1: no column 'hash_ids' (it has 'timestamp', 'input_length', 'output_length'): fill it in, "
+            "or pass --no-hash-ids",
+        ),
+        (
+            "mooncake",
+            "f.jsonl",
+            '{"timestamp": 1, "input_length": 3, "output_length": 4, "hash_ids": [1, 2.5]}\n',
+            (),
+            "f.jsonl: row 1, column 'hash_ids': [1, 2.5] is not a list of block hash ids",
+        ),
+        (
+            "csv",
+            "p.csv",
+            "t,i,o,ids\n1,3,4,7 x\n",
+            ("--time-column", "t", "--input-column", "i", "--output-column", "o", "--prefix-column", "ids"),
+            "p.csv: row 2, column 'ids': '7 x' is not a list of block hash ids",
+        ),
+        ("mooncake", "n.jsonl", AZURE_HEAD, ("--no-hash-ids", "--prefix-column", "x"), "--no-hash-ids and --prefix"),
         ("azure", "w.csv", AZURE_HEAD, ("--start", 100), "w.csv: the window --start 100 holds no request"),
         ("parquet", "p.csv", AZURE_HEAD, (), "unknown format 'parquet'"),
         ("csv", "c.csv", AZURE_HEAD, (), "the csv format needs --time-column"),
@@ -338,7 +368,7 @@ AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68059
         (
             "mooncake",
             "e.jsonl",
-            '{"timestamp": 1, "input_length": 3, "output_length": 4, "user": null}\n',
+            '{"timestamp": 1, "input_length": 3, "output_length": 4, "hash_ids": [], "user": null}\n',
             ("--label-column", "user", "--num-adapters", 2),
             "e.jsonl: row 1, column 'user': no label",
         ),

@@ -99,7 +99,10 @@ def _trace_stats(args: argparse.Namespace) -> int:
         loaded = data.load(Path(args.file))
     except ValueError as exc:
         return _failed("stats", str(exc))
-    print(summary.describe(loaded))
+    block = summary.DEFAULT_ENGINE_BLOCK if args.block_size is None else args.block_size
+    if block < 1:
+        return _failed("stats", f"--block-size {block}: 1 token at least: give the engine's block_size")
+    print(summary.describe(loaded, block))
     if args.plot:
         from lorabench.analysis.report.trace_figures import draw_trace
 
@@ -142,6 +145,9 @@ def _import_options(args: argparse.Namespace) -> Any:
         time_scale=args.time_scale,
         rate=args.rate,
         max_model_len=args.max_model_len,
+        prefix_column=args.prefix_column,
+        block_tokens=args.hash_block_tokens,
+        hash_ids=not args.no_hash_ids,
     )
 
 
@@ -193,6 +199,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "stats", help="what a trace holds: rate over time, lengths, adapter shares, and an import's steps"
     )
     tstats.add_argument("file", help="a trace that trace generate or trace import wrote")
+    tstats.add_argument(
+        "--block-size",
+        type=int,
+        help="the engine's KV block size in tokens, for the prefix hit rate hash ids predict (vLLM's default on "
+        "GPUs is 16; its CPU backend's 128)",
+    )
     tstats.add_argument("--plot", metavar="FILE.png", help="also draw rate over time, lengths and adapter shares")
     tstats.set_defaults(func=_trace_stats)
     _add_trace_import(traces)
@@ -254,4 +266,19 @@ def _add_trace_import(traces: Any) -> None:
         help="give each of this column's values its own adapter instead (folded by request count when there are "
         "more values than N; one session, one adapter)",
     )
+    from lorabench.load.traces.sources import MOONCAKE_BLOCK_TOKENS
+
+    prefixes = imp.add_argument_group("shared prefixes (docs/traces.md#shared-prefixes)")
+    prefixes.add_argument(
+        "--prefix-column",
+        help="the column of each request's block hash ids (such as 1 2 3): requests whose ids start alike share "
+        "those blocks of prompt (mooncake: hash_ids)",
+    )
+    prefixes.add_argument(
+        "--hash-block-tokens",
+        type=int,
+        default=MOONCAKE_BLOCK_TOKENS,
+        help=f"prompt tokens one hash id stands for (default {MOONCAKE_BLOCK_TOKENS}, Mooncake's)",
+    )
+    prefixes.add_argument("--no-hash-ids", action="store_true", help="import without shared prefixes")
     imp.set_defaults(func=_trace_import)

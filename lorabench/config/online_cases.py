@@ -103,6 +103,8 @@ class ImportedCase:
     rate: float
     duration: float
     start: float = 0.0
+    # False: the trace's hash ids are not replayed as shared prefixes (TraceShape.shared_prefixes).
+    shared_prefixes: bool | None = None
 
     @property
     def shape_id(self) -> str:
@@ -142,6 +144,8 @@ class ImportedCase:
         if len(adapters) < self.num_adapters:
             raise ValueError(f"the trace needs {self.num_adapters} adapters, {len(adapters)} are available")
         window = transforms.replay_window(self.data, self.start, self.duration, self.rate)
+        if self.shared_prefixes is False:
+            window = replace(window, hash_ids=None)
         return replace(window, adapters=list(adapters[: self.num_adapters])).requests()
 
     def fields(self, warmup_s: float) -> dict[str, Any]:
@@ -160,7 +164,9 @@ class ImportedCase:
 def trace_cases(shape: TraceShape, rates: Sequence[float], duration: float) -> list[OnlineCase | ImportedCase]:
     """Every combination of a synthetic shape's lists with each rate; each rate of an imported one."""
     if shape.trace is not None:
-        return [ImportedCase(shape.name, Path(shape.trace), r, duration, shape.start) for r in rates]
+        return [
+            ImportedCase(shape.name, Path(shape.trace), r, duration, shape.start, shape.shared_prefixes) for r in rates
+        ]
     combinations = itertools.product(shape.num_adapters, shape.alpha, shape.cv, rates)
     return [
         OnlineCase(

@@ -56,6 +56,9 @@ class TraceShape(Strict):
     seed: int = 0
     # Seconds into an imported trace where the replay starts.
     start: NonNegativeFloat = 0.0
+    # Whether the replay turns an imported trace's hash ids into shared prefixes
+    # (docs/traces.md#shared-prefixes): null where it has them, true insists, false ignores them.
+    shared_prefixes: bool | None = None
 
     @field_validator("input_range", "output_range")
     @classmethod
@@ -82,6 +85,16 @@ class TraceShape(Strict):
     def _imported_only(cls, value: float, info: ValidationInfo) -> float:
         if info.data.get("trace") is None:
             raise ValueError("'start' is where a replay of a trace file begins: set 'trace', or leave 'start' out")
+        return value
+
+    @field_validator("shared_prefixes")
+    @classmethod
+    def _hashed_only(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        if value and info.data.get("trace") is None:
+            raise ValueError(
+                "a synthetic trace has no hash ids to share prefixes by: set 'trace' to a file imported with them "
+                "(lorabench trace import mooncake), or leave it out"
+            )
         return value
 
 

@@ -110,6 +110,11 @@ def _check_imported(
         )
     if not len(data):
         return [*problems, f"{where}: {file.name} holds no request: write it again with more"]
+    if shape.shared_prefixes and data.hash_ids is None:
+        problems.append(
+            f"{path}: field '{field}.shared_prefixes' has bad value true: {file.name} was imported without hash ids: "
+            "import it again keeping them (mooncake's hash_ids, or a csv's --prefix-column), or leave it out"
+        )
     if shape.start > data.arrival_s[-1]:
         return [
             *problems,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lorabench.load.adapters import Adapter
+from lorabench.load.traces import prefixes
 from lorabench.load.traces.synthetic import TraceRequest
 from lorabench.load.workload import synthetic_prompt
 from lorabench.targets import clock
@@ -50,6 +52,11 @@ class ReplayedRequest:
     # Its stream ended unfinished on its own (an HTTP error status, a broken stream): the
     # engine failed it; an unfinished request that was not failed was aborted at the drain.
     failed: bool = False
+    # Of its prompt, found in the prefix cache (vLLM's num_cached_tokens; over HTTP the usage's
+    # prompt_tokens_details, which `vllm serve --enable-prompt-tokens-details` sends); None untold.
+    cached_tokens: int | None = None
+    # What the trace's hash ids predict it finds cached (``prefixes.predict``); None without ids.
+    predicted_cached: int | None = None
 
     @property
     def send_lag_ms(self) -> float:
@@ -125,12 +132,19 @@ async def replay(
     is reported failed.
     """
     records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
+    # With prefix caching on, each replay's requests are salted apart from everything cached
+    # before (an earlier replay of the same trace on this build would warm this one's cache).
+    caching = getattr(getattr(engine, "spec", None), "enable_prefix_caching", False)
+    salt = f"replay-{uuid.uuid4().hex}" if caching else None
+    if requests and requests[0].block_tokens and engine.block_size:
+        for record, hits in zip(records, prefixes.predict_requests(requests, engine.block_size)):
+            record.predicted_cached = hits
     # Asked before the clock starts: the answer walks every frozen object (18 ms for 200,000).
     freeze = not gc.get_freeze_count() and gc.isenabled()
     # A virtual clock's timers fire exactly when due (lorabench.targets.standin.virtual_clock): no early wake.
     early_wake_s = 0.0 if getattr(asyncio.get_running_loop(), "virtual", False) else EARLY_WAKE_S
     start = clock.now()
-    sender = _Sender(engine, adapters, seed, start, early_wake_s)
+    sender = _Sender(engine, adapters, seed, start, early_wake_s, requests, salt)
     if timeline is not None:
         timeline.start(start)
     in_flight = _InFlight()
@@ -158,31 +172,50 @@ class _Sender:
     """Sends one replayed request when it is due and stamps its tokens as they arrive."""
 
     def __init__(
-        self, engine: Engine, adapters: Mapping[str, Adapter], seed: int, start: float, early_wake_s: float
+        self,
+        engine: Engine,
+        adapters: Mapping[str, Adapter],
+        seed: int,
+        start: float,
+        early_wake_s: float,
+        requests: Sequence[TraceRequest],
+        salt: str | None,
     ) -> None:
         self.engine, self.adapters, self.seed = engine, adapters, seed
         self.start, self.early_wake_s = start, early_wake_s
+        self.requests, self.salt = requests, salt
         self.vocab_size = engine.vocab_size
         self.finished = 0
+
+    def prompt(self, record: ReplayedRequest) -> list[int]:
+        """Its own synthetic tokens; a trace's hash ids make its leading blocks shared
+        (``lorabench.load.traces.prefixes``)."""
+        own = synthetic_prompt(record.index, record.input_len, self.vocab_size, self.seed)
+        request = self.requests[record.index]
+        if not request.hash_ids:
+            return own
+        return prefixes.prompt(request.hash_ids, request.block_tokens, own, self.vocab_size, self.seed)
 
     async def serve(self, record: ReplayedRequest) -> None:
         """Started just before the request is due: its prompt is made, then it waits its
         time in its own task, so the send is the first thing it does once due, not a new
         task's first step queued behind every other stream's tokens."""
         engine, start = self.engine, self.start
-        prompt = synthetic_prompt(record.index, record.input_len, self.vocab_size, self.seed)
+        prompt = self.prompt(record)
         params = engine.sampling_params(record.output_len, stream=True)
         due = start + record.scheduled_s
         while self.early_wake_s and clock.now() < due:
             await asyncio.sleep(0)
         record.sent_s = clock.now() - start
-        async for out in engine.stream(prompt, params, self.adapters[record.adapter]):
+        salted = {"cache_salt": self.salt} if self.salt is not None else {}
+        async for out in engine.stream(prompt, params, self.adapters[record.adapter], **salted):
             # Over HTTP, when the tokens' bytes arrived, before the client parsed them.
             received = getattr(out, "received_at", None)
             now = (clock.now() if received is None else received) - start
             record.token_times.extend([now] * len(out.outputs[0].token_ids))
             if out.finished:
                 record.finished = True
+                record.cached_tokens = getattr(out, "num_cached_tokens", None)
                 self.finished += 1
                 metrics = getattr(out, "metrics", None)
                 if metrics is not None and getattr(metrics, "scheduled_ts", 0):

@@ -84,6 +84,23 @@ def _meets_slo(r: ReplayedRequest, slo_ttft_ms: float, slo_tpot_ms: float) -> bo
     return r.finished and r.ttft_ms <= slo_ttft_ms and (np.isnan(r.tpot_ms) or r.tpot_ms <= slo_tpot_ms)
 
 
+def hit_rates(records: Sequence[ReplayedRequest]) -> dict[str, float]:
+    """``prefix_hit_rate`` and ``prefix_hit_rate_predicted`` of finished requests: their prompt
+    tokens found cached (where the engine told every one) and predicted by hash ids (where the
+    trace had them), over their prompt tokens (docs/metrics.md#prefix-caching)."""
+    done = [r for r in records if r.finished]
+    prompt = sum(r.input_len for r in done)
+    rates: dict[str, float] = {}
+    if not prompt:
+        return rates
+    cached, predicted = [r.cached_tokens for r in done], [r.predicted_cached for r in done]
+    if None not in cached:
+        rates["prefix_hit_rate"] = sum(cached) / prompt  # type: ignore[arg-type]
+    if None not in predicted:
+        rates["prefix_hit_rate_predicted"] = sum(predicted) / prompt  # type: ignore[arg-type]
+    return rates
+
+
 def adapter_usage(
     records: Sequence[ReplayedRequest], *, slo_ttft_ms: float, slo_tpot_ms: float, warmup_s: float
 ) -> list[AdapterRecord]:
@@ -111,6 +128,7 @@ def adapter_usage(
                 ttft_ms_p99=percentile(ttfts, 99),
                 decode_ms_p50=percentile([r.tpot_ms for r in done], 50),
                 slo_attainment=sum(_meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in mine) / len(mine),
+                **hit_rates(mine),
             )
         )
     return usage
@@ -146,6 +164,7 @@ def summarize_online(
     metrics.update(summary("decode_ms", [r.tpot_ms for r in done]))
     metrics.update(summary("request_e2e_ms", [r.e2e_ms for r in done]))
     metrics.update(summary("queue_ms", [r.queue_ms for r in done]))
+    metrics.update(hit_rates(measured))
     itl = [gap for r in done for gap in r.itl_ms]
     lags = [r.send_lag_ms for r in measured]
     for name, values in (("itl_ms", itl), ("send_lag_ms", lags)):

@@ -72,6 +72,10 @@ class AdapterRecord:
     ttft_ms_p99: float
     decode_ms_p50: float
     slo_attainment: float
+    # Of its finished requests' prompt tokens, found cached (blank where the engine does not
+    # say) and predicted by the trace's hash ids (blank without them): docs/metrics.md.
+    prefix_hit_rate: float | None = None
+    prefix_hit_rate_predicted: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

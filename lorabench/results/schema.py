@@ -154,8 +154,11 @@ class ResultRow:
     request_e2e_ms_p90: float | None = _col(METRIC, optional=True)
     request_e2e_ms_p99: float | None = _col(METRIC, optional=True)
     queue_ms: float | None = _col(METRIC, optional=True, engine_only=True)
-    # The measured requests' prompt tokens found in the prefix cache, over their prompt tokens.
-    prefix_hit_rate: float | None = _col(METRIC, optional=True, engine_only=True)
+    # The measured requests' prompt tokens found in the prefix cache, over their prompt tokens
+    # (docs/metrics.md#prefix-caching); over HTTP where the server's usage says.
+    prefix_hit_rate: float | None = _col(METRIC, optional=True, by_engine=True)
+    # What a replayed trace's hash ids predict of it for an infinite cache (online rows).
+    prefix_hit_rate_predicted: float | None = _col(METRIC, optional=True)
     queue_ms_p50: float | None = _col(METRIC, optional=True, engine_only=True)
     queue_ms_p90: float | None = _col(METRIC, optional=True, engine_only=True)
     queue_ms_p99: float | None = _col(METRIC, optional=True, engine_only=True)

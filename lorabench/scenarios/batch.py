@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 METRIC_COLUMNS = frozenset(
     col for name in (*PER_REQUEST_METRICS, "e2e_ms") for col in (name, *(f"{name}_p{p}" for p in PERCENTILES))
-) | {"output_tokens_per_s", "prefix_hit_rate"}
+) | {"output_tokens_per_s"}
 COLUMNS = METRIC_COLUMNS | {"batch_size", "input_len", "output_len"}
 LORA_COLUMNS = frozenset({"baseline_e2e_ms", "lora_overhead", "timed_adapter_loads"})
 MIXED_COLUMNS = frozenset({"base_share", "base_ttft_ms", "lora_ttft_ms", "base_decode_ms", "lora_decode_ms"})

@@ -37,7 +37,13 @@ from lorabench.config.online_cases import (
 from lorabench.measure import replay
 from lorabench.results.stats import percentile
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
-from lorabench.scenarios.online import METRIC_COLUMNS, ONLINE_COLUMNS, TIMELINE_COLUMNS, replay_outcome
+from lorabench.scenarios.online import (
+    METRIC_COLUMNS,
+    ONLINE_COLUMNS,
+    PREFIX_COLUMNS,
+    TIMELINE_COLUMNS,
+    replay_outcome,
+)
 from lorabench.targets.clock import now
 
 if TYPE_CHECKING:
@@ -156,7 +162,7 @@ def churn_fields(ops: Sequence[Op], records: Sequence[replay.ReplayedRequest], w
 class Churn(Scenario):
     name = "churn"
     columns = ONLINE_TRACE_COLUMNS | ONLINE_COLUMNS | METRIC_COLUMNS | CHURN_COLUMNS
-    maybe_columns = TIMELINE_COLUMNS | MAYBE_TRACE_COLUMNS
+    maybe_columns = TIMELINE_COLUMNS | MAYBE_TRACE_COLUMNS | PREFIX_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         cases = churn_cases(file)

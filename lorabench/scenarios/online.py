@@ -41,6 +41,8 @@ ONLINE_COLUMNS = frozenset(
 )
 # Filled from the engine timeline recorded while the trace replays (lorabench.targets.timeline.summarize).
 TIMELINE_COLUMNS = frozenset({"kv_usage_max", "waiting_p99", "preemptions", "adapters_waiting_max"})
+# Predicted where the trace has hash ids (prefix_hit_rate, measured, is the engine's to fill or not).
+PREFIX_COLUMNS = frozenset({"prefix_hit_rate_predicted"})
 METRIC_COLUMNS = frozenset(
     col
     for name in ("ttft_ms", "decode_ms", "request_e2e_ms", "queue_ms")
@@ -54,7 +56,7 @@ class Online(Scenario):
     # timed_adapter_loads: known only when the trace's adapters fit the CPU cache (then none
     # loads inside the replay). The timeline's: blank when there is none (the reason is said).
     # The trace's: synthetic and imported traces are described by different columns.
-    maybe_columns = frozenset({"timed_adapter_loads", *TIMELINE_COLUMNS}) | MAYBE_TRACE_COLUMNS
+    maybe_columns = frozenset({"timed_adapter_loads", *TIMELINE_COLUMNS}) | MAYBE_TRACE_COLUMNS | PREFIX_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         cases = online_cases(file)

@@ -21,10 +21,13 @@ from typing import Any
 import numpy as np
 
 from lorabench.load.traces.files import write_whole
+from lorabench.load.traces.prefixes import HashIds
 from lorabench.load.traces.synthetic import FORMAT as SYNTHETIC_FORMAT
 from lorabench.load.traces.synthetic import TraceRequest
 
 IMPORTED_FORMAT = "lorabench-trace/2"
+# The header field of a trace with hash ids: the prompt tokens each id stands for.
+BLOCK_KEY = "hash_block_tokens"
 # Arrival times are written to the microsecond, as `trace generate` writes them.
 TIME_DECIMALS = 6
 _CHUNK = 1 << 16
@@ -42,9 +45,17 @@ class TraceData:
     output_len: np.ndarray
     # The span the trace covers, from 0: its mean rate is len(self) / duration_s.
     duration_s: float
+    # Each request's block hash ids, where the source had them (Mooncake's ``hash_ids``; a
+    # CSV's prefix column): its header then says the tokens a block stands for.
+    hash_ids: HashIds | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    @property
+    def block_tokens(self) -> int:
+        """The prompt tokens one hash id stands for; 0 for a trace without ids."""
+        return int(self.header.get(BLOCK_KEY, 0)) if self.hash_ids is not None else 0
 
     @property
     def rate(self) -> float:
@@ -58,12 +69,17 @@ class TraceData:
             adapter=self.adapter[keep],
             input_len=self.input_len[keep],
             output_len=self.output_len[keep],
+            hash_ids=self.hash_ids.take(keep) if self.hash_ids is not None else None,
         )
 
     def requests(self) -> list[TraceRequest]:
         names = self.adapters
         columns = (self.arrival_s, self.adapter, self.input_len, self.output_len)
-        return [TraceRequest(t, names[a], i, o) for t, a, i, o in zip(*(c.tolist() for c in columns))]
+        rows = zip(*(c.tolist() for c in columns))
+        if self.hash_ids is None:
+            return [TraceRequest(t, names[a], i, o) for t, a, i, o in rows]
+        block = self.block_tokens
+        return [TraceRequest(t, names[a], i, o, ids, block) for (t, a, i, o), ids in zip(rows, self.hash_ids.rows())]
 
 
 def file_sha256(path: Path) -> str:
@@ -98,16 +114,24 @@ def _check_count(path: Path, header: dict[str, Any], found: int) -> None:
     )
 
 
+def _id_list(value: Any) -> list[int]:
+    if not isinstance(value, list) or not all(type(i) is int for i in value):
+        raise TypeError(f"hash_ids {str(value)[:40]!r} is not a list of whole numbers")
+    return value
+
+
 def load(path: Path) -> TraceData:
     """Read a trace file of either version; a bad line is named by its number."""
     path = Path(path)
     arrival, adapter, inputs, outputs = array("d"), array("i"), array("q"), array("q")
+    ids: list[list[int]] = []
     number = 1
     try:
         with path.open(encoding="utf-8") as f:
             header = json.loads(f.readline())
             adapters, duration = _header_fields(header)
             index = {name: i for i, name in enumerate(adapters)}
+            hashed = BLOCK_KEY in header
             for line in f:
                 number += 1
                 if line.strip():
@@ -116,6 +140,9 @@ def load(path: Path) -> TraceData:
                     adapter.append(index[r["adapter"]])
                     inputs.append(r["input_len"])
                     outputs.append(r["output_len"])
+                    if hashed:
+                        ids.append(_id_list(r["hash_ids"]))
+        hash_ids = HashIds.from_lists(ids) if hashed else None
     except (OSError, KeyError, TypeError, ValueError) as exc:
         where = f"line {number}: " if number > 1 else ""
         raise ValueError(
@@ -131,6 +158,7 @@ def load(path: Path) -> TraceData:
         input_len=np.frombuffer(inputs, dtype=np.int64),
         output_len=np.frombuffer(outputs, dtype=np.int64),
         duration_s=duration,
+        hash_ids=hash_ids,
     )
 
 
@@ -146,17 +174,28 @@ def write(path: Path, data: TraceData) -> None:
         "duration_s": data.duration_s,
         "requests": len(data),
     }
+    if data.hash_ids is None:
+        header.pop(BLOCK_KEY, None)
     names = [json.dumps(a) for a in data.adapters]
     arrivals = np.round(data.arrival_s, TIME_DECIMALS)
+    ids = [", ".join(map(str, row)) for row in data.hash_ids.rows()] if data.hash_ids is not None else None
 
     def chunks() -> Iterator[str]:
         yield json.dumps(header, sort_keys=True) + "\n"
         for start in range(0, len(data), _CHUNK):
             part = slice(start, start + _CHUNK)
             columns = (arrivals[part], data.adapter[part], data.input_len[part], data.output_len[part])
-            yield "".join(
-                f'{{"adapter": {names[a]}, "arrival_s": {t!r}, "input_len": {i}, "output_len": {o}}}\n'
-                for t, a, i, o in zip(*(c.tolist() for c in columns))
-            )
+            rows = zip(*(c.tolist() for c in columns))
+            if ids is None:
+                yield "".join(
+                    f'{{"adapter": {names[a]}, "arrival_s": {t!r}, "input_len": {i}, "output_len": {o}}}\n'
+                    for t, a, i, o in rows
+                )
+            else:
+                yield "".join(
+                    f'{{"adapter": {names[a]}, "arrival_s": {t!r}, "hash_ids": [{h}], "input_len": {i}, '
+                    f'"output_len": {o}}}\n'
+                    for (t, a, i, o), h in zip(rows, ids[part])
+                )
 
     write_whole(path, chunks())

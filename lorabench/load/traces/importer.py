@@ -19,8 +19,16 @@ from typing import Any
 import numpy as np
 
 from lorabench.load.traces import transforms as tf
-from lorabench.load.traces.data import TraceData, file_sha256
-from lorabench.load.traces.sources import FORMATS, TIME_UNITS, Columns, TraceInputError, read_rows
+from lorabench.load.traces.data import BLOCK_KEY, TraceData, file_sha256
+from lorabench.load.traces.prefixes import HashIds
+from lorabench.load.traces.sources import (
+    FORMATS,
+    MOONCAKE_BLOCK_TOKENS,
+    TIME_UNITS,
+    Columns,
+    TraceInputError,
+    read_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,11 @@ class ImportOptions:
     time_scale: float | None = None
     rate: float | None = None
     max_model_len: int | None = None
+    # Block hash ids: a column of them (mooncake's ``hash_ids`` unless named), the prompt
+    # tokens one stands for, and whether to keep them at all.
+    prefix_column: str | None = None
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    hash_ids: bool = True
 
 
 def parse_popularity(text: str) -> tuple[str, float]:
@@ -82,6 +95,8 @@ def _check(opts: ImportOptions) -> Columns:
         (opts.rate is not None and not opts.rate > 0, f"--rate {opts.rate}: above 0 requests/s"),
         (None not in (opts.rate, opts.time_scale), "--rate and --time-scale both scale time: give one"),
         (opts.max_model_len is not None and opts.max_model_len < 2, "--max-model-len: 2 tokens at least"),
+        (opts.block_tokens < 1, f"--hash-block-tokens {opts.block_tokens}: 1 token at least"),
+        (not opts.hash_ids and opts.prefix_column is not None, "--no-hash-ids and --prefix-column: give one"),
     ]
     if opts.adapter_names is not None and len(opts.adapter_names) < opts.num_adapters:
         problems.append((True, f"--num-adapters {opts.num_adapters}: --adapters has {len(opts.adapter_names)}"))
@@ -94,7 +109,8 @@ def _check(opts: ImportOptions) -> Columns:
         parse_popularity(opts.popularity)
     if not opts.source.is_file():
         raise TraceInputError(f"{opts.source}: no such file: check the path")
-    return replace(columns, label=opts.label_column)
+    ids = (opts.prefix_column or columns.hash_ids) if opts.hash_ids else None
+    return replace(columns, label=opts.label_column, hash_ids=ids)
 
 
 def _read(path: Path, fmt: str, columns: Columns) -> tuple[TraceData, list[str], int]:
@@ -102,12 +118,15 @@ def _read(path: Path, fmt: str, columns: Columns) -> tuple[TraceData, list[str],
     (in ``adapter``, until they are folded onto adapters); the labels; the row count."""
     arrival, inputs, outputs, labels = array("d"), array("q"), array("q"), array("i")
     ids: dict[str, int] = {}
-    for _, t, i, o, label in read_rows(path, fmt, columns):
+    hashes: list[list[int]] = []
+    for _, t, i, o, label, hash_ids in read_rows(path, fmt, columns):
         arrival.append(t)
         inputs.append(i)
         outputs.append(o)
         if label is not None:
             labels.append(ids.setdefault(label, len(ids)))
+        if hash_ids is not None:
+            hashes.append(hash_ids)
     if not arrival:
         raise TraceInputError(f"{path}: no requests in the file: is it the {fmt} trace?")
     n = len(arrival)
@@ -119,6 +138,7 @@ def _read(path: Path, fmt: str, columns: Columns) -> tuple[TraceData, list[str],
         input_len=np.frombuffer(inputs, dtype=np.int64),
         output_len=np.frombuffer(outputs, dtype=np.int64),
         duration_s=0.0,
+        hash_ids=HashIds.from_lists(hashes) if columns.hash_ids is not None else None,
     )
     return data, list(ids), n
 
@@ -203,6 +223,9 @@ def _shape(data: TraceData, opts: ImportOptions, labels: list[str], steps: list[
     if opts.max_model_len is not None:
         data, clipped = tf.clip(data, opts.max_model_len)
         steps.append({"op": "clip", "max_model_len": opts.max_model_len, "rows_clipped": clipped})
+    if data.hash_ids is not None:
+        # Ids past a (clipped) prompt's end share nothing it sends.
+        data = replace(data, hash_ids=data.hash_ids.clipped(data.input_len, opts.block_tokens))
     if opts.rate is not None or opts.time_scale is not None:
         try:
             factor = tf.factor_for_rate(data, opts.rate) if opts.rate is not None else opts.time_scale
@@ -230,4 +253,7 @@ def import_trace(opts: ImportOptions) -> TraceData:
         "columns": {role: name for role, name in columns.named()},
         "time_unit": columns.time_unit,
     }
-    return replace(data, header={"source": source, "transforms": steps}, adapters=names)
+    header: dict[str, Any] = {"source": source, "transforms": steps}
+    if data.hash_ids is not None:
+        header[BLOCK_KEY] = opts.block_tokens
+    return replace(data, header=header, adapters=names)

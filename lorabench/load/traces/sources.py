@@ -18,12 +18,20 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+# Mooncake's published traces cut prompts into 512-token blocks, one hash id each (its README).
+MOONCAKE_BLOCK_TOKENS = 512
 # Far above any model's context: a bigger count is a wrong column, not a request.
 MAX_TOKENS = 1 << 31
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "datetime": None}
 _DATETIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s*(Z|[+-]\d\d:?\d\d)?")
 # The option of `lorabench trace import csv` that names each column.
-OPTIONS = {"time": "--time-column", "input": "--input-column", "output": "--output-column", "label": "--label-column"}
+OPTIONS = {
+    "time": "--time-column",
+    "input": "--input-column",
+    "output": "--output-column",
+    "label": "--label-column",
+    "hash_ids": "--prefix-column",
+}
 
 
 class TraceInputError(ValueError):
@@ -32,28 +40,33 @@ class TraceInputError(ValueError):
 
 @dataclass(frozen=True)
 class Columns:
-    """Where a format keeps what a trace needs; ``label`` is optional (adapter labels by hash)."""
+    """Where a format keeps what a trace needs; ``label`` (adapter labels) and ``hash_ids``
+    (each request's block hash ids: ``lorabench.load.traces.prefixes``) are optional."""
 
     time: str
     input: str
     output: str
     time_unit: str = "s"
     label: str | None = None
+    hash_ids: str | None = None
 
     def named(self) -> list[tuple[str, str]]:
         roles = [("time", self.time), ("input", self.input), ("output", self.output)]
-        return roles + ([("label", self.label)] if self.label is not None else [])
+        optional = [("label", self.label), ("hash_ids", self.hash_ids)]
+        return roles + [(role, name) for role, name in optional if name is not None]
 
 
 # Format name: (layout, columns). `csv` takes its columns from the command line.
 FORMATS: dict[str, tuple[str, Columns | None]] = {
     "azure": ("csv", Columns("TIMESTAMP", "ContextTokens", "GeneratedTokens", "datetime")),
     "burstgpt": ("csv", Columns("Timestamp", "Request tokens", "Response tokens", "s")),
-    "mooncake": ("jsonl", Columns("timestamp", "input_length", "output_length", "ms")),
+    "mooncake": ("jsonl", Columns("timestamp", "input_length", "output_length", "ms", hash_ids="hash_ids")),
     "csv": ("csv", None),
 }
 
-Row = tuple[int, float, int, int, "str | None"]
+# (row number, seconds, input length, output length, label or None, hash ids or None)
+Row = tuple[int, float, int, int, "str | None", "list[int] | None"]
+_ID_SEPARATORS = re.compile(r"[\s,;]+")
 
 
 def _datetime_seconds(text: str) -> tuple[int, float]:
@@ -139,8 +152,25 @@ class _Rows:
                     f"{self.path}: row {number}, column {name!r}: {value!r} is not a token count "
                     "(a whole number from 0 to 2^31): fix or remove the row"
                 ) from None
-        label = self._label(number, values[3]) if len(values) > 3 else None
-        return number, t, lengths[0], lengths[1], label
+        roles = dict(zip((role for role, _ in self.columns.named()), values))
+        label = self._label(number, roles["label"]) if "label" in roles else None
+        ids = self._hash_ids(number, roles["hash_ids"]) if "hash_ids" in roles else None
+        return number, t, lengths[0], lengths[1], label, ids
+
+    def _hash_ids(self, number: int, value: object) -> list[int]:
+        """A row's block hash ids: a JSON list, or (in a CSV) whole numbers separated by
+        spaces, commas or semicolons, brackets allowed; none at all is a prompt of its own."""
+        items = value if isinstance(value, list) else _ID_SEPARATORS.split(str(value).strip().strip("[]").strip())
+        try:
+            ids = [int(i) if type(i) is int else int(str(i), 10) for i in items if i != ""]
+        except ValueError:
+            ids = None
+        if ids is None or value is None or isinstance(value, bool):
+            raise TraceInputError(
+                f"{self.path}: row {number}, column {self.columns.hash_ids!r}: {value!r} is not a list of block "
+                "hash ids (whole numbers, such as [1, 2, 3] or 1 2 3): fix or remove the row"
+            )
+        return ids
 
     def _label(self, number: int, value: object) -> str:
         """A row's label; an empty or null one is refused: it is no adapter's, and taken as
@@ -158,6 +188,8 @@ def _missing(path: Path, number: int, role: str, name: str, fmt: str, present: l
         fix = f"name one of the file's columns with {OPTIONS[role]}"
     elif role == "label":
         fix = "name one of the file's columns with --label-column"
+    elif role == "hash_ids":
+        fix = "fill it in, or pass --no-hash-ids to import the trace without shared prefixes"
     else:
         fix = (
             f"is the file in the {fmt} format? for another layout use `lorabench trace import csv` with {OPTIONS[role]}"
@@ -212,7 +244,8 @@ def _jsonl_rows(path: Path, columns: Columns, fmt: str) -> Iterator[Row]:
 
 
 def read_rows(path: Path, fmt: str, columns: Columns) -> Iterator[Row]:
-    """(row number, seconds, input length, output length, label or None) for each row.
+    """(row number, seconds, input length, output length, label or None, hash ids or None)
+    for each row.
 
     Row numbers are the file's line numbers (a CSV's header is row 1)."""
     layout = FORMATS[fmt][0]

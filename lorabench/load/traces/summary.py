@@ -14,10 +14,13 @@ import numpy as np
 
 from lorabench.load.traces import synthetic as trace
 from lorabench.load.traces.data import IMPORTED_FORMAT, TraceData
+from lorabench.load.traces.prefixes import predict
 
 MAX_BUCKETS = 60
 LEVELS = " .:-=+*#%@"
 TOP_ADAPTERS = 10
+# vLLM's default KV block size on GPUs; its CPU backend's is 128 (`trace stats --block-size`).
+DEFAULT_ENGINE_BLOCK = 16
 
 
 def _nice(value: float) -> float:
@@ -118,7 +121,28 @@ def _source_lines(header: dict[str, Any]) -> list[str]:
     ]
 
 
-def describe(data: TraceData) -> str:
+def prefix_lines(data: TraceData, engine_block: int = DEFAULT_ENGINE_BLOCK) -> list[str]:
+    """The prefix hit rate a trace's hash ids predict for an infinite cache of ``engine_block``
+    token blocks (``prefixes.predict``): overall and per adapter with vLLM's keys (an adapter
+    reuses only its own blocks), and what the ids alone would share if adapters did not split them."""
+    if data.hash_ids is None:
+        return []
+    block, tokens = data.block_tokens, data.input_len.sum()
+    hits = predict(data.hash_ids, data.input_len, data.adapter, block, engine_block)
+    pooled = predict(data.hash_ids, data.input_len, None, block, engine_block)
+    per = np.bincount(data.adapter, weights=hits, minlength=len(data.adapters))
+    sent = np.bincount(data.adapter, weights=data.input_len, minlength=len(data.adapters))
+    order = [i for i in np.argsort(-sent, kind="stable")[:TOP_ADAPTERS] if sent[i]]
+    shown = ", ".join(f"{data.adapters[i]} {per[i] / sent[i]:.1%}" for i in order)
+    return [
+        f"prefix hit rate the hash ids predict ({block}-token ids; an infinite cache of {engine_block}-token "
+        f"blocks): {hits.sum() / tokens:.1%} of prompt tokens, each adapter reusing only its own blocks as vLLM "
+        f"does; {pooled.sum() / tokens:.1%} if adapters shared them",
+        f"  per adapter: {shown}",
+    ]
+
+
+def describe(data: TraceData, engine_block: int = DEFAULT_ENGINE_BLOCK) -> str:
     """Every section of ``lorabench trace stats``; a synthetic trace also says what its
     parameters asked for."""
     if data.header.get("format") != IMPORTED_FORMAT:
@@ -134,5 +158,6 @@ def describe(data: TraceData) -> str:
         *_length_lines("input", data.input_len),
         *_length_lines("output", data.output_len),
         *_share_lines(data),
+        *prefix_lines(data, engine_block),
     ]
     return "\n".join(lines)

@@ -78,6 +78,10 @@ class TraceRequest:
     adapter: str
     input_len: int
     output_len: int
+    # Block hash ids (``lorabench.load.traces.prefixes``): the prompt's leading blocks of
+    # ``block_tokens`` each, shared with every request whose ids start alike. Imported only.
+    hash_ids: tuple[int, ...] = ()
+    block_tokens: int = 0
 
 
 def adapter_shares(num_adapters: int, alpha: float) -> np.ndarray:
@@ -133,7 +137,8 @@ def write(path: Path, params: TraceParams, adapters: Sequence[str], requests: Se
         "requests": len(requests),
     }
     lines = [json.dumps(header, sort_keys=True)]
-    lines += [json.dumps(asdict(r), sort_keys=True) for r in requests]
+    fields = ("arrival_s", "adapter", "input_len", "output_len")
+    lines += [json.dumps({f: getattr(r, f) for f in fields}, sort_keys=True) for r in requests]
     write_whole(Path(path), ["\n".join(lines) + "\n"])
 
 

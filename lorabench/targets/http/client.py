@@ -50,6 +50,9 @@ class Chunk:
     finished: bool = False
     prompt_tokens: int | None = None
     completion_tokens: int | None = None  # from the final usage event, when the server sends it
+    # Prompt tokens found in the prefix cache: the usage's prompt_tokens_details, which vLLM
+    # sends only when started with --enable-prompt-tokens-details.
+    cached_tokens: int | None = None
     # When its bytes reached this process, on the replay's clock (``lorabench.targets.clock``), before any parsing.
     arrived: float = 0.0
 
@@ -109,6 +112,7 @@ def chunk_of(event: dict[str, Any]) -> Chunk:
     if usage:
         chunk.completion_tokens = usage.get("completion_tokens")
         chunk.prompt_tokens = usage.get("prompt_tokens", chunk.prompt_tokens)
+        chunk.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     return chunk
 
 
@@ -172,10 +176,11 @@ class Client:
         return status == 200
 
     async def complete(
-        self, model: str, prompt: list[int] | str, max_tokens: int, temperature: float
+        self, model: str, prompt: list[int] | str, max_tokens: int, temperature: float, cache_salt: str | None = None
     ) -> AsyncIterator[Chunk]:
         """Stream one completion of exactly ``max_tokens`` tokens; ``RequestFailed`` on an
-        error status, an error event, or a stream that ends before it finished."""
+        error status, an error event, or a stream that ends before it finished. A
+        ``cache_salt`` keeps it off every cached prefix not salted alike (vLLM's API field)."""
         body = {
             "model": model,
             "prompt": prompt,
@@ -186,6 +191,8 @@ class Client:
             "stream_options": {"include_usage": True},
             "return_token_ids": True,
         }
+        if cache_salt is not None:
+            body["cache_salt"] = cache_salt
         try:
             async with self.session.post(self.url + "/v1/completions", json=body) as resp:
                 if resp.status != 200:

@@ -65,6 +65,7 @@ class HttpEngine(RuntimeLoras, Engine):
         self.failed_requests = 0
         self.failures: list[str] = []
         self.server_version = ""
+        self.server_block_size = 0
         self.paths: dict[str, str] = {}
         self._churned: dict[str, str] = {}
         # The server's LoRA knobs where it says them (a URL server in vLLM's dev mode), else None.
@@ -115,6 +116,7 @@ class HttpEngine(RuntimeLoras, Engine):
         status, text = await self.client.get("/metrics")
         state = server_state(text) if status == 200 else ServerState()
         self.kv_cache_tokens = state.kv_cache_tokens or 0
+        self.server_block_size = state.block_size or 0
         if self.target == URL:
             self.server_lora = await self._server_lora()
             max_model_len = self.config.llm_kwargs(self.spec).get("max_model_len")
@@ -188,24 +190,35 @@ class HttpEngine(RuntimeLoras, Engine):
         """Every request streams: a final-only output is the stream's last."""
         return HttpParams(max_tokens, greedy)
 
-    def stream(self, prompt: Prompt, params: Any, adapter: Adapter | None) -> AsyncIterator[HttpOutput]:
-        model = adapter.name if adapter is not None else self.base_model
-        return self.awaiting.track(adapter, self._stream(model, prompt, params))
+    @property
+    def block_size(self) -> int:
+        """The server's KV block size from its ``vllm:cache_config_info``; 0 where it does not
+        say (then no prefix hit rate is predicted)."""
+        return self.server_block_size
 
-    async def _stream(self, model: str, prompt: Prompt, params: HttpParams) -> AsyncIterator[HttpOutput]:
+    def stream(
+        self, prompt: Prompt, params: Any, adapter: Adapter | None, cache_salt: str | None = None
+    ) -> AsyncIterator[HttpOutput]:
+        model = adapter.name if adapter is not None else self.base_model
+        return self.awaiting.track(adapter, self._stream(model, prompt, params, cache_salt))
+
+    async def _stream(
+        self, model: str, prompt: Prompt, params: HttpParams, cache_salt: str | None
+    ) -> AsyncIterator[HttpOutput]:
         """Deltas as they arrive; the finishing one is held until the stream ends, so that the
         final ``usage`` count is in it. A failure ends the stream unfinished and is counted."""
         timing = ClientTiming(clock.now())
         counted, held, held_at, prompt_tokens = 0, None, None, len(prompt) if isinstance(prompt, list) else 0
-        temperature = 0.0 if params.greedy else 1.0
+        temperature, cached = 0.0 if params.greedy else 1.0, None
         try:
-            async for chunk in self.client.complete(model, prompt, params.max_tokens, temperature):
+            async for chunk in self.client.complete(model, prompt, params.max_tokens, temperature, cache_salt):
                 if chunk.count:
                     timing.first_token_ts = timing.first_token_ts or chunk.arrived
                     timing.last_token_ts = chunk.arrived
                 ids = chunk.token_ids or [UNKNOWN_TOKEN] * chunk.count
                 counted += len(ids)
                 prompt_tokens = chunk.prompt_tokens or prompt_tokens
+                cached = chunk.cached_tokens if chunk.cached_tokens is not None else cached
                 if chunk.finished:
                     held, held_at = ids, chunk.arrived
                 elif chunk.completion_tokens is not None and held is not None:
@@ -217,7 +230,7 @@ class HttpEngine(RuntimeLoras, Engine):
             self.failures.append(str(exc))
             return
         final = [UNKNOWN_TOKEN] * prompt_tokens
-        yield HttpOutput([Completion(held or [])], True, timing, final, received_at=held_at)
+        yield HttpOutput([Completion(held or [])], True, timing, final, received_at=held_at, num_cached_tokens=cached)
 
     def generate(
         self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int, *, greedy: bool = False

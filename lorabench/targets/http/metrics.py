@@ -39,6 +39,8 @@ class ServerState:
     kv_cache_tokens: int | None = None
     # vllm:cache_config_info's enable_prefix_caching: whether the server caches prompt prefixes.
     prefix_caching: bool | None = None
+    # vllm:cache_config_info's block_size: the tokens of one KV block, the prefix cache's unit.
+    block_size: int | None = None
     # Counters since the server started (a timeline takes their differences): engine steps
     # (the count of the tokens-per-step histogram), preemptions, prompt and generated tokens.
     steps: int = 0
@@ -106,6 +108,7 @@ def server_state(text: str) -> ServerState:
             if labels.get("num_gpu_blocks", "").isdigit():
                 blocks, size = int(labels["num_gpu_blocks"]), int(labels.get("block_size", "0") or 0)
                 state.kv_cache_tokens = (state.kv_cache_tokens or 0) + blocks * size
+                state.block_size = size or state.block_size
     if lora_info is not None:
         labels = lora_info[1]
         state.adapters_running = _names(labels.get("running_lora_adapters", ""))

@@ -42,6 +42,8 @@ class HttpOutput:
     metrics: None = None
     # When its tokens' bytes arrived, before they were parsed (``lorabench.measure.replay`` stamps them so).
     received_at: float | None = None
+    # The last output's: prompt tokens the server found cached, when its usage says.
+    num_cached_tokens: int | None = None
 
 
 def corrected(last: list[int], missing: int) -> list[int]:

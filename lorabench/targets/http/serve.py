@@ -89,7 +89,8 @@ def server_command(config: BenchConfig, spec: EngineSpec, host: str, port: int) 
     as ``--lora-modules``. The serve target runs it; ``lorabench serve-command`` prints it."""
     kwargs = dict(config.llm_kwargs(spec))
     model = kwargs.pop("model")
-    flags = cli_flags(kwargs)
+    # The server's own: each usage says how many prompt tokens were found cached.
+    flags = [*cli_flags(kwargs), "--enable-prompt-tokens-details"]
     if spec.enable_lora and config.adapters:
         flags += ["--lora-modules", *(f"{a.name}={a.path}" for a in config.adapters)]
     return [*server_entry(), "--model", model, *flags, "--host", host, "--port", str(port)]

@@ -208,7 +208,11 @@ class StandInServer:
         await response.prepare(request)
         request_id = f"cmpl-{next(self._ids)}"
         generated = 0
-        async for out in self.llm.generate(prompt, params, request_id, lora):
+        salt = body.get("cache_salt")
+        sent = {"prompt_token_ids": prompt, "cache_salt": salt} if salt is not None else prompt
+        cached = None
+        async for out in self.llm.generate(sent, params, request_id, lora):
+            cached = out.num_cached_tokens
             choice: dict[str, Any] = {"index": 0, "text": "x" * len(out.outputs[0].token_ids)}
             choice["finish_reason"] = "length" if out.finished else None
             if body.get("return_token_ids"):
@@ -219,7 +223,10 @@ class StandInServer:
             if failure == "drop":
                 request.transport.abort()  # the client sees the stream break off
                 return response
-        usage = {"prompt_tokens": len(prompt), "completion_tokens": generated}
+        usage: dict[str, Any] = {"prompt_tokens": len(prompt), "completion_tokens": generated}
+        if self.spec.enable_prefix_caching:
+            # As `vllm serve --enable-prompt-tokens-details` (the serve target's command) reports it.
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         await _event(response, {"id": request_id, "choices": [], "usage": usage})
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
