@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from lorabench.cli import main as cli
+from lorabench.config import ConfigError, read_config_file
 from lorabench.load.traces import data
 from lorabench.load.traces.prefixes import HashIds, predict, prompt
 from lorabench.results.records import replays_path_for
@@ -161,3 +162,29 @@ def test_a_replay_finds_cached_what_the_ids_predict_per_adapter_and_caching_cuts
     # Each hit skips 2 ms a token of prefill: the median TTFT falls by about a hit's worth.
     saved = off["ttft_ms_p50"] - on["ttft_ms_p50"]
     assert 0.5 * 64 * 2.0 < saved < 1.5 * 64 * 2.0, (off["ttft_ms_p50"], on["ttft_ms_p50"])
+
+
+def test_shared_prefixes_asked_of_a_trace_without_ids_is_bad_input(tiny_config, tmp_path):
+    from tests.test_trace_suite import import_to, online, problems
+
+    import_to(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--no-hash-ids", "--max-model-len", 128)
+    suite = {"name": "m", "trace": "traces/mooncake.jsonl", "rate": [1], "duration": 5, "shared_prefixes": True}
+    said = problems(tiny_config(online=online(suite)))
+    assert (
+        "field 'online.suites[0].shared_prefixes' has bad value true: mooncake.jsonl was imported without hash" in said
+    )
+    assert "import it again keeping them" in said
+    synthetic = {"name": "s", "num_adapters": [2], "rate": [1], "shared_prefixes": True}
+    with pytest.raises(ConfigError, match="a synthetic trace has no hash ids to share prefixes by"):
+        read_config_file(tiny_config(online=online(synthetic)))
+
+
+def test_shared_prefixes_false_replays_the_trace_without_its_ids(tmp_path):
+    from lorabench.config.online_cases import ImportedCase
+
+    import_to_path = tmp_path / "t.jsonl"
+    assert cli.main(["trace", "import", "mooncake", str(TRACES / "mooncake.jsonl"), "--out", str(import_to_path)]) == 0
+    kept = ImportedCase("m", import_to_path, 1.0, 5.0).requests(["a0"])
+    ignored = ImportedCase("m", import_to_path, 1.0, 5.0, shared_prefixes=False).requests(["a0"])
+    assert kept[0].hash_ids[:2] == (0, 1) and kept[0].block_tokens == 512
+    assert all(r.hash_ids == () for r in ignored) and [r.input_len for r in ignored] == [r.input_len for r in kept]
