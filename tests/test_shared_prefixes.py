@@ -188,3 +188,36 @@ def test_shared_prefixes_false_replays_the_trace_without_its_ids(tmp_path):
     ignored = ImportedCase("m", import_to_path, 1.0, 5.0, shared_prefixes=False).requests(["a0"])
     assert kept[0].hash_ids[:2] == (0, 1) and kept[0].block_tokens == 512
     assert all(r.hash_ids == () for r in ignored) and [r.input_len for r in ignored] == [r.input_len for r in kept]
+
+
+@pytest.mark.realtime
+def test_over_http_the_usage_says_what_was_cached_and_each_replay_is_salted_apart(pytester):
+    """`vllm serve --enable-prompt-tokens-details` reports each request's cached tokens in its
+    usage; the replay salts its requests so no earlier replay warms its cache."""
+    from lorabench.targets.standin import Costs, write_config
+    from lorabench.targets.standin.server import StandInServer
+
+    folder = pytester.path / "run"
+    (folder / "traces").mkdir(parents=True)
+    source = _mooncake_like(pytester.path / "moon.jsonl", 30, seed=4)
+    options = ["--hash-block-tokens", "32", "--label-column", "user", "--num-adapters", "3"]
+    assert (
+        cli.main(["trace", "import", "mooncake", str(source), "--out", str(folder / "traces/moon.jsonl"), *options])
+        == 0
+    )
+    suite = {"name": "moon", "trace": "traces/moon.jsonl", "rate": [20, 30], "duration": 1}
+    config = write_config(
+        folder,
+        adapters=3,
+        engine={"enable_prefix_caching": True, "max_loras": 3},
+        online={"warmup_s": 0.2, "suites": [suite]},
+    )
+    pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
+    with StandInServer(["a0", "a1", "a2"], Costs(prefill_ms_per_token=0.2), max_loras=3, prefix_caching=True) as server:
+        args = ("--bench-config", str(config), "--bench-target", server.url, "-k", "online", "-p", "no:cacheprovider")
+        pytester.runpytest(*args).assert_outcomes(passed=2)
+    rows = pd.read_csv(result_files(folder / "results")[0])
+    assert (rows["prefix_hit_rate_predicted"] > 0.4).all()
+    assert (abs(rows["prefix_hit_rate"] - rows["prefix_hit_rate_predicted"]) < 0.03).all(), rows["prefix_hit_rate"]
+    salts = [b["cache_salt"] for b in server.received if "cache_salt" in b]
+    assert len(salts) >= rows["num_requests"].sum() and len(set(salts)) == 2, "one salt per replay, each its own"
