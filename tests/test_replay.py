@@ -68,9 +68,13 @@ class FakeEngine:
     """Streams one finished chunk for adapter "ok"; never finishes for "stuck"; fails for "bad"."""
 
     vocab_size = 100
+    block_size = 16
 
     def __init__(self):
         self.cancelled = 0
+
+    def cold_salt(self):
+        return None
 
     def sampling_params(self, output_len, stream):
         return None

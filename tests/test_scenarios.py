@@ -19,14 +19,14 @@ def read_run(folder):
 def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_path):
     for name in MODULES:
         pytester.makepyfile(**{name[:-3]: (ROOT / "bench" / name).read_text()})
-    # Prefix caching on: the isolation canaries share the one build (-pc). Prompts of a KV
-    # block (128 tokens on the CPU) and 8 more, so that a batch's measured round finds each
-    # prompt's block cached by its warm-up round; 160 tokens fit them and the canaries'.
+    # Prefix caching on: the isolation canaries share the one build (-pc). Prompts of a shared
+    # KV block (128 tokens on the CPU) and 8 tokens of their own, so that a batch's measured
+    # round finds the prefix cached by its warm-up round; 160 tokens fit them and the canaries'.
     engine = {"max_loras": 1, "max_lora_rank": 16, "max_cpu_loras": 2, "max_model_len": 160, "max_num_seqs": 8}
     path = tiny_config(
         engine=engine | {"enable_prefix_caching": True},
         matrix={"batch_sizes": [4], "workloads": ["skewed", "mixed"], "input_len": 136, "output_len": 4}
-        | {"warmup_rounds": 1, "rounds": 1},
+        | {"warmup_rounds": 1, "rounds": 1, "shared_prefix_len": 128},
         residency={"requests": 3},
         working_set={"sizes": [1, 2, 3], "cycles": 1, "min_requests": 2},
     )
@@ -38,11 +38,12 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
 
     batch = rows[rows.scenario == "multilora"].set_index("workload")
     assert (batch["lora_overhead"] > 0).all() and (batch["baseline_e2e_ms"] > 0).all()
-    # vLLM caches by adapter: the measured round finds what the warm-up round cached for the
-    # same adapter and prompt (without a warm-up, LoRA requests found nothing; base ones found
-    # the previous case's no-LoRA baseline), and the working set's later cycles their first's.
-    assert (batch["prefix_hit_rate"] == 128 / 136).all(), "each request found its prompt's block cached"
-    assert (rows[rows.scenario == "working_set"]["prefix_hit_rate"] == 128 / 136).all()
+    # vLLM caches by adapter: the measured round (its own tokens new) finds the shared prefix the
+    # warm-up round cached for the same adapter; the working set's waves, which repeat their
+    # prompts, are salted apart and find nothing.
+    assert (batch["prefix_hit_rate"] == 128 / 136).all(), "each request found the shared prefix's block cached"
+    assert (batch["shared_prefix_len"] == 128).all()
+    assert (rows[rows.scenario == "working_set"]["prefix_hit_rate"] == 0).all()
     assert (batch["engine_id"] == "loras1-rank16-cpu2-pc-build0").all()
     assert batch.at["skewed", "num_adapters"] == 3, "batch 4 at alpha 1.5: groups of 2, 1, 1"
     assert batch.at["mixed", "base_share"] == 0.5 and batch.at["mixed", "base_ttft_ms"] > 0

@@ -221,3 +221,58 @@ def test_over_http_the_usage_says_what_was_cached_and_each_replay_is_salted_apar
     assert (abs(rows["prefix_hit_rate"] - rows["prefix_hit_rate_predicted"]) < 0.03).all(), rows["prefix_hit_rate"]
     salts = [b["cache_salt"] for b in server.received if "cache_salt" in b]
     assert len(salts) >= rows["num_requests"].sum() and len(set(salts)) == 2, "one salt per replay, each its own"
+
+
+@pytest.mark.parametrize(
+    ("matrix", "expected"),
+    [
+        ({"shared_prefix_len": 8}, "'matrix.shared_prefix_len' has bad value 8: Value error, a shared prefix is of"),
+        ({"input_len": 32, "shared_prefix_len": 32}, "needs one of its own after the prefix: give 31 or less"),
+        ({"input_len": 32, "shared_prefix_share": 0}, "'matrix.shared_prefix_share' has bad value 0"),
+    ],
+)
+def test_a_shared_prefix_that_cannot_fit_its_prompts_is_bad_input(tiny_config, matrix, expected):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        read_config_file(tiny_config(matrix=matrix))
+
+
+def test_a_shared_prefix_longer_than_the_model_is_bad_input(tiny_config):
+    from tests.test_trace_suite import problems
+
+    said = problems(tiny_config(matrix={"input_len": 300, "shared_prefix_len": 200}))
+    assert "field 'matrix.shared_prefix_len' has bad value 200: longer than engine.max_model_len = 128" in said
+
+
+def _batch_rows(pytester, matrix: dict, caching: list[bool]) -> pd.DataFrame:
+    from lorabench.targets.standin import Costs, StandIn, write_config
+
+    pytester.makepyfile(
+        test_multilora=(ROOT / "bench" / "test_multilora.py").read_text(),
+        test_no_lora=(ROOT / "bench" / "test_no_lora.py").read_text(),
+    )
+    matrix = {"batch_sizes": [4], "input_len": 64, "warmup_rounds": 1, "rounds": 2, **matrix}
+    engine = {"enable_prefix_caching": caching, "max_loras": 4}
+    config = write_config(pytester.path, adapters=4, engine=engine, matrix=matrix)
+    plugin = StandIn(Costs(prefill_ms_per_token=1.0), virtual_clock=True)
+    result = pytester.runpytest("--bench-config", str(config), "-p", "no:cacheprovider", plugins=[plugin])
+    result.assert_outcomes(passed=3 * len(caching))  # multilora, no_lora on the LoRA and the plain engine
+    return pd.read_csv(result_files(pytester.path / "results")[0])
+
+
+def test_a_batch_finds_its_shared_prefix_cached_and_nothing_of_earlier_rounds(pytester):
+    """Distinct adapters, 48 of 64 tokens shared: after the warm-up round each request finds its
+    own adapter's 48 cached, so the hit rate is 0.75; the four prefill in one step, each 4 x 48 ms
+    shorter at 1 ms a token. The own tokens are new each round, so without the prefix nothing is found."""
+    rows = _batch_rows(pytester, {"shared_prefix_len": 48}, [False, True])
+    lora = rows[rows["scenario"] == "multilora"].set_index("enable_prefix_caching")
+    assert lora.loc[True, "prefix_hit_rate"] == 0.75 and lora.loc[False, "prefix_hit_rate"] == 0
+    assert (lora["shared_prefix_len"] == 48).all() and (lora["shared_prefix_share"] == 1).all()
+    saved = lora.loc[False, "prefill_ms"] - lora.loc[True, "prefill_ms"]
+    assert 4 * 48 * 0.95 < saved < 4 * 48 * 1.05, saved
+    base = rows[(rows["scenario"] == "no_lora") & rows["enable_prefix_caching"]]
+    assert (base["prefix_hit_rate"] == 0.75).all(), "no adapter: the same prefix for all"
+
+
+def test_caching_on_without_a_shared_prefix_finds_nothing_the_workload_did_not_share(pytester):
+    rows = _batch_rows(pytester, {}, [True])
+    assert (rows["prefix_hit_rate"] == 0).all() and rows["shared_prefix_len"].isna().all()

@@ -101,12 +101,14 @@ def test_a_prompts_head_outlives_its_tail_when_the_room_runs_out():
 
 
 def test_a_batch_cached_by_its_warm_up_round_shows_its_hit_rate_and_the_prefill_it_saved(pytester):
-    """Ground truth: 40-token prompts, a millisecond a prefilled token. With caching on, the
-    warm-up round caches each request's 2 full blocks (32 tokens) for its adapter, and the
-    measured rounds prefill 8 tokens a request, not 40: a hit rate of 0.8, and the step that
-    prefills the batch's 2 requests 64 ms shorter."""
+    """Ground truth: 40-token prompts starting with a shared 32-token prefix, a millisecond a
+    prefilled token. With caching on, the warm-up round caches the prefix's 2 full blocks for
+    each request's adapter, and the measured rounds (new own tokens each) prefill 8 tokens a
+    request, not 40: a hit rate of 0.8, and the step that prefills the batch's 2 requests 64 ms
+    shorter."""
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
     matrix = {"batch_sizes": [2], "workloads": ["distinct"], "input_len": 40, "output_len": 4, "warmup_rounds": 1}
+    matrix["shared_prefix_len"] = 32
     engine = {"max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4, "enable_prefix_caching": [False, True]}
     config = write_config(pytester.path / "run", matrix=matrix, engine=engine)
     costs = Costs(prefill_ms_per_token=1.0, decode_ms_per_step=1.0)

@@ -5,13 +5,19 @@ import pytest
 from lorabench.load.adapters import Adapter
 from lorabench.load.workload import (
     Shape,
+    SyntheticPrompts,
     assign_adapters,
     build_batch,
+    carries_prefix,
     ceil_sqrt,
     pool_size,
-    synthetic_prompts,
     zipf_group_sizes,
 )
+
+
+def synthetic_prompts(batch_size: int, input_len: int, vocab_size: int, seed: int) -> list[list[int]]:
+    return SyntheticPrompts(batch_size, input_len, vocab_size, seed).round(0)
+
 
 ADAPTERS = [Adapter(f"a{i}", Path(f"/a{i}"), prompt=f"prompt {i}") for i in range(16)]
 
@@ -55,6 +61,27 @@ def test_synthetic_prompts_have_exact_length_and_are_seeded():
     assert all(0 <= t < 500 for p in prompts for t in p)
     assert prompts == synthetic_prompts(4, 33, vocab_size=500, seed=1)
     assert prompts != synthetic_prompts(4, 33, vocab_size=500, seed=2)
+
+
+@pytest.mark.parametrize(
+    ("share", "carriers"), [(1.0, [0, 1, 2, 3, 4, 5]), (0.5, [0, 2, 4]), (1 / 3, [0, 3]), (0.2, [0, 5])]
+)
+def test_the_shared_prefix_goes_to_its_share_of_requests_spread_evenly(share, carriers):
+    assert [i for i in range(6) if carries_prefix(i, share)] == carriers
+
+
+def test_a_shared_prefix_starts_its_carriers_and_later_rounds_bring_new_own_tokens():
+    made = SyntheticPrompts(4, 40, vocab_size=500, seed=1, prefix_len=24, prefix_share=0.5)
+    first, second = made.round(0), made.round(1)
+    assert [len(p) for p in first + second] == [40] * 8
+    assert first[0][:24] == first[2][:24] == second[0][:24] != first[1][:24]
+    assert first[0][24:] != second[0][24:] and first[1] != second[1], "each round's own tokens are new"
+    assert first[1] == synthetic_prompts(4, 40, 500, 1)[1], "a request without the prefix is as before"
+    batch = build_batch(
+        "distinct", 4, adapters=ADAPTERS, prompts=[], input_len=40, vocab_size=500, seed=1, shape=Shape(prefix_len=24)
+    )
+    assert batch.round_prompts(0) == [r.prompt for r in batch.requests]
+    assert all(p[:24] == batch.round_prompts(3)[0][:24] for p in batch.round_prompts(3))
 
 
 def test_build_batch_text_prompts_follow_adapters_and_baseline_has_none():

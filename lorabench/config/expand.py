@@ -68,7 +68,13 @@ class EngineSpec:
 
 
 def shape_of(file: ConfigFile) -> Shape:
-    return Shape(skew_alpha=file.matrix.skew_alpha, base_share=file.matrix.mixed_base_share)
+    m = file.matrix
+    return Shape(
+        skew_alpha=m.skew_alpha,
+        base_share=m.mixed_base_share,
+        prefix_len=m.shared_prefix_len,
+        prefix_share=m.shared_prefix_share,
+    )
 
 
 def as_list(value: Any) -> list[Any]:

@@ -290,6 +290,12 @@ def _check_lengths(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
     limit, source = length_limit(parsed, model)
     if input_len is None or limit is None:
         return []
+    prefix = parsed.matrix.shared_prefix_len
+    if prefix > limit:
+        return [
+            f"{path}: field 'matrix.shared_prefix_len' has bad value {prefix}: longer than {source} = {limit}: "
+            "shorten it (and input_len)"
+        ]
     total = input_len + parsed.matrix.output_len
     if total > limit:
         return [

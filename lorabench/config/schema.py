@@ -92,11 +92,28 @@ class Matrix(Strict):
     skew_alpha: PositiveFloat = 1.5
     # The share of base-model requests (no adapter) in a mixed batch.
     mixed_base_share: float = Field(default=0.5, gt=0, lt=1)
+    # A prefix of this many tokens that shared_prefix_share of each batch's requests start
+    # with (lorabench.load.workload): what prefix caching can reuse.
+    shared_prefix_len: NonNegativeInt = 0
+    shared_prefix_share: float = Field(default=1.0, gt=0, le=1)
 
     @field_validator("batch_sizes", "workloads")
     @classmethod
     def _no_repeats(cls, value: Any) -> Any:
         return unique(value)
+
+    @field_validator("shared_prefix_len")
+    @classmethod
+    def _within_the_prompt(cls, value: int, info: ValidationInfo) -> int:
+        input_len = info.data.get("input_len")
+        if value and input_len is None:
+            raise ValueError("a shared prefix is of synthetic prompts: set matrix.input_len, or leave it out")
+        if value and value >= input_len:
+            raise ValueError(
+                f"the prompt is input_len = {input_len} tokens and needs one of its own after the prefix: "
+                f"give {input_len - 1} or less"
+            )
+        return value
 
 
 class DummyAdapterSpec(Strict):

@@ -13,6 +13,12 @@ Workloads, as in the scripts this harness replaces:
   left for LoRA) with no adapter, first; the rest distinct adapters.
 
 The no-LoRA scenario sends the same prompts with no adapter at all.
+
+A shared prefix (``matrix.shared_prefix_len`` tokens, on ``matrix.shared_prefix_share`` of
+the requests, spread evenly) starts the synthetic prompts of the requests that carry it,
+as a system prompt or a RAG context does; the rest of each prompt is its own. With prefix
+caching on, each round's own tokens are new (``Batch.round_prompts``), so what a round finds
+cached is the prefix the workload shares, not the previous round's prompts.
 """
 
 from __future__ import annotations
@@ -37,9 +43,38 @@ class Request:
 
 
 @dataclass(frozen=True)
+class SyntheticPrompts:
+    """A batch's synthetic prompts, made for any round: the carriers' shared prefix, then
+    each request's own tokens, new each round."""
+
+    batch_size: int
+    input_len: int
+    vocab_size: int
+    seed: int
+    prefix_len: int = 0
+    prefix_share: float = 1.0
+
+    def round(self, index: int) -> list[list[int]]:
+        prefix = shared_prefix(self.prefix_len, self.vocab_size, self.seed)
+        prompts = []
+        for i in range(self.batch_size):
+            own = synthetic_prompt(i + index * self.batch_size, self.input_len, self.vocab_size, self.seed)
+            prompts.append(prefix + own[len(prefix) :] if carries_prefix(i, self.prefix_share) else own)
+        return prompts
+
+
+@dataclass(frozen=True)
 class Batch:
     requests: tuple[Request, ...]
     pool: tuple[Adapter, ...]
+    synthetic: SyntheticPrompts | None = None
+
+    def round_prompts(self, index: int) -> list[Prompt]:
+        """Round ``index``'s prompts: round 0's are the requests'; later rounds' own tokens
+        are new where the prompts are synthetic (text prompts are what they are)."""
+        if index == 0 or self.synthetic is None:
+            return [r.prompt for r in self.requests]
+        return list(self.synthetic.round(index))
 
     @property
     def adapters(self) -> list[Adapter]:
@@ -57,6 +92,9 @@ class Shape:
 
     skew_alpha: float = 1.5
     base_share: float = 0.5
+    # The shared prefix: its tokens, and the share of the requests that start with it.
+    prefix_len: int = 0
+    prefix_share: float = 1.0
 
 
 def zipf_group_sizes(batch_size: int, alpha: float) -> list[int]:
@@ -116,8 +154,22 @@ def synthetic_prompt(index: int, length: int, vocab_size: int, seed: int) -> lis
     return rng.integers(0, min(vocab_size, SYNTHETIC_TOKEN_LIMIT), size=length).tolist()
 
 
-def synthetic_prompts(batch_size: int, input_len: int, vocab_size: int, seed: int) -> list[list[int]]:
-    return [synthetic_prompt(i, input_len, vocab_size, seed) for i in range(batch_size)]
+# Tags the shared prefix's seed, so it never equals a request's own tokens.
+_PREFIX_TAG = 0x5A5ED
+
+
+def shared_prefix(length: int, vocab_size: int, seed: int) -> list[int]:
+    """The tokens every carrier of a batch's shared prefix starts with."""
+    if not length:
+        return []
+    rng = np.random.default_rng([seed, _PREFIX_TAG, length])
+    return rng.integers(0, min(vocab_size, SYNTHETIC_TOKEN_LIMIT), size=length).tolist()
+
+
+def carries_prefix(index: int, share: float) -> bool:
+    """Whether request ``index`` starts with the shared prefix: ``share`` of the requests,
+    spread evenly (every request at 1, every other at 0.5), the first among them."""
+    return math.ceil((index + 1) * share) > math.ceil(index * share)
 
 
 def build_batch(
@@ -138,8 +190,10 @@ def build_batch(
     else:
         chosen = assign_adapters(workload, batch_size, adapters, seed, shape)
         pool = tuple(adapters[: pool_size(workload, batch_size, shape)])
+    synthetic = None
     if input_len is not None:
-        texts: list[Prompt] = list(synthetic_prompts(batch_size, input_len, vocab_size, seed))
+        synthetic = SyntheticPrompts(batch_size, input_len, vocab_size, seed, shape.prefix_len, shape.prefix_share)
+        texts: list[Prompt] = list(synthetic.round(0))
     else:
         texts = [a.prompt if a is not None and a.prompt else prompts[i % len(prompts)] for i, a in enumerate(chosen)]
-    return Batch(tuple(Request(p, a) for p, a in zip(texts, chosen)), pool)
+    return Batch(tuple(Request(p, a) for p, a in zip(texts, chosen)), pool, synthetic)

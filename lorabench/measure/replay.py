@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -134,8 +133,7 @@ async def replay(
     records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
     # With prefix caching on, each replay's requests are salted apart from everything cached
     # before (an earlier replay of the same trace on this build would warm this one's cache).
-    caching = getattr(getattr(engine, "spec", None), "enable_prefix_caching", False)
-    salt = f"replay-{uuid.uuid4().hex}" if caching else None
+    salt = engine.cold_salt()
     if requests and requests[0].block_tokens and engine.block_size:
         for record, hits in zip(records, prefixes.predict_requests(requests, engine.block_size)):
             record.predicted_cached = hits

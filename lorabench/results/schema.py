@@ -112,6 +112,9 @@ class ResultRow:
     working_set: int | None = _col(PARAMETER, key=True, optional=True)
     base_share: float | None = _col(PARAMETER, key=True, optional=True)
     skew_alpha: float | None = _col(PARAMETER, key=True, optional=True)
+    # A batch's shared prefix (matrix.shared_prefix_len and _share); blank where there is none.
+    shared_prefix_len: int | None = _col(PARAMETER, key=True, optional=True)
+    shared_prefix_share: float | None = _col(PARAMETER, key=True, optional=True)
     # Adapter churn (scenario churn): load-or-unload operations a second, and how many adapters
     # outside the trace's working set they cycle through.
     churn_rate: float | None = _col(PARAMETER, key=True, optional=True)

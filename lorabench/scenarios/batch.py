@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Any
 
-from lorabench.load.workload import Batch, build_batch
+from lorabench.load.workload import Batch, Prompt, build_batch
 from lorabench.measure.latency import measure_round, summarize
 from lorabench.measure.wallclock import MEASURED, WARMUPS
 from lorabench.results.records import Sample
@@ -29,6 +29,7 @@ COLUMNS = METRIC_COLUMNS | {"batch_size", "input_len", "output_len"}
 LORA_COLUMNS = frozenset({"baseline_e2e_ms", "lora_overhead", "timed_adapter_loads"})
 MIXED_COLUMNS = frozenset({"base_share", "base_ttft_ms", "lora_ttft_ms", "base_decode_ms", "lora_decode_ms"})
 SKEWED_COLUMNS = frozenset({"skew_alpha"})
+PREFIX_COLUMNS = frozenset({"shared_prefix_len", "shared_prefix_share"})
 
 
 def batch_sizes(file: ConfigFile) -> Parametrization:
@@ -50,6 +51,17 @@ def _batch(ctx: Context, engine: Engine, batch_size: int, workload: str | None) 
     )
 
 
+def round_inputs(batch: Batch, index: int, salt: str | None) -> tuple[list[Prompt], dict[str, str]]:
+    """Round ``index``'s prompts and salt. With caching on (a case's ``Engine.cold_salt``, so
+    that it finds no earlier case's prompts cached), synthetic prompts
+    bring new own tokens each round, the shared prefix kept; text prompts, which repeat, get
+    a salt of the round's own, so a round never reuses the previous round's whole prompts."""
+    if salt is None:
+        return batch.round_prompts(0), {}
+    own = salt if batch.synthetic is not None else f"{salt}-r{index}"
+    return batch.round_prompts(index), {"cache_salt": own}
+
+
 def _prompts_key(batch: Batch) -> tuple:
     return tuple(tuple(r.prompt) if isinstance(r.prompt, list) else r.prompt for r in batch.requests)
 
@@ -60,11 +72,12 @@ def baseline_e2e_ms(ctx: Context, engine: Engine, batch: Batch) -> float:
     m = ctx.config.matrix
     key = (_prompts_key(batch), m.output_len, m.warmup_rounds, m.rounds)
     if key not in engine.state.baselines:
-        prompts, adapters = [r.prompt for r in batch.requests], [None] * len(batch.requests)
+        adapters, salt = [None] * len(batch.requests), engine.cold_salt()
         times = []
-        for _ in range(m.warmup_rounds + m.rounds):
+        for index in range(m.warmup_rounds + m.rounds):
+            prompts, salted = round_inputs(batch, index, salt)
             start = engine.loop.time()
-            engine.generate(prompts, adapters, m.output_len)
+            engine.generate(prompts, adapters, m.output_len, **salted)
             times.append((engine.loop.time() - start) * 1000.0)
         ctx.clock.add(WARMUPS, sum(times[: m.warmup_rounds]) / 1000.0)
         ctx.clock.add(MEASURED, sum(times[m.warmup_rounds :]) / 1000.0)
@@ -89,16 +102,16 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
     """``workload=None``: the same batch with no adapter."""
     m = ctx.config.matrix
     batch = _batch(ctx, engine, batch_size, workload)
-    prompts = [r.prompt for r in batch.requests]
-    adapters = [r.adapter for r in batch.requests]
+    adapters, salt = [r.adapter for r in batch.requests], engine.cold_salt()
     # Per round: (seconds, outputs, adapters it had to load from disk).
     raw: list[tuple[float, list[Any], int]] = []
 
     def one_round() -> None:
+        prompts, salted = round_inputs(batch, len(raw), salt)
         cached = engine.cached_adapters() if batch.adapters else set()
         loads = sum(a.name not in cached for a in batch.adapters)
         start = engine.loop.time()
-        outputs = engine.generate(prompts, adapters, m.output_len)
+        outputs = engine.generate(prompts, adapters, m.output_len, **salted)
         raw.append((engine.loop.time() - start, outputs, loads))
 
     engine.load_adapters(batch.adapters)
@@ -127,4 +140,6 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
         fields.update(split_by_adapter(samples))
     if workload == "skewed":
         fields["skew_alpha"] = ctx.config.shape.skew_alpha
+    if m.shared_prefix_len:
+        fields.update(shared_prefix_len=m.shared_prefix_len, shared_prefix_share=m.shared_prefix_share)
     return Outcome(fields, samples, extra_info=metrics)

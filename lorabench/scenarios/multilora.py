@@ -10,7 +10,14 @@ import pytest
 
 from lorabench.load.workload import base_requests
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
-from lorabench.scenarios.batch import COLUMNS, LORA_COLUMNS, MIXED_COLUMNS, SKEWED_COLUMNS, run_batch
+from lorabench.scenarios.batch import (
+    COLUMNS,
+    LORA_COLUMNS,
+    MIXED_COLUMNS,
+    PREFIX_COLUMNS,
+    SKEWED_COLUMNS,
+    run_batch,
+)
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile
@@ -20,7 +27,7 @@ if TYPE_CHECKING:
 class MultiLora(Scenario):
     name = "multilora"
     columns = COLUMNS | LORA_COLUMNS
-    maybe_columns = MIXED_COLUMNS | SKEWED_COLUMNS
+    maybe_columns = MIXED_COLUMNS | SKEWED_COLUMNS | PREFIX_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         share = file.matrix.mixed_base_share

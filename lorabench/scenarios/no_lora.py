@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
-from lorabench.scenarios.batch import COLUMNS, batch_sizes, run_batch
+from lorabench.scenarios.batch import COLUMNS, PREFIX_COLUMNS, batch_sizes, run_batch
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile
@@ -18,6 +18,7 @@ class NoLora(Scenario):
     with_lora_off = True
     needs_adapters = False
     columns = COLUMNS
+    maybe_columns = PREFIX_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         return [batch_sizes(file)]

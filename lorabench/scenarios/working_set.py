@@ -102,9 +102,12 @@ class WorkingSet(Scenario):
 
 
 def _timed_wave(engine: Engine, index: int, prompts: list, adapters: list[Adapter], output_len: int) -> RoundSample:
+    """One wave, salted apart with prefix caching on: the waves repeat their prompts, and a
+    later wave served from an earlier one's cache would hide the adapter loads it measures."""
     batch = Batch(tuple(Request(p, a) for p, a in zip(prompts, adapters)), tuple(adapters))
+    salted = {"cache_salt": salt} if (salt := engine.cold_salt()) is not None else {}
     start = engine.loop.time()
-    outputs = engine.generate(prompts, adapters, output_len)
+    outputs = engine.generate(prompts, adapters, output_len, **salted)
     return measure_round(index, engine.loop.time() - start, outputs, batch, output_len)
 
 

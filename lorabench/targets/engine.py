@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,13 @@ class Engine(AdapterCache, Requests):
     @property
     def id(self) -> str:
         return self.spec.id
+
+    def cold_salt(self) -> str | None:
+        """With prefix caching on, a ``cache_salt`` no request has had: requests given it find
+        cached only what requests salted alike cached, so a measurement that repeats its
+        prompts, or follows another that sent them, is not served from their cache. None with
+        caching off (vLLM hashes the salt into a prompt's first KV block)."""
+        return f"lorabench-{uuid.uuid4().hex}" if self.spec.enable_prefix_caching else None
 
     def _environment(self) -> dict[str, str]:
         """The config's variables, plus spawn for the engine's processes on an accelerator.

@@ -233,7 +233,13 @@ class HttpEngine(RuntimeLoras, Engine):
         yield HttpOutput([Completion(held or [])], True, timing, final, received_at=held_at, num_cached_tokens=cached)
 
     def generate(
-        self, prompts: Sequence[Prompt], adapters: Sequence[Adapter | None], output_len: int, *, greedy: bool = False
+        self,
+        prompts: Sequence[Prompt],
+        adapters: Sequence[Adapter | None],
+        output_len: int,
+        *,
+        greedy: bool = False,
+        cache_salt: str | None = None,
     ) -> list[Any]:
         """A batch's final outputs, each the whole completion; a failed request fails the batch."""
         failed = self.failed_requests
@@ -241,7 +247,7 @@ class HttpEngine(RuntimeLoras, Engine):
 
         async def one(prompt: Prompt, adapter: Adapter | None) -> HttpOutput | None:
             tokens, final = [], None
-            async for out in self.stream(prompt, params, adapter):
+            async for out in self.stream(prompt, params, adapter, cache_salt):
                 tokens += out.outputs[0].token_ids
                 final = out
             if final is not None:
