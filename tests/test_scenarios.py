@@ -4,11 +4,20 @@ mixed batches, LoRA overhead, adapter ranks and the output digests."""
 import pandas as pd
 import pytest
 
+from lorabench.cli import main as cli
+from lorabench.results.records import replays_path_for
 from tests.helpers import ROOT, generate_adapters, result_files
+from tests.test_shared_prefixes import mooncake_like
 
 pytestmark = pytest.mark.engine
 
-MODULES = ("test_multilora.py", "test_multilora_residency.py", "test_multilora_working_set.py", "test_isolation.py")
+MODULES = (
+    "test_multilora.py",
+    "test_multilora_residency.py",
+    "test_multilora_working_set.py",
+    "test_isolation.py",
+    "test_multilora_online.py",
+)
 
 
 def read_run(folder):
@@ -23,16 +32,23 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     # KV block (128 tokens on the CPU) and 8 tokens of their own, so that a batch's measured
     # round finds the prefix cached by its warm-up round; 160 tokens fit them and the canaries'.
     engine = {"max_loras": 1, "max_lora_rank": 16, "max_cpu_loras": 2, "max_model_len": 160, "max_num_seqs": 8}
+    # A Mooncake-like trace: two system prompts of one 128-token block, three users on two adapters.
+    source = mooncake_like(tmp_path / "moon.jsonl", 40, seed=5, block=128, system_blocks=1)
+    (tmp_path / "traces").mkdir()
+    options = ["--hash-block-tokens", "128", "--label-column", "user", "--num-adapters", "2", "--max-model-len", "160"]
+    out = str(tmp_path / "traces" / "m.jsonl")
+    assert cli.main(["trace", "import", "mooncake", str(source), "--out", out, *options]) == 0
     path = tiny_config(
         engine=engine | {"enable_prefix_caching": True},
         matrix={"batch_sizes": [4], "workloads": ["skewed", "mixed"], "input_len": 136, "output_len": 4}
         | {"warmup_rounds": 1, "rounds": 1, "shared_prefix_len": 128},
         residency={"requests": 3},
         working_set={"sizes": [1, 2, 3], "cycles": 1, "min_requests": 2},
+        online={"warmup_s": 0.5, "suites": [{"name": "moon", "trace": "traces/m.jsonl", "rate": [4], "duration": 5}]},
     )
     result = pytester.runpytest_subprocess("--bench-config", str(path), "-p", "no:cacheprovider", timeout=600)
     # The isolation case fails on vLLM 0.32: a reload in place reuses the old weights' blocks.
-    result.assert_outcomes(passed=8, failed=1)
+    result.assert_outcomes(passed=9, failed=1)
     result.stdout.fnmatch_lines(["by adapter rank: rank 8: ttft p50 * ms, decode p50 * ms (* requests); rank 16: *"])
     csv, rows, samples = read_run(tmp_path / "results")
 
@@ -69,6 +85,13 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     result.stdout.fnmatch_lines(
         ["*ADAPTER ISOLATION BROKEN: lorabench-reloaded*in place*found 128 tokens of prompt 2*"]
     )
+
+    # The trace's shared system prompts: what vLLM found cached, per adapter, is what the hash ids predict.
+    (online,) = rows[rows.scenario == "online"].to_dict("records")
+    assert online["prefix_hit_rate_predicted"] > 0.5
+    assert abs(online["prefix_hit_rate"] - online["prefix_hit_rate_predicted"]) < 0.03
+    usage = pd.read_csv(replays_path_for(csv, "adapters"))
+    assert len(usage) == 2 and (abs(usage["prefix_hit_rate"] - usage["prefix_hit_rate_predicted"]) < 0.03).all()
 
     sweep = rows[rows.scenario == "working_set"].set_index("working_set")
     assert sweep["load_share"].to_dict() == {1: 0.0, 2: 0.0, 3: 1.0}, "past max_cpu_loras=2 every request loads"

@@ -101,9 +101,10 @@ def test_trace_stats_prints_the_predicted_hit_rate_per_adapter(tmp_path, capsys)
     assert "  per adapter: adapter-0 " in out
 
 
-def _mooncake_like(path: Path, requests: int, seed: int) -> Path:
-    """Three users, each with one of two long system prompts (2 blocks of 32 tokens) and a
-    question of its own (a block of ids of its own, 1 to 40 tokens past the prompt)."""
+def mooncake_like(path: Path, requests: int, seed: int, block: int = 32, system_blocks: int = 2) -> Path:
+    """Three users, each request with one of two long system prompts (``system_blocks``
+    blocks of ``block`` tokens) and a question of its own (ids of its own, 1 to 40 tokens
+    past the system prompt), one every 100 ms."""
     rng = np.random.default_rng(seed)
     rows = []
     for k in range(requests):
@@ -111,9 +112,9 @@ def _mooncake_like(path: Path, requests: int, seed: int) -> Path:
         rows.append(
             {
                 "timestamp": 100 * k,
-                "input_length": 64 + int(rng.integers(1, 41)),
+                "input_length": system_blocks * block + int(rng.integers(1, min(block, 40) + 1)),
                 "output_length": 4,
-                "hash_ids": [10 + system, 20 + system, 1000 + k, 2000 + k],
+                "hash_ids": [10 * b + system for b in range(1, system_blocks + 1)] + [1000 + k, 2000 + k],
                 "user": f"u{k % 3}",
             }
         )
@@ -127,7 +128,7 @@ def test_a_replay_finds_cached_what_the_ids_predict_per_adapter_and_caching_cuts
     from lorabench.targets.standin import Costs, StandIn, write_config
 
     folder = pytester.path
-    source = _mooncake_like(folder / "moon.jsonl", 60, seed=3)
+    source = mooncake_like(folder / "moon.jsonl", 60, seed=3)
     (folder / "traces").mkdir()
     options = ["--hash-block-tokens", "32", "--label-column", "user", "--num-adapters", "3"]
     assert cli.main(["trace", "import", "mooncake", str(source), "--out", "traces/moon.jsonl", *options]) == 0
@@ -199,7 +200,7 @@ def test_over_http_the_usage_says_what_was_cached_and_each_replay_is_salted_apar
 
     folder = pytester.path / "run"
     (folder / "traces").mkdir(parents=True)
-    source = _mooncake_like(pytester.path / "moon.jsonl", 30, seed=4)
+    source = mooncake_like(pytester.path / "moon.jsonl", 30, seed=4)
     options = ["--hash-block-tokens", "32", "--label-column", "user", "--num-adapters", "3"]
     assert (
         cli.main(["trace", "import", "mooncake", str(source), "--out", str(folder / "traces/moon.jsonl"), *options])
