@@ -163,6 +163,15 @@ def test_a_replay_finds_cached_what_the_ids_predict_per_adapter_and_caching_cuts
     # Each hit skips 2 ms a token of prefill: the median TTFT falls by about a hit's worth.
     saved = off["ttft_ms_p50"] - on["ttft_ms_p50"]
     assert 0.5 * 64 * 2.0 < saved < 1.5 * 64 * 2.0, (off["ttft_ms_p50"], on["ttft_ms_p50"])
+    # The report pairs the case off and on, and draws each adapter's rates.
+    from lorabench.analysis.report import write_report
+    from lorabench.analysis.report.prefix_figures import _paired
+    from lorabench.analysis.report.runs import load_runs
+
+    (pair,) = _paired(load_runs([csv])[0].rows).to_dict("records")
+    assert pair == {"off": off["ttft_ms_p50"], "on": on["ttft_ms_p50"]}
+    page = write_report([csv], folder / "report")
+    assert {"prefix_hit_rates.png", "prefix_ttft.png"} <= {p.name for p in page.parent.iterdir()}
 
 
 def test_shared_prefixes_asked_of_a_trace_without_ids_is_bad_input(tiny_config, tmp_path):

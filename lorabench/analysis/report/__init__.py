@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lorabench.analysis.recommend import recommendations
-from lorabench.analysis.report import cache_figures, capacity_figures, figures, online_figures
+from lorabench.analysis.report import cache_figures, capacity_figures, figures, online_figures, prefix_figures
 from lorabench.analysis.report.runs import ReportRun, load_runs
 from lorabench.results.schema import PROVENANCE_COLUMNS
 
@@ -40,6 +40,16 @@ FIGURES: list[tuple[str, str, Callable[[Sequence[ReportRun]], Any]]] = [
         "online_adapters.png",
         "Online traces: each adapter's share of the requests against its SLO attainment and TTFT p99.",
         online_figures.online_adapters,
+    ),
+    (
+        "prefix_hit_rates.png",
+        "Prefix caching: each adapter's hit rate per replay against the one its trace's hash ids predict.",
+        prefix_figures.hit_rates,
+    ),
+    (
+        "prefix_ttft.png",
+        "Prefix caching: TTFT p50 of the same case with caching off and on.",
+        prefix_figures.ttft_gain,
     ),
     (
         "residency.png",
