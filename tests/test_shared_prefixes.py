@@ -160,6 +160,10 @@ def test_a_replay_finds_cached_what_the_ids_predict_per_adapter_and_caching_cuts
     cached = usage[usage["enable_prefix_caching"]]
     assert len(cached) == 3 and (usage[~usage["enable_prefix_caching"]]["prefix_hit_rate"] == 0).all()
     assert (abs(cached["prefix_hit_rate"] - cached["prefix_hit_rate_predicted"]) < 0.03).all()
+    # vLLM's own counters, step by step in the timeline, say the same after the warm-up.
+    steps = pd.read_csv(replays_path_for(csv, "timeline"))
+    steps = steps[steps["enable_prefix_caching"] & (steps["t_s"] >= 0.5)]
+    assert abs(steps["prefix_hits"].sum() / steps["prefix_queries"].sum() - on["prefix_hit_rate"]) < 0.03
     # Each hit skips 2 ms a token of prefill: the median TTFT falls by about a hit's worth.
     saved = off["ttft_ms_p50"] - on["ttft_ms_p50"]
     assert 0.5 * 64 * 2.0 < saved < 1.5 * 64 * 2.0, (off["ttft_ms_p50"], on["ttft_ms_p50"])
@@ -201,9 +205,11 @@ def test_shared_prefixes_false_replays_the_trace_without_its_ids(tmp_path):
 
 
 @pytest.mark.realtime
-def test_over_http_the_usage_says_what_was_cached_and_each_replay_is_salted_apart(pytester):
+@pytest.mark.parametrize("details", [True, False])
+def test_over_http_the_usage_says_what_was_cached_and_each_replay_is_salted_apart(pytester, details):
     """`vllm serve --enable-prompt-tokens-details` reports each request's cached tokens in its
-    usage; the replay salts its requests so no earlier replay warms its cache."""
+    usage; without it, the server's prefix-cache counters give the replay's rate (and no
+    adapter's). The replay salts its requests so no earlier replay warms its cache."""
     from lorabench.targets.standin import Costs, write_config
     from lorabench.targets.standin.server import StandInServer
 
@@ -223,12 +229,21 @@ def test_over_http_the_usage_says_what_was_cached_and_each_replay_is_salted_apar
         online={"warmup_s": 0.2, "suites": [suite]},
     )
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())
-    with StandInServer(["a0", "a1", "a2"], Costs(prefill_ms_per_token=0.2), max_loras=3, prefix_caching=True) as server:
+    server = StandInServer(
+        ["a0", "a1", "a2"],
+        Costs(prefill_ms_per_token=0.2),
+        max_loras=3,
+        prefix_caching=True,
+        prompt_tokens_details=details,
+    )
+    with server:
         args = ("--bench-config", str(config), "--bench-target", server.url, "-k", "online", "-p", "no:cacheprovider")
         pytester.runpytest(*args).assert_outcomes(passed=2)
     rows = pd.read_csv(result_files(folder / "results")[0])
     assert (rows["prefix_hit_rate_predicted"] > 0.4).all()
     assert (abs(rows["prefix_hit_rate"] - rows["prefix_hit_rate_predicted"]) < 0.03).all(), rows["prefix_hit_rate"]
+    usage = pd.read_csv(replays_path_for(result_files(folder / "results")[0], "adapters"))
+    assert usage["prefix_hit_rate"].notna().all() == details, "per adapter only where each request said"
     salts = [b["cache_salt"] for b in server.received if "cache_salt" in b]
     assert len(salts) >= rows["num_requests"].sum() and len(set(salts)) == 2, "one salt per replay, each its own"
 

@@ -52,10 +52,13 @@ class TimelineRecord:
     waiting: int
     adapters_running: int
     adapters_waiting: int
-    # Summed over the stretch's steps.
+    # Summed over the stretch's steps; of the prefix cache, the prompt tokens of the requests
+    # first scheduled (queries) and those found cached (hits): vLLM's PrefixCacheStats.
     preemptions: int
     prompt_tokens: int
     generation_tokens: int
+    prefix_queries: int = 0
+    prefix_hits: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

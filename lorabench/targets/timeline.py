@@ -57,6 +57,9 @@ class Recorder:
     or changed); ``rows`` holds the last replay's records.
     """
 
+    # A record's counts are its steps', from its t_s on (an HTTP scrape's end at its t_s).
+    counts_until_t = False
+
     def __init__(self, clock: Callable[[], float] = now) -> None:
         self.clock = clock
         self.why_none: str | None = None
@@ -115,7 +118,7 @@ class Recorder:
         now = self.clock() - self._t0
         if scheduler_stats is not None:
             self._last_state = _state(scheduler_stats, self.front_end)
-        counts = _counts(iteration_stats) if iteration_stats is not None else (0, 0, 0)
+        counts = (*(_counts(iteration_stats) if iteration_stats is not None else (0, 0, 0)), *_prefix(scheduler_stats))
         record = self._open
         if record is not None and now - record[0] < BUCKET_S:
             record[1] += 1
@@ -160,6 +163,12 @@ def adapters_awaiting(requests: Any) -> int:
 def _counts(stats: Any) -> tuple[int, int, int]:
     """What a step's ``IterationStats`` counts: preemptions, prompt tokens, generated tokens."""
     return int(stats.num_preempted_reqs), int(stats.num_prompt_tokens), int(stats.num_generation_tokens)
+
+
+def _prefix(stats: Any) -> tuple[int, int]:
+    """What a step's ``SchedulerStats.prefix_cache_stats`` counts: prompt tokens queried, found."""
+    cache = getattr(stats, "prefix_cache_stats", None)
+    return (int(cache.queries), int(cache.hits)) if cache is not None else (0, 0)
 
 
 class StepLogger:
@@ -211,3 +220,13 @@ def summarize(rows: Sequence[TimelineRecord], warmup_s: float) -> dict[str, floa
         "preemptions": sum(r.preemptions for r in kept),
         "adapters_waiting_max": max(r.adapters_waiting for r in kept),
     }
+
+
+def prefix_hit_rate(rows: Sequence[TimelineRecord], warmup_s: float, counts_until_t: bool) -> float | None:
+    """The engine's own prefix hit rate over what it counted from ``warmup_s`` on: prompt tokens
+    found cached over those queried (vLLM's counters); None where it counted no query. A
+    record whose counts run up to its t_s (an HTTP scrape's) counts from the one before it."""
+    starts = [rows[i - 1].t_s if i else 0.0 for i in range(len(rows))] if counts_until_t else [r.t_s for r in rows]
+    kept = [r for r, start in zip(rows, starts) if start >= warmup_s]
+    queries = sum(r.prefix_queries for r in kept)
+    return sum(r.prefix_hits for r in kept) / queries if queries else None

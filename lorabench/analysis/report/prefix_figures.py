@@ -101,6 +101,8 @@ def _paired(rows: pd.DataFrame) -> pd.DataFrame:
     if "enable_prefix_caching" not in rows or "ttft_ms_p50" not in rows:
         return pd.DataFrame()
     frame = rows.dropna(subset=["ttft_ms_p50"]).copy()
+    if frame.empty or frame["enable_prefix_caching"].astype(str).nunique() < 2:
+        return pd.DataFrame()
     frame["config"] = frame["engine"].astype(str).str.replace("-pc", "", regex=False)
     frame["caching"] = np.where(frame["enable_prefix_caching"].astype(str) == "True", "on", "off")
     parts = [frame[c].map(lambda v, f=f: _part(v, f)) for c, f in _CASE.items() if c in frame]

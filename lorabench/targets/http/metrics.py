@@ -47,6 +47,8 @@ class ServerState:
     preemptions: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    prefix_queries: int = 0
+    prefix_hits: int = 0
 
     def running_adapters(self) -> int:
         """Adapters with a request running: the label's names, of which no more can run than
@@ -61,6 +63,8 @@ COUNTERS = {
     "vllm:num_preemptions_total": "preemptions",
     "vllm:prompt_tokens_total": "prompt_tokens",
     "vllm:generation_tokens_total": "generation_tokens",
+    "vllm:prefix_cache_queries_total": "prefix_queries",
+    "vllm:prefix_cache_hits_total": "prefix_hits",
 }
 
 

@@ -80,6 +80,9 @@ class Scraper:
     """An HTTP engine's timeline, with the ``Recorder``'s interface that replays use: ``start``
     and ``stop`` around a replay (on its clock), ``rows``, and ``why_none``."""
 
+    # A record's counts are those since the previous scrape, up to its t_s (a Recorder's: from its t_s on).
+    counts_until_t = True
+
     def __init__(
         self,
         client: Callable[[], Client | None],

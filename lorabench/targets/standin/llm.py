@@ -99,6 +99,9 @@ class StandInLLM:
         for logger in self.loggers:
             logger.log_engine_initialized()
         self.stats_sent: deque[tuple[SimpleNamespace, SimpleNamespace]] = deque(maxlen=STATS_KEPT)
+        # Prompt tokens queried and found cached by the requests first scheduled since the last
+        # step's stats (vLLM's PrefixCacheStats queries and hits).
+        self.prefix_queries = self.prefix_hits = 0
 
     @property
     def prefill_ms_per_token(self) -> float:

@@ -213,6 +213,8 @@ def _reuse(llm: StandInLLM, request: Request) -> int:
     hits = len(owners) * cache.block_size
     if request.cached_tokens is None:
         request.cached_tokens = hits
+        llm.prefix_queries += len(request.prompt)
+        llm.prefix_hits += hits
     return hits
 
 
@@ -228,7 +230,9 @@ def stats(llm: StandInLLM, prompt_tokens: int, generated: int, preempted: int) -
         num_skipped_waiting_reqs=len(llm.deferred),
         running_lora_adapters=dict(running),
         waiting_lora_adapters=dict.fromkeys(running, 0),
+        prefix_cache_stats=SimpleNamespace(queries=llm.prefix_queries, hits=llm.prefix_hits),
     )
+    llm.prefix_queries = llm.prefix_hits = 0
     iteration = SimpleNamespace(
         num_preempted_reqs=preempted, num_prompt_tokens=prompt_tokens, num_generation_tokens=generated
     )

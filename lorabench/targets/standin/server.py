@@ -55,6 +55,7 @@ class StandInServer:
         runtime_api: bool = True,
         dev_mode: bool = True,
         prefix_caching: bool = False,
+        prompt_tokens_details: bool = True,
     ) -> None:
         self._lora_ids = itertools.count(1)
         self.adapters = {name: next(self._lora_ids) for name in adapters}
@@ -78,6 +79,7 @@ class StandInServer:
         self._ids = itertools.count()
         # vLLM's counters, from the stand-in's steps: steps, preemptions, prompt and generated tokens.
         self.totals: Counter[str] = Counter()
+        self.prompt_tokens_details = prompt_tokens_details
         # The last step's SchedulerStats: vLLM's Prometheus logger sets its gauges from each step's.
         self.last = SimpleNamespace(
             kv_cache_usage=0.0, num_running_reqs=0, num_waiting_reqs=0, num_skipped_waiting_reqs=0,
@@ -151,6 +153,8 @@ class StandInServer:
             f"vllm:num_preemptions_total{{{labels}}} {self.totals['preemptions']}",
             f"vllm:prompt_tokens_total{{{labels}}} {self.totals['prompt_tokens']}",
             f"vllm:generation_tokens_total{{{labels}}} {self.totals['generation_tokens']}",
+            f"vllm:prefix_cache_queries_total{{{labels}}} {self.totals['prefix_queries']}",
+            f"vllm:prefix_cache_hits_total{{{labels}}} {self.totals['prefix_hits']}",
         ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
@@ -224,7 +228,7 @@ class StandInServer:
                 request.transport.abort()  # the client sees the stream break off
                 return response
         usage: dict[str, Any] = {"prompt_tokens": len(prompt), "completion_tokens": generated}
-        if self.spec.enable_prefix_caching:
+        if self.spec.enable_prefix_caching and self.prompt_tokens_details:
             # As `vllm serve --enable-prompt-tokens-details` (the serve target's command) reports it.
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         await _event(response, {"id": request_id, "choices": [], "usage": usage})
@@ -243,6 +247,8 @@ class _Counters:
     def record(self, scheduler_stats: Any = None, iteration_stats: Any = None, **_: Any) -> None:
         if scheduler_stats is not None:
             self.server.last = scheduler_stats
+            self.totals["prefix_queries"] += scheduler_stats.prefix_cache_stats.queries
+            self.totals["prefix_hits"] += scheduler_stats.prefix_cache_stats.hits
         if iteration_stats is not None:
             self.totals["steps"] += 1
             self.totals["preemptions"] += iteration_stats.num_preempted_reqs
