@@ -23,7 +23,9 @@ def test_churn_through_vllm_serve_uses_the_runtime_load_api(serve_session):
     """The serve target: vllm serve with VLLM_ALLOW_RUNTIME_LORA_UPDATING=1, its churn adapters
     unloaded, then loaded and unloaded over /v1/load_lora_adapter while a trace replays (in the
     serve session, tests/engine_sessions.py: 4 a second over 3 s)."""
-    assert serve_session.passed("test_multilora_churn") == 1 and not serve_session.failed(), serve_session.failed()
+    assert serve_session.passed("test_multilora_churn") == 1 and not serve_session.failed(but="test_isolation"), (
+        serve_session.failed(but="test_isolation")
+    )
     (row,) = serve_session.rows[serve_session.rows["scenario"] == "churn"].to_dict("records")
     assert row["target"] == "serve" and (row["churn_ops"], row["churn_failed_ops"], row["failed"]) == (12, 0, 0)
     assert 0 < row["load_ms_p50"] <= row["load_ms_p99"] < 5000 and row["unload_ms_p50"] > 0

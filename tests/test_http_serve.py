@@ -108,7 +108,7 @@ def test_vllm_serve_runs_a_batch_and_a_trace_and_is_gone_after(serve_session):
     # Requests of 16-32 tokens at 4 a second: 1-2 running at most scrapes (with 2-4 tokens, none
     # was running at any of a replay's 7 scrapes, and its gauges read 0 throughout).
     assert serve_session.passed("test_multilora") == 1 and serve_session.passed("test_multilora_online") == 1
-    assert not serve_session.failed(), serve_session.failed()
+    assert not serve_session.failed(but="test_isolation"), serve_session.failed(but="test_isolation")
     rows = serve_session.rows[serve_session.rows["scenario"].isin(["multilora", "online"])]
     assert sorted(rows["scenario"]) == ["multilora", "online"]
     assert (rows["target"] == "serve").all() and rows["endpoint"].str.startswith("http://127.0.0.1:").all()
@@ -137,3 +137,17 @@ def check_timeline(csv, row, duration_s):
     assert (timeline["adapters_running"] <= timeline["running"]).all()
     assert timeline["steps"].sum() > 0 and timeline["generation_tokens"].sum() > 0, "counters read"
     assert timeline["prompt_tokens"].sum() > 0 and (timeline[["steps", "preemptions"]] >= 0).all().all()
+
+
+@pytest.mark.engine
+def test_the_isolation_canaries_through_vllm_serve_find_what_they_find_in_process(serve_session):
+    """vLLM 0.32's runtime API and prefix cache through its own server, caching on: no adapter
+    finds another's blocks, each control finds its own (the usage's cached tokens, which the
+    serve target asks for), and a reload in place finds its old weights' blocks (the finding
+    docs/scenarios.md#isolation documents), failing the case after its row is written."""
+    assert serve_session.failed() == [line for line in serve_session.failed() if " test_isolation.py::" in line]
+    (row,) = serve_session.rows[serve_session.rows["scenario"] == "isolation"].to_dict("records")
+    assert row["target"] == "serve" and row["enable_prefix_caching"] and row["engine_id"].endswith("-pc-build0")
+    assert (row["isolation_checked"], row["isolation_broken"], row["isolation_control_changed"]) == (7, 0, 0)
+    assert (row["isolation_reload_broken"], row["isolation_cached_tokens"], row["isolation_unjudged"]) == (1, 128, 0)
+    serve_session.result.stdout.fnmatch_lines(["*ADAPTER ISOLATION BROKEN: lorabench-reloaded*in place*"])

@@ -223,17 +223,37 @@ def test_a_reload_broken_on_both_sides_is_known_and_one_broken_anew_fails(tmp_pa
     assert all(why in line for line in lines)
 
 
-def test_on_a_url_the_cases_skip_before_anything_is_built_and_ask_no_configuration_of_their_own(pytester):
-    """A server runs one configuration: the canaries' own -pc one would be refused with it."""
+@pytest.mark.realtime
+@pytest.mark.parametrize("planted", [False, True])
+def test_through_a_servers_runtime_api_the_canaries_judge_it_alike(pytester, planted):
+    """A server on this machine: the reload canary's adapters are loaded, reloaded in place and
+    unloaded through vLLM's runtime API, and the usage says what each request found cached."""
     pytester.makepyfile(test_bench_isolation=(ROOT / "bench" / "test_isolation.py").read_text())
     config = write_config(pytester.path / "run")
-    with StandInServer(["a0", "a1", "a2", "a3"], Costs()) as server:
-        result = pytester.runpytest(
-            "--bench-config", str(config), "-p", "no:cacheprovider", "--bench-target", server.url, "-rs"
-        )
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*the isolation scenario runs in process only for now*"])
-    assert "-pc" not in result.stdout.str()
+    costs = Costs(blocks_keyed_without_adapter=planted)
+    with StandInServer(["a0", "a1", "a2", "a3"], costs, prefix_caching=True) as server:
+        args = ("--bench-config", str(config), "-p", "no:cacheprovider", "--bench-target", server.url)
+        result = pytester.runpytest(*args)
+    result.assert_outcomes(failed=1)  # the reload in place, as vLLM 0.32 keys blocks
+    (row,) = pd.read_csv(result_files(pytester.path / "run" / "results")[0]).to_dict("records")
+    assert row["target"] == "url" and row["engine_id"].endswith("-pc-build0")
+    assert (row["isolation_checked"], row["isolation_reload_broken"], row["isolation_cached_tokens"]) == (7, 1, 16)
+    assert row["isolation_broken"] == (7 if planted else 0)
+    calls = [c for c in server.lora_api_calls if c[1] == isolation.RELOAD_NAME]
+    assert calls == [("load", isolation.RELOAD_NAME)] * 2 + [("unload", isolation.RELOAD_NAME)] + [
+        ("load", isolation.RELOAD_NAME),
+        ("unload", isolation.RELOAD_NAME),
+    ]
+    reloads = [b for b in server.received if b.get("model") == isolation.RELOAD_NAME]
+    assert len(reloads) == 6 and all(b["temperature"] == 0.0 for b in reloads)
+
+
+def test_a_server_elsewhere_skips_the_cases_it_could_not_read_the_folders_of():
+    from lorabench.config.target import Target, parse_target
+
+    assert not parse_target("http://10.1.2.3:8000").on_this_machine
+    assert parse_target("http://127.0.0.1:8000").on_this_machine and parse_target("http://localhost:1").on_this_machine
+    assert Target("serve").on_this_machine and Target().on_this_machine
 
 
 def test_caching_that_stopped_taking_effect_on_the_new_side_fails_the_comparison(tmp_path, capsys):

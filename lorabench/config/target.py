@@ -25,6 +25,15 @@ class Target:
     def over_http(self) -> bool:
         return self.kind != INPROCESS
 
+    @property
+    def on_this_machine(self) -> bool:
+        """In process, a server lorabench starts, or a URL on a loopback address: a server that
+        reads this machine's disk (folders lorabench writes for it)."""
+        if self.kind != URL:
+            return True
+        host = urlparse(self.url or "").hostname or ""
+        return host == "localhost" or host.startswith("127.") or host == "::1"
+
 
 def check_url(url: str) -> str:
     """``url`` without a trailing slash; ``ValueError`` saying what a URL target looks like."""

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, engine_specs, resolve_config
-from lorabench.config.target import INPROCESS, URL
+from lorabench.config.target import URL
 from lorabench.host.device import DEVICE_TYPES
 from lorabench.pytest_plugin import hooks, options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE, device_skip, scenario_of
@@ -89,10 +89,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # A URL's server runs with LoRA as it was started: no LoRA-disabled engine there.
     with_lora_off = scenario.with_lora_off and state.target.kind != URL
     specs = engine_specs(file, with_lora_off=with_lora_off, builds=builds)
-    if scenario.in_process_only and state.target.kind != INPROCESS:
+    if scenario.local_only and not state.target.on_this_machine:
         # Skipped before any engine is built; on the config's own configurations, so that a
         # server's single configuration is not joined by one the scenario would have asked for.
-        marks.append(pytest.mark.skip(reason=f"the {scenario.name} scenario runs in process only for now"))
+        reason = (
+            f"the {scenario.name} scenario hands the server folders it writes on this machine: "
+            f"{state.target.url} is not on it (run it on the server's machine, or with --bench-target serve)"
+        )
+        marks.append(pytest.mark.skip(reason=reason))
     elif scenario.prefix_caching is not None:
         specs = list(dict.fromkeys(replace(s, enable_prefix_caching=scenario.prefix_caching) for s in specs))
     parametrizations = scenario.parametrize(file)

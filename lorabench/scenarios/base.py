@@ -97,8 +97,9 @@ class Scenario:
     ``name`` is what ``@pytest.mark.scenario(NAME)`` names; ``with_lora_off`` adds the
     engine with LoRA disabled to the LoRA configurations it runs on; ``prefix_caching``, where
     set, turns vLLM's prefix caching on or off in every configuration it runs on, whatever the
-    config says (the isolation scenario's engines cache); ``in_process_only`` skips its cases,
-    saying so, on HTTP targets; ``needs_adapters``
+    config says (the isolation scenario's engines cache); ``local_only`` skips its cases,
+    saying so, on a URL target whose server is not on this machine (the scenario hands the
+    server folders it writes here); ``needs_adapters``
     says whether the config must list adapters; ``columns`` are the optional result
     columns its rows fill, ``maybe_columns`` those some of its rows fill
     (``lorabench.results.schema_check.check_row`` holds it to that).
@@ -107,7 +108,7 @@ class Scenario:
     name: str = ""
     with_lora_off: bool = False
     prefix_caching: bool | None = None
-    in_process_only: bool = False
+    local_only: bool = False
     needs_adapters: bool = True
     columns: frozenset[str] = frozenset()
     maybe_columns: frozenset[str] = frozenset()

@@ -41,7 +41,8 @@ class Isolation(Scenario):
     maybe_columns = MAYBE_COLUMNS
     # Caching on whatever the config says: the scenario is about the cache.
     prefix_caching = True
-    in_process_only = True
+    # The reload canary hands the server folders it writes on this machine.
+    local_only = True
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         return []

@@ -126,6 +126,21 @@ class RuntimeLoras:
             times.append(seconds)
         return times
 
+    def register(self, adapter: Adapter) -> None:
+        """Serve an adapter the server does not list, from its folder on this machine, under its
+        name (the isolation canaries' own folders: the server must share this machine's disk)."""
+        self.run(self._post(LOAD, {"lora_name": adapter.name, "lora_path": str(adapter.path)}))
+
+    def reload_in_place(self, adapter: Adapter) -> None:
+        """Load ``adapter`` again from its folder under its name and LoRA id (vLLM's
+        ``load_inplace``), replacing the weights the server holds."""
+        body = {"lora_name": adapter.name, "lora_path": str(adapter.path), "load_inplace": True}
+        self.run(self._post(LOAD, body))
+
+    def remove_adapter(self, adapter: Adapter) -> None:
+        """Stop serving an adapter ``register`` added (vLLM 0.32 keeps its id in the CPU cache)."""
+        self.run(self._post(UNLOAD, {"lora_name": adapter.name}))
+
     async def load_lora(self, adapter: Adapter) -> None:
         """A fresh alias of ``adapter`` loaded from disk while requests are served (the churn
         scenario times it), remembered until ``unload_lora`` drops it."""

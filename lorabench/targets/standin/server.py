@@ -166,10 +166,12 @@ class StandInServer:
         self.lora_api_calls.append(("load", name))
         if not name or not path:
             return _error("both 'lora_name' and 'lora_path' must be provided.", 400)
-        if name in self.adapters:
+        in_place = bool(body.get("load_inplace"))
+        if name in self.adapters and not in_place:
             return _error(f"The lora adapter '{name}' has already been loaded.", 400)
-        lora_id = next(self._lora_ids)
-        await self.llm.add_lora(self._lora(name, lora_id, path))
+        # In place: the name keeps its id, and the weights are read again (vLLM 0.32).
+        lora_id = self.adapters[name] if name in self.adapters else next(self._lora_ids)
+        await self.llm.add_lora(self._lora(name, lora_id, path), load_inplace=in_place)
         self.adapters[name], self.paths[name] = lora_id, path
         return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
