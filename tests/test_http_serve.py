@@ -145,7 +145,8 @@ def test_the_isolation_canaries_through_vllm_serve_find_what_they_find_in_proces
     finds another's blocks, each control finds its own (the usage's cached tokens, which the
     serve target asks for), and a reload in place finds its old weights' blocks (the finding
     docs/scenarios.md#isolation documents), failing the case after its row is written."""
-    assert serve_session.failed() == [line for line in serve_session.failed() if " test_isolation.py::" in line]
+    (failed,) = serve_session.failed()
+    assert failed.startswith("FAILED test_isolation.py::"), failed
     (row,) = serve_session.rows[serve_session.rows["scenario"] == "isolation"].to_dict("records")
     assert row["target"] == "serve" and row["enable_prefix_caching"] and row["engine_id"].endswith("-pc-build0")
     assert (row["isolation_checked"], row["isolation_broken"], row["isolation_control_changed"]) == (7, 0, 0)
