@@ -199,6 +199,7 @@ def samples(records: Sequence[ReplayedRequest], ranks: Mapping[str, int | None])
             send_lag_ms=r.send_lag_ms,
             finished=r.finished,
             failed=r.failed,
+            cached_tokens=r.cached_tokens,
         )
         for r in records
     ]
