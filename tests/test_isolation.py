@@ -263,3 +263,23 @@ def test_caching_that_stopped_taking_effect_on_the_new_side_fails_the_comparison
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("PREFIX CACHING NOT IN EFFECT")]
     assert len(lines) == 2 and all("8 controls found nothing of their own prompt cached" in ln for ln in lines)
     assert run_cli(off, isolation_run(tmp_path, "off2", DATA2, uncached=2)) == 0, "off on both sides: no change"
+
+
+def hit_rate_run(tmp_path, name, rate):
+    """DATA2's rows measured with prefix caching on, each finding ``rate`` of its prompts cached."""
+    rows = pd.read_csv(DATA2)
+    rows["enable_prefix_caching"], rows["prefix_hit_rate"] = True, rate
+    csv = tmp_path / f"{name}.csv"
+    rows.to_csv(csv, index=False)
+    return csv
+
+
+def test_a_prefix_hit_rate_that_fell_fails_the_comparison_and_a_few_points_do_not(tmp_path, capsys):
+    base = hit_rate_run(tmp_path, "base", 0.8)
+    assert run_cli(base, hit_rate_run(tmp_path, "near", 0.76)) == 0, "within eviction's few points"
+    assert run_cli(base, hit_rate_run(tmp_path, "fell", 0.3)) == 1
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("PREFIX CACHE HIT RATE FELL")]
+    assert lines and all(
+        "30.0% of prompt tokens found cached on the new side, 80.0% on the base side" in ln for ln in lines
+    )
+    assert run_cli(hit_rate_run(tmp_path, "low", 0.3), base) == 0, "a rate that rose is no failure"

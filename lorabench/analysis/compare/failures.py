@@ -100,8 +100,40 @@ def failed_operations(base: Run, new: Run) -> list[str]:
     return new_failures(base, new, CHURN)
 
 
+# A case's prefix hit rate is its workload's sharing, found by a keyed lookup: on the same
+# trace and configuration it repeats to within eviction's few points (measured matched the
+# prediction exactly on the CPU engine, docs/lab/2026-11-measurements.md). A fall past this
+# many is the cache no longer reusing what the workload shares.
+HIT_RATE_FALL = 0.05
+
+
+def _hit_rates(run: Run) -> dict[str, float]:
+    rows = run.all_rows
+    if "prefix_hit_rate" not in rows or "enable_prefix_caching" not in rows:
+        return {}
+    cached = rows[(rows["enable_prefix_caching"].astype(str) == "True") & rows["prefix_hit_rate"].notna()]
+    return cached.groupby("_key")["prefix_hit_rate"].mean().to_dict()
+
+
+def fallen_hit_rates(base: Run, new: Run) -> list[str]:
+    """Cases with prefix caching on whose new side found ``HIT_RATE_FALL`` less of its prompts
+    cached than the base side (means over builds): caching that stopped taking effect (with
+    LoRA, vllm #23301) is a latency change, but this says why."""
+    before = _hit_rates(base)
+    found = []
+    for key, rate in _hit_rates(new).items():
+        if key in before and rate < before[key] - HIT_RATE_FALL:
+            label = ", ".join(f"{k}: {v}" for k, v in case_of(key).items() if v)
+            found.append(
+                f"PREFIX CACHE HIT RATE FELL: {label}: {rate:.1%} of prompt tokens found cached on the new side, "
+                f"{before[key]:.1%} on the base side"
+            )
+    return found
+
+
 def broken_isolation(base: Run, new: Run) -> list[str]:
     """Isolation cases whose new side's canaries found a breach (a reload's only where the base
-    side's held), caching that changes outputs, or caching not in effect where the base's was."""
+    side's held), caching that changes outputs, or caching not in effect where the base's was;
+    and cases whose prefix hit rate fell."""
     kinds = (ISOLATION, RELOAD, CACHING_CHANGED, CACHE_OFF)
-    return [line for kind in kinds for line in new_failures(base, new, kind)]
+    return [line for kind in kinds for line in new_failures(base, new, kind)] + fallen_hit_rates(base, new)
