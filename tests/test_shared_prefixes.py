@@ -301,3 +301,17 @@ def test_a_batch_finds_its_shared_prefix_cached_and_nothing_of_earlier_rounds(py
 def test_caching_on_without_a_shared_prefix_finds_nothing_the_workload_did_not_share(pytester):
     rows = _batch_rows(pytester, {}, [True])
     assert (rows["prefix_hit_rate"] == 0).all() and rows["shared_prefix_len"].isna().all()
+
+
+def test_ids_that_reach_past_their_prompts_are_cut_and_said(tmp_path, capsys):
+    """Ids for 128-token blocks read as Mooncake's 512: the import says so, and stats too."""
+    rows = [{"timestamp": k, "input_length": 300, "output_length": 2, "hash_ids": [1, 2, 3]} for k in range(4)]
+    source = tmp_path / "m.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    trace = imported(tmp_path, "mooncake", source)
+    assert trace.hash_ids.rows() == [(1,)] * 4
+    err = capsys.readouterr().err
+    assert "warning: 4 rows list more hash ids than their prompt has blocks of 512 tokens" in err
+    assert "give --hash-block-tokens" in err
+    imported(tmp_path, "mooncake", source, "--hash-block-tokens", 128, name="right.jsonl")
+    assert "warning" not in capsys.readouterr().err

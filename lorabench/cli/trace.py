@@ -236,7 +236,7 @@ def _add_trace_import(traces: Any) -> None:
         "output, clip lengths, rescale time and give each request an adapter. The header records the source "
         "file, its sha256 and every step with the rows it touched. Formats: azure (TIMESTAMP, ContextTokens, "
         "GeneratedTokens), burstgpt (Timestamp, Request tokens, Response tokens), mooncake (JSON lines: "
-        "timestamp in ms, input_length, output_length), csv (columns named below).",
+        "timestamp in ms, input_length, output_length, hash_ids), csv (columns named below).",
     )
     imp.add_argument("format", help="azure, burstgpt, mooncake or csv")
     imp.add_argument("file", help="the trace to read (CSV, or JSON lines for mooncake)")
@@ -268,7 +268,7 @@ def _add_trace_import(traces: Any) -> None:
     )
     from lorabench.load.traces.sources import MOONCAKE_BLOCK_TOKENS
 
-    prefixes = imp.add_argument_group("shared prefixes (docs/traces.md#shared-prefixes)")
+    prefixes = imp.add_argument_group("shared prefixes (docs/online.md#shared-prefixes)")
     prefixes.add_argument(
         "--prefix-column",
         help="the column of each request's block hash ids (such as 1 2 3): requests whose ids start alike share "

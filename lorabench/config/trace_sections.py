@@ -57,7 +57,7 @@ class TraceShape(Strict):
     # Seconds into an imported trace where the replay starts.
     start: NonNegativeFloat = 0.0
     # Whether the replay turns an imported trace's hash ids into shared prefixes
-    # (docs/traces.md#shared-prefixes): null where it has them, true insists, false ignores them.
+    # (docs/online.md#shared-prefixes): null where it has them, true insists, false ignores them.
     shared_prefixes: bool | None = None
 
     @field_validator("input_range", "output_range")

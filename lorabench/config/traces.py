@@ -113,7 +113,7 @@ def _check_imported(
     if shape.shared_prefixes and data.hash_ids is None:
         problems.append(
             f"{path}: field '{field}.shared_prefixes' has bad value true: {file.name} was imported without hash ids: "
-            "import it again keeping them (mooncake's hash_ids, or a csv's --prefix-column), or leave it out"
+            "import it again keeping them (mooncake's hash_ids, or a csv's --prefix-column), or drop 'shared_prefixes'"
         )
     if shape.start > data.arrival_s[-1]:
         return [

@@ -191,6 +191,8 @@ SUMMARY_COLUMNS = (
     ("decode_ms_p50", "decode p50 ms"),
     ("e2e_ms", "e2e ms"),
     ("output_tokens_per_s", "out tok/s"),
+    ("prefix_hit_rate", "prefix hit"),
+    ("prefix_hit_rate_predicted", "predicted"),
     ("lora_overhead", "x no-LoRA"),
     ("load_share", "disk share"),
     ("tier_extra_ttft_ms", "tier +ms"),
@@ -208,8 +210,14 @@ SUMMARY_COLUMNS = (
 
 def format_summary(rows: Sequence[ResultRow]) -> str:
     """A plain fixed-width table of the session's cases, one line each."""
-    # A column no case of the session fills says nothing: it is left out.
-    shown = [(key, title) for key, title in SUMMARY_COLUMNS if any(_fmt(getattr(r, key)) for r in rows)]
+    # A column no case of the session fills says nothing: it is left out; so are the prefix
+    # cache's where no case cached (their 0 says nothing either).
+    caching = any(r.enable_prefix_caching for r in rows)
+    shown = [
+        (key, title)
+        for key, title in SUMMARY_COLUMNS
+        if any(_fmt(getattr(r, key)) for r in rows) and (caching or not key.startswith("prefix_"))
+    ]
     header = [title for _, title in shown]
     body = [[_fmt(getattr(row, key)) for key, _ in shown] for row in rows]
     widths = [max(len(cell) for cell in column) for column in zip(header, *body)]

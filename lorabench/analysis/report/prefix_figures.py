@@ -45,6 +45,10 @@ def hit_rates(runs: Sequence[ReportRun]) -> Any | None:
                 marker=STYLES[r % len(STYLES)][1],
                 label=f"{run.label} {engine}",
             )
+            for _, point in group.drop_duplicates(["adapter", "prefix_hit_rate"]).iterrows():
+                ax.annotate(
+                    point["adapter"], (point["prefix_hit_rate_predicted"], point["prefix_hit_rate"]), fontsize=6
+                )
     ax.set_xlabel("hit rate its trace's hash ids predict (infinite cache)")
     ax.set_ylabel("hit rate measured (prompt tokens found cached)")
     ax.set_xlim(-0.02, 1.02)

@@ -198,24 +198,46 @@ def _label(data: TraceData, opts: ImportOptions, labels: list[str]) -> tuple[Tra
     return data, {"op": "label", "popularity": chosen, "adapters": opts.num_adapters, "seed": opts.seed}
 
 
+def _hash_step(data: TraceData, block_tokens: int) -> dict[str, Any]:
+    """The ids' block size, and how many rows list more ids than their prompt has blocks of
+    it: a sign the ids stand for fewer tokens than ``--hash-block-tokens`` says."""
+    blocks = -(-data.input_len // block_tokens)
+    over = int(np.count_nonzero(np.diff(data.hash_ids.offsets) > blocks))
+    return {"op": "hash_ids", "block_tokens": block_tokens, "rows_more_ids_than_blocks": over}
+
+
+def _hash_warnings(header: dict[str, Any]) -> list[str]:
+    step = next((s for s in header["transforms"] if s["op"] == "hash_ids"), None)
+    if step is None or not step["rows_more_ids_than_blocks"]:
+        return []
+    return [
+        f"{step['rows_more_ids_than_blocks']} rows list more hash ids than their prompt has blocks of "
+        f"{step['block_tokens']} tokens (the extra ids were cut): if the ids stand for fewer tokens, "
+        "give --hash-block-tokens"
+    ]
+
+
 def import_warnings(header: dict[str, Any]) -> list[str]:
     """What an import did that its user may not expect, for stderr: labels folded
-    together onto shared adapters, or adapters left without a request."""
+    together onto shared adapters, adapters left without a request, or hash ids that
+    reach past their prompts."""
     step = header["transforms"][-1]
     if "label_column" not in step:
-        return []
+        return _hash_warnings(header)
     column, labels, adapters = step["label_column"], step["labels"], step["adapters"]
     if labels > adapters:
         return [
             f"column {column!r} has {labels} labels for {adapters} adapters: folded by request count, the label "
-            f"ranked r (from 0) on adapter r mod {adapters}; --num-adapters {labels} gives each its own"
+            f"ranked r (from 0) on adapter r mod {adapters}; --num-adapters {labels} gives each its own",
+            *_hash_warnings(header),
         ]
     if labels < adapters:
         return [
             f"column {column!r} has {labels} labels for {adapters} adapters: {adapters - labels} adapters get no "
-            f"request; --num-adapters {labels} gives each label its own with none idle"
+            f"request; --num-adapters {labels} gives each label its own with none idle",
+            *_hash_warnings(header),
         ]
-    return []
+    return _hash_warnings(header)
 
 
 def _shape(data: TraceData, opts: ImportOptions, labels: list[str], steps: list[dict[str, Any]]) -> TraceData:
@@ -243,6 +265,8 @@ def import_trace(opts: ImportOptions) -> TraceData:
     columns = _check(opts)
     data, labels, rows = _read(opts.source, opts.fmt, columns)
     steps: list[dict[str, Any]] = []
+    if data.hash_ids is not None:
+        steps.append(_hash_step(data, opts.block_tokens))
     data = _shape(_cut(data, opts, steps), opts, labels, steps)
     names = list(opts.adapter_names or (f"adapter-{i}" for i in range(opts.num_adapters)))[: opts.num_adapters]
     source = {

@@ -105,6 +105,10 @@ def describe_step(step: dict[str, Any]) -> str:
         return f"dropped: {step['rows_no_output']} rows without output, {step['rows_no_input']} without input"
     if op == "clip":
         return f"clipped to {step['max_model_len']} tokens (input shortened, output kept): {step['rows_clipped']} rows"
+    if op == "hash_ids":
+        over = step["rows_more_ids_than_blocks"]
+        past = f"; {over} rows listed more ids than their prompt had blocks (cut)" if over else ""
+        return f"hash ids kept, each {step['block_tokens']} tokens of prompt{past}"
     if op == "time_scale":
         asked = f" for {step['rate']:g} req/s" if step["rate"] is not None else ""
         return f"time scaled by {step['factor']:.6g}{asked}"
