@@ -229,7 +229,7 @@ def test_through_a_servers_runtime_api_the_canaries_judge_it_alike(pytester, pla
     """A server on this machine: the reload canary's adapters are loaded, reloaded in place and
     unloaded through vLLM's runtime API, and the usage says what each request found cached."""
     pytester.makepyfile(test_bench_isolation=(ROOT / "bench" / "test_isolation.py").read_text())
-    config = write_config(pytester.path / "run")
+    config = write_config(pytester.path / "run", engine={"enable_prefix_caching": True})
     costs = Costs(blocks_keyed_without_adapter=planted)
     with StandInServer(["a0", "a1", "a2", "a3"], costs, prefix_caching=True) as server:
         args = ("--bench-config", str(config), "-p", "no:cacheprovider", "--bench-target", server.url)
@@ -239,13 +239,49 @@ def test_through_a_servers_runtime_api_the_canaries_judge_it_alike(pytester, pla
     assert row["target"] == "url" and row["engine_id"].endswith("-pc-build0")
     assert (row["isolation_checked"], row["isolation_reload_broken"], row["isolation_cached_tokens"]) == (7, 1, 16)
     assert row["isolation_broken"] == (7 if planted else 0)
-    calls = [c for c in server.lora_api_calls if c[1] == isolation.RELOAD_NAME]
-    assert calls == [("load", isolation.RELOAD_NAME)] * 2 + [("unload", isolation.RELOAD_NAME)] + [
-        ("load", isolation.RELOAD_NAME),
-        ("unload", isolation.RELOAD_NAME),
-    ]
+    calls = [op for op, name in server.lora_api_calls if name == isolation.RELOAD_NAME]
+    # Each register unloads a name left served by a run stopped midway (404 here) first; then
+    # the load, the reload in place, the unload; the new path's load and unload.
+    assert calls == ["unload", "load", "load", "unload", "unload", "load", "unload"]
     reloads = [b for b in server.received if b.get("model") == isolation.RELOAD_NAME]
     assert len(reloads) == 6 and all(b["temperature"] == 0.0 for b in reloads)
+
+
+@pytest.mark.realtime
+def test_a_server_without_caching_skips_the_canaries_and_runs_the_rest_on_its_one_configuration(pytester):
+    """The canaries would ask for a -pc configuration the server does not run: a URL's cases
+    all run on the config's one, so the canaries skip, saying why, and the batch runs."""
+    pytester.makepyfile(
+        test_bench_isolation=(ROOT / "bench" / "test_isolation.py").read_text(),
+        test_multilora=(ROOT / "bench" / "test_multilora.py").read_text(),
+    )
+    config = write_config(pytester.path / "run")
+    with StandInServer(["a0", "a1", "a2", "a3"], Costs()) as server:
+        args = ("--bench-config", str(config), "-p", "no:cacheprovider", "--bench-target", server.url, "-rs")
+        result = pytester.runpytest(*args)
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*the isolation scenario needs prefix caching on: the server at http://127.0.0.1:*"])
+    assert "-pc" not in result.stdout.str()
+
+
+@pytest.mark.realtime
+@pytest.mark.parametrize("runtime_api", [False, True])
+def test_a_server_without_the_runtime_api_skips_and_one_left_serving_the_canary_is_taken_back(pytester, runtime_api):
+    pytester.makepyfile(test_bench_isolation=(ROOT / "bench" / "test_isolation.py").read_text())
+    config = write_config(pytester.path / "run", engine={"enable_prefix_caching": True})
+    # A run stopped midway left the reload canary's name served.
+    names = ["a0", "a1", "a2", "a3", isolation.RELOAD_NAME]
+    with StandInServer(names, Costs(), prefix_caching=True, runtime_api=runtime_api) as server:
+        args = ("--bench-config", str(config), "-p", "no:cacheprovider", "--bench-target", server.url, "-rs")
+        result = pytester.runpytest(*args)
+    if not runtime_api:
+        result.assert_outcomes(skipped=1)
+        result.stdout.fnmatch_lines(
+            ["*the isolation canaries load adapters at run time: the server at * has no runtime*"]
+        )
+    else:
+        result.assert_outcomes(failed=1)  # the reload in place, judged as ever
+        assert isolation.RELOAD_NAME not in server.adapters
 
 
 def test_a_server_elsewhere_skips_the_cases_it_could_not_read_the_folders_of():

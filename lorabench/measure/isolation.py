@@ -28,6 +28,7 @@ an engine whose outputs change for another reason. Each is said apart from a bre
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import uuid
@@ -79,25 +80,34 @@ def _reload(engine: Engine, old: Adapter, new: Adapter, ask: _Asker) -> None:
     """``old``'s weights under ``RELOAD_NAME``, then ``new``'s loaded in place over them, then
     ``new``'s at another folder under a new id, in folders of the canary's own: the adapters'
     folders are never written."""
+    serving: list[Adapter] = []
     with tempfile.TemporaryDirectory(prefix="lorabench-reload-") as folder:
-        slot = _served(engine, old, Path(folder) / "adapter")
-        ask.pair(slot, OWNER, f"{RELOAD_NAME}[{old.name}]")
-        shutil.rmtree(slot.path)
-        shutil.copytree(new.path, slot.path)
-        engine.reload_in_place(slot)
-        ask.pair(slot, RELOADED, f"{RELOAD_NAME}[{new.name}, in place]")
-        engine.remove_adapter(slot)
-        # The same name at another path, under a new id: the key's path must tell it apart.
-        moved = _served(engine, new, Path(folder) / "moved")
-        ask.pair(moved, VICTIM, f"{RELOAD_NAME}[{new.name}, new path]")
-        engine.remove_adapter(moved)
+        try:
+            slot = _served(engine, old, Path(folder) / "adapter", serving)
+            ask.pair(slot, OWNER, f"{RELOAD_NAME}[{old.name}]")
+            shutil.rmtree(slot.path)
+            shutil.copytree(new.path, slot.path)
+            engine.reload_in_place(slot)
+            ask.pair(slot, RELOADED, f"{RELOAD_NAME}[{new.name}, in place]")
+            engine.remove_adapter(serving.pop())
+            # The same name at another path, under a new id: the key's path must tell it apart.
+            moved = _served(engine, new, Path(folder) / "moved", serving)
+            ask.pair(moved, VICTIM, f"{RELOAD_NAME}[{new.name}, new path]")
+            engine.remove_adapter(serving.pop())
+        finally:
+            # A long-lived server keeps what was not unloaded, and refuses the name next run.
+            for adapter in serving:
+                with contextlib.suppress(Exception):  # the failure that got here is the one to see
+                    engine.remove_adapter(adapter)
 
 
-def _served(engine: Engine, weights: Adapter, folder: Path) -> Adapter:
-    """``weights`` copied to ``folder`` and given a LoRA id under ``RELOAD_NAME``."""
+def _served(engine: Engine, weights: Adapter, folder: Path, serving: list[Adapter]) -> Adapter:
+    """``weights`` copied to ``folder`` and given a LoRA id under ``RELOAD_NAME``; added to
+    ``serving`` once the engine serves it."""
     served = Adapter(RELOAD_NAME, folder, rank=weights.rank)
     shutil.copytree(weights.path, served.path)
     engine.register(served)
+    serving.append(served)
     return served
 
 

@@ -72,6 +72,27 @@ def pytest_configure(config: pytest.Config) -> None:
         problems.append(str(exc))
 
 
+def _target_skip(scenario: Any, state: BenchState, specs: list) -> str:
+    """Why the scenario's cases cannot run on this target, or "": a server elsewhere cannot
+    read the folders a ``local_only`` scenario writes, and a URL's server runs the config's
+    configuration as started, so a scenario that needs prefix caching on or off needs the
+    config (and the server) to say so."""
+    target = state.target
+    if scenario.local_only and not target.on_this_machine:
+        return (
+            f"the {scenario.name} scenario hands the server folders it writes on this machine: "
+            f"{target.url} is not on it (run it on the server's machine, or with --bench-target serve)"
+        )
+    wanted = scenario.prefix_caching
+    if target.kind == URL and wanted is not None and any(s.enable_prefix_caching != wanted for s in specs):
+        return (
+            f"the {scenario.name} scenario needs prefix caching {'on' if wanted else 'off'}: the server at "
+            f"{target.url} runs the config's configuration; start it so and set engine.enable_prefix_caching "
+            f"{str(wanted).lower()}, or run it with --bench-target serve"
+        )
+    return ""
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if ENGINE_FIXTURE not in metafunc.fixturenames:
         return
@@ -89,15 +110,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # A URL's server runs with LoRA as it was started: no LoRA-disabled engine there.
     with_lora_off = scenario.with_lora_off and state.target.kind != URL
     specs = engine_specs(file, with_lora_off=with_lora_off, builds=builds)
-    if scenario.local_only and not state.target.on_this_machine:
+    reason = _target_skip(scenario, state, specs)
+    if reason:
         # Skipped before any engine is built; on the config's own configurations, so that a
         # server's single configuration is not joined by one the scenario would have asked for.
-        reason = (
-            f"the {scenario.name} scenario hands the server folders it writes on this machine: "
-            f"{state.target.url} is not on it (run it on the server's machine, or with --bench-target serve)"
-        )
         marks.append(pytest.mark.skip(reason=reason))
-    elif scenario.prefix_caching is not None:
+    elif scenario.prefix_caching is not None and state.target.kind != URL:
         specs = list(dict.fromkeys(replace(s, enable_prefix_caching=scenario.prefix_caching) for s in specs))
     parametrizations = scenario.parametrize(file)
     skips = [

@@ -15,6 +15,7 @@ from lorabench.config.traces import length_limit
 from lorabench.measure.correctness import OUTPUT_LEN
 from lorabench.measure.isolation import TAIL, canaries, canary_prompts, judge
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
+from lorabench.targets.http.client import RequestFailed
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile
@@ -61,7 +62,14 @@ class Isolation(Scenario):
                 f"the isolation canaries send prompts of a full KV block and {TAIL} tokens ({length}) and answers "
                 f"of {OUTPUT_LEN}: {where} is {limit}; raise it to {length + OUTPUT_LEN} or more"
             )
-        answers = canaries(engine, adapters, canary_prompts(engine, ctx.config.matrix.seed))
+        _check_target(engine)
+        try:
+            answers = canaries(engine, adapters, canary_prompts(engine, ctx.config.matrix.seed))
+        except RequestFailed as exc:
+            pytest.skip(
+                f"{engine.endpoint} failed a canary's request or adapter load ({exc}): the reload canary needs "
+                "a server that reads this machine's disk (not a container's own)"
+            )
         verdict = judge(answers)
         fields = {
             "workload": "isolation",
@@ -79,6 +87,20 @@ class Isolation(Scenario):
             "isolation_cached_tokens": verdict.control_cached_tokens,
         }
         return Outcome(fields, [], records={"isolation": answers}, failure=verdict.failure)
+
+
+def _check_target(engine: Engine) -> None:
+    """Skip, saying why, where the canaries could not judge: a server without the runtime LoRA
+    API (the reload canary loads through it), or one that does not say its KV block size (the
+    prompts must be a full block for anything to be cached)."""
+    missing = engine.runtime_api_missing()
+    if missing:
+        pytest.skip(f"the isolation canaries load adapters at run time: {missing}")
+    if not engine.block_size:
+        pytest.skip(
+            f"{engine.endpoint} does not say its KV block size (vllm:cache_config_info on /metrics): the canaries' "
+            "prompts must be a full block"
+        )
 
 
 SCENARIO = Isolation()

@@ -15,6 +15,7 @@ serve target sets it): a 404 or 405 that is not vLLM's own error object says the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -127,9 +128,16 @@ class RuntimeLoras:
         return times
 
     def register(self, adapter: Adapter) -> None:
-        """Serve an adapter the server does not list, from its folder on this machine, under its
-        name (the isolation canaries' own folders: the server must share this machine's disk)."""
-        self.run(self._post(LOAD, {"lora_name": adapter.name, "lora_path": str(adapter.path)}))
+        """Serve an adapter from its folder on this machine under its name (the isolation
+        canaries' own folders: the server must share this machine's disk); one the server
+        still serves under that name (a run stopped midway) is unloaded first."""
+
+        async def load() -> None:
+            with contextlib.suppress(RequestFailed):  # vLLM's 404: nothing served by that name
+                await self._post(UNLOAD, {"lora_name": adapter.name})
+            await self._post(LOAD, {"lora_name": adapter.name, "lora_path": str(adapter.path)})
+
+        self.run(load())
 
     def reload_in_place(self, adapter: Adapter) -> None:
         """Load ``adapter`` again from its folder under its name and LoRA id (vLLM's
