@@ -107,6 +107,9 @@ class ResultRow:
     graph_config: str | None = _col(PARAMETER, key=True, engine=True, optional=True)
     # vLLM's prefix caching (config engine.enable_prefix_caching); files before it ran without.
     enable_prefix_caching: bool | None = _col(PARAMETER, key=True, engine=True, optional=True, older="False")
+    # With caching on: each measurement salted apart, a batch's rounds new (docs/metrics.md#prefix-caching);
+    # blank with caching off, and in files whose cached rows reused earlier rounds' prompts.
+    prefix_cache_salted: bool | None = _col(PARAMETER, key=True, optional=True, by_engine=True)
     rounds: int = _col(PARAMETER)
     tier: str | None = _col(PARAMETER, key=True, optional=True)
     working_set: int | None = _col(PARAMETER, key=True, optional=True)

@@ -136,6 +136,7 @@ class BenchCase:
             enforce_eager=spec.enforce_eager,
             graph_config=spec.graph_config,
             enable_prefix_caching=spec.enable_prefix_caching,
+            prefix_cache_salted=True if spec.enable_prefix_caching else None,
             **engine.graph.columns(),
             engine_id=engine.id,
             build=spec.build,
