@@ -314,3 +314,25 @@ def test_ids_that_reach_past_their_prompts_are_cut_and_said(tmp_path, capsys):
     assert "give --hash-block-tokens" in err
     imported(tmp_path, "mooncake", source, "--hash-block-tokens", 128, name="right.jsonl")
     assert "warning" not in capsys.readouterr().err
+
+
+def test_the_ttft_figure_pairs_each_case_with_itself_and_nothing_else():
+    """Two tiers of one configuration, each off and on; a suite measured off only is no pair."""
+    from lorabench.analysis.report.prefix_figures import _paired
+
+    base = {"scenario": "residency", "enable_lora": True, "max_loras": 2, "max_lora_rank": 8, "max_cpu_loras": 4}
+    rows = pd.DataFrame(
+        [
+            {**base, "tier": "slot", "enable_prefix_caching": False, "ttft_ms_p50": 50.0},
+            {**base, "tier": "slot", "enable_prefix_caching": True, "ttft_ms_p50": 40.0},
+            {**base, "tier": "disk", "enable_prefix_caching": False, "ttft_ms_p50": 500.0},
+            {**base, "tier": "disk", "enable_prefix_caching": True, "ttft_ms_p50": 400.0},
+            {**base, "tier": "cpu", "enable_prefix_caching": False, "ttft_ms_p50": 90.0},
+        ]
+    )
+    pairs = _paired(rows)
+    assert sorted(pairs.to_dict("records"), key=lambda r: r["off"]) == [
+        {"off": 50.0, "on": 40.0},
+        {"off": 500.0, "on": 400.0},
+    ]
+    assert all("-pc" not in label for label in pairs.index) and any("slot" in label for label in pairs.index)

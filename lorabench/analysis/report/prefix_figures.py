@@ -11,19 +11,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lorabench.analysis.cases import KEY_SEP, MATCH_KEY, case_label
 from lorabench.analysis.report.figures import STYLES, colors_for, pyplot
 from lorabench.analysis.report.runs import ReportRun
 
-# What tells two rows of a run apart but caching: the configuration without its -pc, and the
-# case, each written as the test ids write it.
-_CASE = {
-    "scenario": "{}",
-    "workload": "{}",
-    "batch_size": "bs{:g}",
-    "shared_prefix_len": "prefix{:g}",
-    "trace_suite": "{}",
-    "trace_rate": "r{:g}",
-}
+# A case but for caching: what pairs its rows off and on.
+PAIR_KEY = tuple(c for c in MATCH_KEY if c not in ("enable_prefix_caching", "prefix_cache_salted"))
 
 
 def hit_rates(runs: Sequence[ReportRun]) -> Any | None:
@@ -101,25 +94,32 @@ def ttft_gain(runs: Sequence[ReportRun]) -> Any | None:
 
 
 def _paired(rows: pd.DataFrame) -> pd.DataFrame:
-    """TTFT p50 (mean over builds) off and on, indexed by a case label, for the cases measured both ways."""
+    """TTFT p50 (mean over builds) off and on, indexed by a case label, for the cases a run
+    measured both ways: matched on every key column but caching's own, as compare matches."""
     if "enable_prefix_caching" not in rows or "ttft_ms_p50" not in rows:
         return pd.DataFrame()
     frame = rows.dropna(subset=["ttft_ms_p50"]).copy()
     if frame.empty or frame["enable_prefix_caching"].astype(str).nunique() < 2:
         return pd.DataFrame()
-    frame["config"] = frame["engine"].astype(str).str.replace("-pc", "", regex=False)
+    columns = [c for c in PAIR_KEY if c in frame]
+    cells = frame[columns].map(_cell)
+    frame["case"] = cells.agg(KEY_SEP.join, axis=1)
     frame["caching"] = np.where(frame["enable_prefix_caching"].astype(str) == "True", "on", "off")
-    parts = [frame[c].map(lambda v, f=f: _part(v, f)) for c, f in _CASE.items() if c in frame]
-    frame["case"] = (frame["config"] + " " + pd.concat(parts, axis=1).agg(" ".join, axis=1)).str.split().str.join(" ")
     table = frame.pivot_table(index="case", columns="caching", values="ttft_ms_p50", aggfunc="mean")
-    return table.dropna() if {"on", "off"} <= set(table.columns) else pd.DataFrame()
+    if not {"on", "off"} <= set(table.columns):
+        return pd.DataFrame()
+    table = table.dropna()
+    table.index = [_label(dict(zip(columns, key.split(KEY_SEP)))) for key in table.index]
+    return table
 
 
-def _part(value: object, form: str) -> str:
-    """A case column as its test id writes it; blank where the row has none."""
-    if pd.isna(value) or value == "":
+def _label(case: dict[str, str]) -> str:
+    """The case as compare names it, with caching's part left out (the bars say it)."""
+    full = {c: case.get(c, "") for c in MATCH_KEY}
+    return case_label({**full, "enable_prefix_caching": "False"})
+
+
+def _cell(value: object) -> str:
+    if pd.isna(value):
         return ""
-    try:
-        return form.format(float(value) if ":g" in form else value)
-    except ValueError:
-        return str(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
