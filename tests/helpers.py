@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from lorabench.analysis.compare.load import result_files  # noqa: F401  (the tests' way to find a run's files)
 from lorabench.results.records import Sample
 from lorabench.results.schema import ResultRow
@@ -140,3 +142,24 @@ def on_the_stand_in(pytester: Any) -> None:
         "from lorabench.targets.standin import StandIn\n\n\n"
         "def pytest_lorabench_backend(config):\n    return StandIn(virtual_clock=True)\n"
     )
+
+
+def mooncake_like(path: Path, requests: int, seed: int, block: int = 32, system_blocks: int = 2) -> Path:
+    """Three users, each request with one of two long system prompts (``system_blocks``
+    blocks of ``block`` tokens) and a question of its own (ids of its own, 1 to 40 tokens
+    past the system prompt), one every 100 ms."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in range(requests):
+        system = int(rng.integers(2))
+        rows.append(
+            {
+                "timestamp": 100 * k,
+                "input_length": system_blocks * block + int(rng.integers(1, min(block, 40) + 1)),
+                "output_length": 4,
+                "hash_ids": [10 * b + system for b in range(1, system_blocks + 1)] + [1000 + k, 2000 + k],
+                "user": f"u{k % 3}",
+            }
+        )
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

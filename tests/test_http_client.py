@@ -14,7 +14,8 @@ from lorabench.load.traces.synthetic import TraceRequest
 from lorabench.measure import replay
 from lorabench.targets.http import metrics
 from lorabench.targets.http.client import Client, RequestFailed, chunk_of, parse_event
-from lorabench.targets.http.engine import HttpEngine, served_adapters
+from lorabench.targets.http.engine import HttpEngine
+from lorabench.targets.http.lora_api import served_adapters
 from lorabench.targets.http.outputs import UNKNOWN_TOKEN
 from lorabench.targets.http.serve import cli_flags, free_port, port_free
 from lorabench.targets.standin import Costs, write_config

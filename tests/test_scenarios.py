@@ -6,8 +6,7 @@ import pytest
 
 from lorabench.cli import main as cli
 from lorabench.results.records import replays_path_for
-from tests.helpers import ROOT, generate_adapters, result_files
-from tests.test_shared_prefixes import mooncake_like
+from tests.helpers import ROOT, generate_adapters, mooncake_like, result_files
 
 pytestmark = pytest.mark.engine
 

@@ -43,6 +43,7 @@ def test_the_command_is_the_configurations_server_and_the_pytest_line_selects_it
     flags = words[words.index("--model") :]
     assert flags[flags.index("--max-loras") + 1] == "2" and flags[flags.index("--max-cpu-loras") + 1] == "4"
     assert "--enforce-eager" in flags and "--no-enable-prefix-caching" in flags
+    assert "--enable-prompt-tokens-details" in flags, "each usage says the prompt tokens found cached"
     assert flags[-4:] == ["--host", "127.0.0.1", "--port", "9"]
     modules = flags[flags.index("--lora-modules") + 1 : flags.index("--host")]
     assert len(modules) == 4 and all(os.path.isdir(m.split("=", 1)[1]) for m in modules), "generated, so they exist"

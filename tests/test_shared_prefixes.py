@@ -3,7 +3,6 @@ the hit rate they predict, and a replay on the stand-in whose prefix cache finds
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,7 +13,7 @@ from lorabench.config import ConfigError, read_config_file
 from lorabench.load.traces import data
 from lorabench.load.traces.prefixes import HashIds, predict, prompt
 from lorabench.results.records import replays_path_for
-from tests.helpers import ROOT, result_files
+from tests.helpers import ROOT, mooncake_like, result_files
 from tests.test_trace_import import TRACES, imported
 
 
@@ -89,6 +88,13 @@ def test_predicted_hits_follow_vllms_blocks_and_keys(adapters, expected):
     assert predict(ids, lengths, keyed, 16, 32).tolist()[1] == (32 if adapters is None else 0)
 
 
+def test_a_prompt_found_whole_still_computes_its_last_token():
+    """The same two blocks twice: the second finds 32 tokens, but vLLM leaves the last block."""
+    twice = HashIds.from_lists([[1, 2], [1, 2]])
+    assert predict(twice, np.array([32, 32]), None, 16, 16).tolist() == [0, 16]
+    assert predict(twice, np.array([32, 33]), None, 16, 16).tolist() == [0, 32]
+
+
 def test_trace_stats_prints_the_predicted_hit_rate_per_adapter(tmp_path, capsys):
     imported(tmp_path, "mooncake", TRACES / "mooncake.jsonl", "--num-adapters", 2, "--popularity", "round-robin")
     assert cli.main(["trace", "stats", str(tmp_path / "out.jsonl"), "--block-size", "128"]) == 0
@@ -99,27 +105,6 @@ def test_trace_stats_prints_the_predicted_hit_rate_per_adapter(tmp_path, capsys)
     # Requests 0 and 11 share 12 blocks (10.3 %), but round-robin puts them on different adapters.
     assert (split, shared) == (1.5, 10.3)
     assert "  per adapter: adapter-0 " in out
-
-
-def mooncake_like(path: Path, requests: int, seed: int, block: int = 32, system_blocks: int = 2) -> Path:
-    """Three users, each request with one of two long system prompts (``system_blocks``
-    blocks of ``block`` tokens) and a question of its own (ids of its own, 1 to 40 tokens
-    past the system prompt), one every 100 ms."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for k in range(requests):
-        system = int(rng.integers(2))
-        rows.append(
-            {
-                "timestamp": 100 * k,
-                "input_length": system_blocks * block + int(rng.integers(1, min(block, 40) + 1)),
-                "output_length": 4,
-                "hash_ids": [10 * b + system for b in range(1, system_blocks + 1)] + [1000 + k, 2000 + k],
-                "user": f"u{k % 3}",
-            }
-        )
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def test_a_replay_finds_cached_what_the_ids_predict_per_adapter_and_caching_cuts_ttft(pytester):
@@ -290,6 +275,7 @@ def test_a_batch_finds_its_shared_prefix_cached_and_nothing_of_earlier_rounds(py
     rows = _batch_rows(pytester, {"shared_prefix_len": 48}, [False, True])
     lora = rows[rows["scenario"] == "multilora"].set_index("enable_prefix_caching")
     assert lora.loc[True, "prefix_hit_rate"] == 0.75 and lora.loc[False, "prefix_hit_rate"] == 0
+    assert lora.loc[True, "prefix_cache_salted"] and pd.isna(lora.loc[False, "prefix_cache_salted"])
     assert (lora["shared_prefix_len"] == 48).all() and (lora["shared_prefix_share"] == 1).all()
     saved = lora.loc[False, "prefill_ms"] - lora.loc[True, "prefill_ms"]
     assert 4 * 48 * 0.95 < saved < 4 * 48 * 1.05, saved
@@ -297,9 +283,12 @@ def test_a_batch_finds_its_shared_prefix_cached_and_nothing_of_earlier_rounds(py
     assert (base["prefix_hit_rate"] == 0.75).all(), "no adapter: the same prefix for all"
 
 
-def test_caching_on_without_a_shared_prefix_finds_nothing_the_workload_did_not_share(pytester):
-    rows = _batch_rows(pytester, {}, [True])
+@pytest.mark.parametrize("input_len", [64, None])
+def test_caching_on_without_a_shared_prefix_finds_nothing_the_workload_did_not_share(pytester, input_len):
+    """Synthetic prompts bring new own tokens each round; text prompts, which repeat, a salt each."""
+    rows = _batch_rows(pytester, {"input_len": input_len}, [True])
     assert (rows["prefix_hit_rate"] == 0).all() and rows["shared_prefix_len"].isna().all()
+    assert rows["prefix_cache_salted"].all()
 
 
 def test_ids_that_reach_past_their_prompts_are_cut_and_said(tmp_path, capsys):
@@ -336,3 +325,50 @@ def test_the_ttft_figure_pairs_each_case_with_itself_and_nothing_else():
         {"off": 500.0, "on": 400.0},
     ]
     assert all("-pc" not in label for label in pairs.index) and any("slot" in label for label in pairs.index)
+
+
+def test_ids_past_64_bits_and_a_header_without_a_block_size_are_bad_input(tmp_path, capsys):
+    source = tmp_path / "big.jsonl"
+    source.write_text(json.dumps({"timestamp": 1, "input_length": 3, "output_length": 4, "hash_ids": [2**64]}) + "\n")
+    assert cli.main(["trace", "import", "mooncake", str(source), "--out", str(tmp_path / "o.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "row 1, column 'hash_ids': an id of '[18446744073709551616]' is outside" in err
+    imported(tmp_path, "mooncake", TRACES / "mooncake.jsonl")
+    lines = (tmp_path / "out.jsonl").read_text().splitlines()
+    for bad in (0, -1, "x"):
+        (tmp_path / "bad.jsonl").write_text(
+            "\n".join([json.dumps({**json.loads(lines[0]), "hash_block_tokens": bad}), *lines[1:]]) + "\n"
+        )
+        assert cli.main(["trace", "stats", str(tmp_path / "bad.jsonl")]) == 2
+        assert f"hash_block_tokens {bad!r} is not a number of tokens above 0" in capsys.readouterr().err
+
+
+def test_the_rates_are_over_the_finished_requests_after_the_warm_up_only():
+    from lorabench.measure.replay import ReplayedRequest
+    from lorabench.measure.replay_summary import summarize_online
+
+    def request(at, cached, predicted, finished=True):
+        r = ReplayedRequest(0, "a0", 100, 2, at, sent_s=at, token_times=[at + 0.01, at + 0.02], finished=finished)
+        r.cached_tokens, r.predicted_cached = cached, predicted
+        return r
+
+    records = [request(0.1, 0, 0), request(1.5, 80, 80), request(2.0, 40, 60), request(2.5, 0, 0, finished=False)]
+    metrics, _ = summarize_online(records, slo_ttft_ms=1000, slo_tpot_ms=100, warmup_s=1.0)
+    assert metrics["prefix_hit_rate"] == 120 / 200 and metrics["prefix_hit_rate_predicted"] == 140 / 200
+
+
+@pytest.mark.parametrize("until_t", [False, True])
+def test_the_engines_counters_count_from_the_warm_up_on(until_t):
+    """In process a record counts from its t_s; a scrape's counts run up to its t_s, so the
+    first scrape after the warm-up still counts warm-up admissions and is left out."""
+    from lorabench.results.records import TimelineRecord
+    from lorabench.targets.timeline import prefix_hit_rate
+
+    def record(t, queries, hits):
+        zeros = dict.fromkeys(("running", "waiting", "adapters_running", "adapters_waiting", "preemptions"), 0)
+        counts = {"prompt_tokens": queries, "generation_tokens": 0, "prefix_queries": queries, "prefix_hits": hits}
+        return TimelineRecord(t_s=t, steps=1, kv_usage=0.0, **zeros, **counts)
+
+    rows = [record(0.5, 100, 0), record(1.25, 100, 10), record(1.5, 100, 50)]
+    assert prefix_hit_rate(rows, 1.0, until_t) == (50 / 100 if until_t else 60 / 200)
+    assert prefix_hit_rate([record(0.5, 0, 0)], 0.0, until_t) is None, "no query counted: no rate"

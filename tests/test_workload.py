@@ -70,6 +70,11 @@ def test_the_shared_prefix_goes_to_its_share_of_requests_spread_evenly(share, ca
     assert [i for i in range(6) if carries_prefix(i, share)] == carriers
 
 
+@pytest.mark.parametrize(("share", "batch"), [(0.07, 100), (0.28, 25), (0.1, 30), (0.3, 10)])
+def test_a_share_that_is_a_whole_number_of_requests_gets_exactly_that_many(share, batch):
+    assert sum(carries_prefix(i, share) for i in range(batch)) == round(share * batch)
+
+
 def test_a_shared_prefix_starts_its_carriers_and_later_rounds_bring_new_own_tokens():
     made = SyntheticPrompts(4, 40, vocab_size=500, seed=1, prefix_len=24, prefix_share=0.5)
     first, second = made.round(0), made.round(1)

@@ -266,6 +266,12 @@ def _add_trace_import(traces: Any) -> None:
         help="give each of this column's values its own adapter instead (folded by request count when there are "
         "more values than N; one session, one adapter)",
     )
+    _add_prefix_args(imp)
+    imp.set_defaults(func=_trace_import)
+
+
+def _add_prefix_args(imp: Any) -> None:
+    """The import's hash id options (docs/online.md#shared-prefixes)."""
     from lorabench.load.traces.sources import MOONCAKE_BLOCK_TOKENS
 
     prefixes = imp.add_argument_group("shared prefixes (docs/online.md#shared-prefixes)")
@@ -281,4 +287,3 @@ def _add_trace_import(traces: Any) -> None:
         help=f"prompt tokens one hash id stands for (default {MOONCAKE_BLOCK_TOKENS}, Mooncake's)",
     )
     prefixes.add_argument("--no-hash-ids", action="store_true", help="import without shared prefixes")
-    imp.set_defaults(func=_trace_import)

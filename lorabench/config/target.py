@@ -8,6 +8,7 @@ itself).
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -32,7 +33,10 @@ class Target:
         if self.kind != URL:
             return True
         host = urlparse(self.url or "").hostname or ""
-        return host == "localhost" or host.startswith("127.") or host == "::1"
+        try:
+            return host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a name other than localhost: a machine of its own
+            return False
 
 
 def check_url(url: str) -> str:

@@ -169,7 +169,8 @@ def shared_prefix(length: int, vocab_size: int, seed: int) -> list[int]:
 def carries_prefix(index: int, share: float) -> bool:
     """Whether request ``index`` starts with the shared prefix: ``share`` of the requests,
     spread evenly (every request at 1, every other at 0.5), the first among them."""
-    return math.ceil((index + 1) * share) > math.ceil(index * share)
+    # Rounded first: 100 * 0.07 is 7.000000000000001 in floating point, which ceil makes 8.
+    return math.ceil(round((index + 1) * share, 9)) > math.ceil(round(index * share, 9))
 
 
 def build_batch(

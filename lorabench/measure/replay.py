@@ -130,13 +130,10 @@ async def replay(
     are aborted and reported unfinished. A stream the engine ends unfinished (HTTP targets)
     is reported failed.
     """
-    records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
+    records = _records(engine, requests)
     # With prefix caching on, each replay's requests are salted apart from everything cached
     # before (an earlier replay of the same trace on this build would warm this one's cache).
     salt = engine.cold_salt()
-    if requests and requests[0].block_tokens and engine.block_size:
-        for record, hits in zip(records, prefixes.predict_requests(requests, engine.block_size)):
-            record.predicted_cached = hits
     # Asked before the clock starts: the answer walks every frozen object (18 ms for 200,000).
     freeze = not gc.get_freeze_count() and gc.isenabled()
     # A virtual clock's timers fire exactly when due (lorabench.targets.standin.virtual_clock): no early wake.
@@ -163,6 +160,16 @@ async def replay(
     finally:
         if timeline is not None:
             timeline.stop()
+    return records
+
+
+def _records(engine: Engine, requests: Sequence[TraceRequest]) -> list[ReplayedRequest]:
+    """A record per request, with what its trace's hash ids predict it finds cached where it
+    has them and the engine says its block size."""
+    records = [ReplayedRequest(i, r.adapter, r.input_len, r.output_len, r.arrival_s) for i, r in enumerate(requests)]
+    if requests and requests[0].block_tokens and engine.block_size:
+        for record, hits in zip(records, prefixes.predict_requests(requests, engine.block_size)):
+            record.predicted_cached = hits
     return records
 
 

@@ -116,10 +116,14 @@ def replay_outcome(
     metrics, per_adapter = replay_summary.summarize_online(records, **judged)
     steps, notes = _timeline_columns(ctx, engine, case.id, slo.warmup_s)
     counted = timeline.prefix_hit_rate(engine.timeline.rows, slo.warmup_s, engine.timeline.counts_until_t)
-    if "prefix_hit_rate" not in metrics and counted is not None:
+    finished = metrics["num_requests"] > metrics["unfinished"]
+    if "prefix_hit_rate" not in metrics and counted is not None and finished:
         # A server that reports no request's cached tokens: its own counters, after the warm-up.
         metrics["prefix_hit_rate"] = counted
-        notes["prefix_hit_rate"] = "from the engine's prefix-cache counters (no request said its cached tokens)"
+        notes["prefix_hit_rate"] = (
+            "from the engine's prefix-cache counters over the scrapes after the warm-up: every request it "
+            "admitted then, finished or not (no request said its cached tokens)"
+        )
     lags = [r.send_lag_ms for r in records if r.scheduled_s >= slo.warmup_s]
     behind = replay_summary.client_behind(lags, slo.slo_ttft_ms)
     if behind:

@@ -115,9 +115,19 @@ def _check_count(path: Path, header: dict[str, Any], found: int) -> None:
 
 
 def _id_list(value: Any) -> list[int]:
-    if not isinstance(value, list) or not all(type(i) is int for i in value):
-        raise TypeError(f"hash_ids {str(value)[:40]!r} is not a list of whole numbers")
+    if not isinstance(value, list) or not all(type(i) is int and -(1 << 63) <= i < 1 << 63 for i in value):
+        raise TypeError(f"hash_ids {str(value)[:40]!r} is not a list of signed 64-bit whole numbers")
     return value
+
+
+def _block_tokens(header: dict[str, Any]) -> bool:
+    """Whether the trace has hash ids; the tokens one stands for must be a whole number above 0."""
+    if BLOCK_KEY not in header:
+        return False
+    value = header[BLOCK_KEY]
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{BLOCK_KEY} {value!r} is not a number of tokens above 0")
+    return True
 
 
 def load(path: Path) -> TraceData:
@@ -131,7 +141,7 @@ def load(path: Path) -> TraceData:
             header = json.loads(f.readline())
             adapters, duration = _header_fields(header)
             index = {name: i for i, name in enumerate(adapters)}
-            hashed = BLOCK_KEY in header
+            hashed = _block_tokens(header)
             for line in f:
                 number += 1
                 if line.strip():

@@ -43,9 +43,6 @@ class HashIds:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def row(self, k: int) -> tuple[int, ...]:
-        return tuple(self.values[self.offsets[k] : self.offsets[k + 1]].tolist())
-
     def rows(self) -> list[tuple[int, ...]]:
         values, offsets = self.values.tolist(), self.offsets.tolist()
         return [tuple(values[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]

@@ -20,6 +20,8 @@ from pathlib import Path
 
 # Mooncake's published traces cut prompts into 512-token blocks, one hash id each (its README).
 MOONCAKE_BLOCK_TOKENS = 512
+# Hash ids are held as signed 64-bit numbers.
+HASH_ID_LIMIT = 1 << 63
 # Far above any model's context: a bigger count is a wrong column, not a request.
 MAX_TOKENS = 1 << 31
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "datetime": None}
@@ -165,6 +167,11 @@ class _Rows:
             ids = [int(i) if type(i) is int else int(str(i), 10) for i in items if i != ""]
         except ValueError:
             ids = None
+        if ids is not None and any(not -HASH_ID_LIMIT <= i < HASH_ID_LIMIT for i in ids):
+            raise TraceInputError(
+                f"{self.path}: row {number}, column {self.columns.hash_ids!r}: an id of {str(value)[:60]!r} is "
+                "outside -2^63 to 2^63 - 1: give ids as signed 64-bit numbers (or number the distinct ones)"
+            )
         if ids is None or value is None or isinstance(value, bool):
             raise TraceInputError(
                 f"{self.path}: row {number}, column {self.columns.hash_ids!r}: {value!r} is not a list of block "

@@ -35,20 +35,13 @@ from lorabench.targets import clock
 from lorabench.targets.engine import Engine, EngineBuildError
 from lorabench.targets.http.checks import server_mismatches
 from lorabench.targets.http.client import Client, RequestFailed
-from lorabench.targets.http.lora_api import RuntimeApiMissing, RuntimeLoras, server_paths
+from lorabench.targets.http.lora_api import RuntimeApiMissing, RuntimeLoras, served_adapters, server_paths
 from lorabench.targets.http.metrics import ServerState, server_state
 from lorabench.targets.http.outputs import UNKNOWN_TOKEN, ClientTiming, Completion, HttpOutput, HttpParams, corrected
 from lorabench.targets.http.telemetry import Awaiting, Scraper
 
 # Seconds between two scrapes of /metrics while waiting for the server to be idle.
 IDLE_SCRAPE_S = 0.05
-
-
-def served_adapters(models: Sequence[dict[str, Any]]) -> tuple[str | None, set[str]]:
-    """The base model's served name and the adapters' names, from ``/v1/models``: vLLM lists
-    an adapter with its base model as ``parent``."""
-    base = next((m["id"] for m in models if not m.get("parent")), None)
-    return base, {m["id"] for m in models if m.get("parent")}
 
 
 class HttpEngine(RuntimeLoras, Engine):

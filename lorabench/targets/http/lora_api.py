@@ -49,6 +49,13 @@ def missing_route(exc: RequestFailed) -> bool:
         return True
 
 
+def served_adapters(models: Sequence[dict[str, Any]]) -> tuple[str | None, set[str]]:
+    """The base model's served name and the adapters' names, from ``/v1/models``: vLLM lists
+    an adapter with its base model as ``parent``."""
+    base = next((m["id"] for m in models if not m.get("parent")), None)
+    return base, {m["id"] for m in models if m.get("parent")}
+
+
 def server_paths(models: Sequence[dict[str, Any]]) -> dict[str, str]:
     """Each served adapter's path on the server (``/v1/models``' ``root``): what a load must
     name, since the client's own path may not exist where the server runs."""

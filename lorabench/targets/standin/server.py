@@ -230,7 +230,7 @@ class StandInServer:
                 request.transport.abort()  # the client sees the stream break off
                 return response
         usage: dict[str, Any] = {"prompt_tokens": len(prompt), "completion_tokens": generated}
-        if self.spec.enable_prefix_caching and self.prompt_tokens_details:
+        if self.prompt_tokens_details:
             # As `vllm serve --enable-prompt-tokens-details` (the serve target's command) reports it.
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         await _event(response, {"id": request_id, "choices": [], "usage": usage})
