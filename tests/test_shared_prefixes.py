@@ -372,3 +372,16 @@ def test_the_engines_counters_count_from_the_warm_up_on(until_t):
     rows = [record(0.5, 100, 0), record(1.25, 100, 10), record(1.5, 100, 50)]
     assert prefix_hit_rate(rows, 1.0, until_t) == (50 / 100 if until_t else 60 / 200)
     assert prefix_hit_rate([record(0.5, 0, 0)], 0.0, until_t) is None, "no query counted: no rate"
+
+
+def test_a_run_with_caching_off_and_one_with_it_on_are_paired_together():
+    from types import SimpleNamespace
+
+    from lorabench.analysis.report import prefix_figures
+
+    case = {"scenario": "online", "enable_lora": True, "max_loras": 2, "max_lora_rank": 8, "trace_suite": "m"}
+    off = pd.DataFrame([{**case, "enable_prefix_caching": False, "ttft_ms_p50": 240.0}])
+    on = pd.DataFrame([{**case, "enable_prefix_caching": True, "prefix_cache_salted": True, "ttft_ms_p50": 45.0}])
+    runs = [SimpleNamespace(label="aaaa", rows=off), SimpleNamespace(label="bbbb", rows=on)]
+    assert prefix_figures.ttft_gain(runs) is not None
+    assert prefix_figures.ttft_gain(runs[:1]) is None, "one side alone pairs nothing"

@@ -63,16 +63,21 @@ def _cached(adapters: pd.DataFrame) -> pd.DataFrame:
 
 def ttft_gain(runs: Sequence[ReportRun]) -> Any | None:
     """TTFT p50 with caching off and on, for each case a run measured both ways on the same
-    configuration otherwise; the bar pair is labelled with off over on (the mean over builds)."""
-    pairs = [(run, _paired(run.rows)) for run in runs]
-    pairs = [(run, frame) for run, frame in pairs if not frame.empty]
+    configuration otherwise; where no run did, the cases the runs together measured both ways
+    (a run with caching off and one with it on). The bar pair is labelled with off over on
+    (means over builds)."""
+    pairs = [(run.label, _paired(run.rows)) for run in runs]
+    pairs = [(label, frame) for label, frame in pairs if not frame.empty]
+    if not pairs and len(runs) > 1:
+        pooled = _paired(pd.concat([run.rows for run in runs], ignore_index=True))
+        pairs = [(" + ".join(run.label for run in runs), pooled)] if not pooled.empty else []
     if not pairs:
         return None
     plt = pyplot()
     count = sum(len(frame) for _, frame in pairs)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * count), 4.5))
     x, labels = 0, []
-    for r, (run, frame) in enumerate(pairs):
+    for r, (name, frame) in enumerate(pairs):
         hatch = ["", "//", "..", "xx"][r % 4]
         for case, row in frame.iterrows():
             ax.bar(
@@ -82,7 +87,7 @@ def ttft_gain(runs: Sequence[ReportRun]) -> Any | None:
                 x + 0.2, row["on"], width=0.4, color="tab:green", hatch=hatch, label="caching on" if x == 0 else None
             )
             ax.annotate(f"{row['off'] / row['on']:.2g}x", (x, max(row["off"], row["on"])), ha="center", va="bottom")
-            labels.append(f"{run.label}\n{case}")
+            labels.append(f"{name}\n{case}")
             x += 1
     ax.set_xticks(np.arange(len(labels)), labels, fontsize=7)
     ax.set_ylabel("TTFT p50 (ms), mean over builds")
