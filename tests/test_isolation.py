@@ -314,8 +314,13 @@ def test_a_prefix_hit_rate_that_fell_fails_the_comparison_and_a_few_points_do_no
     base = hit_rate_run(tmp_path, "base", 0.8)
     assert run_cli(base, hit_rate_run(tmp_path, "near", 0.76)) == 0, "within eviction's few points"
     assert run_cli(base, hit_rate_run(tmp_path, "fell", 0.3)) == 1
-    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("PREFIX CACHE HIT RATE FELL")]
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("PREFIX CACHE HIT RATE FELL")]
     assert lines and all(
         "30.0% of prompt tokens found cached on the new side, 80.0% on the base side" in ln for ln in lines
     )
     assert run_cli(hit_rate_run(tmp_path, "low", 0.3), base) == 0, "a rate that rose is no failure"
+    from lorabench.analysis.compare.analysis import Comparison
+
+    fell = Comparison(None, None, findings=[], hit_rate_falls=["a"])
+    assert fell.failed and fell.reasons() == "1 prefix hit rate fallen", "said as itself, not as an isolation finding"

@@ -38,7 +38,7 @@ import numpy as np
 
 from lorabench.analysis.cases import METRICS, case_of
 from lorabench.analysis.compare.capacity import CapacityBound, capacity_verdicts
-from lorabench.analysis.compare.failures import broken_isolation, failed_operations
+from lorabench.analysis.compare.failures import broken_isolation, failed_operations, fallen_hit_rates
 from lorabench.analysis.compare.load import CompareError, Run
 from lorabench.analysis.compare.noise import (
     BUILDS,
@@ -107,6 +107,8 @@ class Comparison:
     # canaries found a breach or outputs changed by caching (compare.failures).
     churn_failures: list[str] = field(default_factory=list)
     isolation_failures: list[str] = field(default_factory=list)
+    # Cases with prefix caching on whose new side found less of its prompts cached (compare.failures).
+    hit_rate_falls: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -128,6 +130,7 @@ class Comparison:
             (sum(b.change < 0 for b in self.capacity_bounds), "capacity bound regressed", "capacity bounds regressed"),
             (len(self.churn_failures), "churn case with failed operations", "churn cases with failed operations"),
             (len(self.isolation_failures), "isolation finding", "isolation findings"),
+            (len(self.hit_rate_falls), "prefix hit rate fallen", "prefix hit rates fallen"),
         )
         return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
 
@@ -205,6 +208,7 @@ def compare(
     )
     result.churn_failures = failed_operations(base, new)
     result.isolation_failures = broken_isolation(base, new)
+    result.hit_rate_falls = fallen_hit_rates(base, new)
     return result
 
 

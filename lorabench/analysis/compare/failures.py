@@ -133,7 +133,6 @@ def fallen_hit_rates(base: Run, new: Run) -> list[str]:
 
 def broken_isolation(base: Run, new: Run) -> list[str]:
     """Isolation cases whose new side's canaries found a breach (a reload's only where the base
-    side's held), caching that changes outputs, or caching not in effect where the base's was;
-    and cases whose prefix hit rate fell."""
+    side's held), caching that changes outputs, or caching not in effect where the base's was."""
     kinds = (ISOLATION, RELOAD, CACHING_CHANGED, CACHE_OFF)
-    return [line for kind in kinds for line in new_failures(base, new, kind)] + fallen_hit_rates(base, new)
+    return [line for kind in kinds for line in new_failures(base, new, kind)]

@@ -35,7 +35,7 @@ from lorabench.analysis.compare.analysis import (
     shared_cases,
 )
 from lorabench.analysis.compare.capacity import capacity_verdicts
-from lorabench.analysis.compare.failures import broken_isolation, failed_operations
+from lorabench.analysis.compare.failures import broken_isolation, failed_operations, fallen_hit_rates
 from lorabench.analysis.compare.load import CompareError, Run, load_run
 from lorabench.analysis.compare.noise import Noise, case_run_means, detectable, t_sf
 
@@ -181,6 +181,7 @@ def compare_paired_runs(
     result.capacity_collapses, result.capacity_unjudged, result.capacity_bounds = verdicts
     result.churn_failures = failed_operations(base, new)
     result.isolation_failures = broken_isolation(base, new)
+    result.hit_rate_falls = fallen_hit_rates(base, new)
     return result
 
 

@@ -137,7 +137,8 @@ def failure_lines(c: Comparison) -> list[str]:
         f"OUTPUT CHANGED: adapter {adapter} ({model}) answers the greedy probe differently: {b} -> {n}"
         for model, adapter, b, n in c.digest_changes
     ]
-    return [*changed, *c.capacity_collapses, *c.capacity_unjudged, *c.churn_failures, *c.isolation_failures]
+    lines = [*c.capacity_collapses, *c.capacity_unjudged, *c.churn_failures, *c.isolation_failures]
+    return [*changed, *lines, *c.hit_rate_falls]
 
 
 def _unmatched(c: Comparison) -> list[str]:
@@ -207,6 +208,7 @@ def render_json(c: Comparison) -> str:
             "capacity_bounds": [_bound_record(b) for b in c.capacity_bounds],
             "churn_failures": c.churn_failures,
             "isolation_failures": c.isolation_failures,
+            "hit_rate_falls": c.hit_rate_falls,
         },
         indent=2,
     )
