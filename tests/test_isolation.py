@@ -322,5 +322,7 @@ def test_a_prefix_hit_rate_that_fell_fails_the_comparison_and_a_few_points_do_no
     assert run_cli(hit_rate_run(tmp_path, "low", 0.3), base) == 0, "a rate that rose is no failure"
     from lorabench.analysis.compare.analysis import Comparison
 
+    blank = hit_rate_run(tmp_path, "blank", float("nan"))  # a server that said no request's cached tokens
+    assert run_cli(base, blank) == 0 and "PREFIX CACHE HIT RATE FELL" not in capsys.readouterr().out
     fell = Comparison(None, None, findings=[], hit_rate_falls=["a"])
     assert fell.failed and fell.reasons() == "1 prefix hit rate fallen", "said as itself, not as an isolation finding"

@@ -91,6 +91,10 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     assert abs(online["prefix_hit_rate"] - online["prefix_hit_rate_predicted"]) < 0.03
     usage = pd.read_csv(replays_path_for(csv, "adapters"))
     assert len(usage) == 2 and (abs(usage["prefix_hit_rate"] - usage["prefix_hit_rate_predicted"]) < 0.03).all()
+    # vLLM's own PrefixCacheStats, step by step in the timeline, found cached hits too.
+    steps = pd.read_csv(replays_path_for(csv, "timeline"))
+    steps = steps[steps["scenario"] == "online"]
+    assert steps["prefix_queries"].sum() > steps["prefix_hits"].sum() > 0
 
     sweep = rows[rows.scenario == "working_set"].set_index("working_set")
     assert sweep["load_share"].to_dict() == {1: 0.0, 2: 0.0, 3: 1.0}, "past max_cpu_loras=2 every request loads"
