@@ -79,7 +79,7 @@ class FakeEngine:
     def sampling_params(self, output_len, stream):
         return None
 
-    async def stream(self, prompt, params, adapter):
+    async def stream(self, prompt, params, adapter, cache_salt=None):
         if adapter == "bad":
             raise RuntimeError("engine died: out of blocks")
         if adapter == "refused":  # as the HTTP engine ends a stream that got an error status
@@ -170,7 +170,7 @@ class Watcher(FakeEngine):
         super().__init__()
         self.gc, self.frozen = fake_gc, []
 
-    def stream(self, prompt, params, adapter):
+    def stream(self, prompt, params, adapter, cache_salt=None):
         self.frozen.append(self.gc.frozen > 0)
         return super().stream(prompt, params, adapter)
 

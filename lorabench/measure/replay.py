@@ -212,8 +212,7 @@ class _Sender:
         while self.early_wake_s and clock.now() < due:
             await asyncio.sleep(0)
         record.sent_s = clock.now() - start
-        salted = {"cache_salt": self.salt} if self.salt is not None else {}
-        async for out in engine.stream(prompt, params, self.adapters[record.adapter], **salted):
+        async for out in engine.stream(prompt, params, self.adapters[record.adapter], self.salt):
             # Over HTTP, when the tokens' bytes arrived, before the client parsed them.
             received = getattr(out, "received_at", None)
             now = (clock.now() if received is None else received) - start

@@ -51,15 +51,14 @@ def _batch(ctx: Context, engine: Engine, batch_size: int, workload: str | None) 
     )
 
 
-def round_inputs(batch: Batch, index: int, salt: str | None) -> tuple[list[Prompt], dict[str, str]]:
+def round_inputs(batch: Batch, index: int, salt: str | None) -> tuple[list[Prompt], str | None]:
     """Round ``index``'s prompts and salt. With caching on (a case's ``Engine.cold_salt``, so
     that it finds no earlier case's prompts cached), synthetic prompts
     bring new own tokens each round, the shared prefix kept; text prompts, which repeat, get
     a salt of the round's own, so a round never reuses the previous round's whole prompts."""
     if salt is None:
-        return batch.round_prompts(0), {}
-    own = salt if batch.synthetic is not None else f"{salt}-r{index}"
-    return batch.round_prompts(index), {"cache_salt": own}
+        return batch.round_prompts(0), None
+    return batch.round_prompts(index), salt if batch.synthetic is not None else f"{salt}-r{index}"
 
 
 def _prompts_key(batch: Batch) -> tuple:
@@ -77,7 +76,7 @@ def baseline_e2e_ms(ctx: Context, engine: Engine, batch: Batch) -> float:
         for index in range(m.warmup_rounds + m.rounds):
             prompts, salted = round_inputs(batch, index, salt)
             start = engine.loop.time()
-            engine.generate(prompts, adapters, m.output_len, **salted)
+            engine.generate(prompts, adapters, m.output_len, cache_salt=salted)
             times.append((engine.loop.time() - start) * 1000.0)
         ctx.clock.add(WARMUPS, sum(times[: m.warmup_rounds]) / 1000.0)
         ctx.clock.add(MEASURED, sum(times[m.warmup_rounds :]) / 1000.0)
@@ -111,7 +110,7 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
         cached = engine.cached_adapters() if batch.adapters else set()
         loads = sum(a.name not in cached for a in batch.adapters)
         start = engine.loop.time()
-        outputs = engine.generate(prompts, adapters, m.output_len, **salted)
+        outputs = engine.generate(prompts, adapters, m.output_len, cache_salt=salted)
         raw.append((engine.loop.time() - start, outputs, loads))
 
     engine.load_adapters(batch.adapters)

@@ -123,9 +123,11 @@ class _Probe:
     def request(self, i: int, sent: Adapter) -> RoundSample:
         """The probe sent with ``sent`` (the target, or its alias), recorded as the target's;
         salted apart with prefix caching on, so that its repeats are not served from its cache."""
-        salted = {"cache_salt": salt} if (salt := self.engine.cold_salt()) is not None else {}
+        salt = self.engine.cold_salt()
         start = self.engine.loop.time()
-        outputs = self.engine.generate([self.batch.requests[0].prompt], [sent], OUTPUT_LEN, greedy=True, **salted)
+        outputs = self.engine.generate(
+            [self.batch.requests[0].prompt], [sent], OUTPUT_LEN, greedy=True, cache_salt=salt
+        )
         elapsed = self.engine.loop.time() - start
         self.wrong += not self.ctx.digests.matches(self.target, outputs[0].outputs[0].token_ids)
         return measure_round(i, elapsed, outputs, self.batch, OUTPUT_LEN)

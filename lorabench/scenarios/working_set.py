@@ -105,9 +105,9 @@ def _timed_wave(engine: Engine, index: int, prompts: list, adapters: list[Adapte
     """One wave, salted apart with prefix caching on: the waves repeat their prompts, and a
     later wave served from an earlier one's cache would hide the adapter loads it measures."""
     batch = Batch(tuple(Request(p, a) for p, a in zip(prompts, adapters)), tuple(adapters))
-    salted = {"cache_salt": salt} if (salt := engine.cold_salt()) is not None else {}
+    salt = engine.cold_salt()
     start = engine.loop.time()
-    outputs = engine.generate(prompts, adapters, output_len, **salted)
+    outputs = engine.generate(prompts, adapters, output_len, cache_salt=salt)
     return measure_round(index, engine.loop.time() - start, outputs, batch, output_len)
 
 
