@@ -24,13 +24,14 @@ from lorabench.scenarios.case import BenchCase
 from lorabench.targets.engine import Engine, EngineBuildError
 
 
-def _state_for_run(config: pytest.Config) -> BenchState:
+def state_for_run(config: pytest.Config) -> BenchState:
+    """The session's state with its run begun: provenance taken, the result writer made."""
     state = config.stash[STATE]
     if state.config is None:
         raise RuntimeError("lorabench: no resolved configuration; was the test collected with its engine parameter?")
     if state.writer is None:
         model = state.file.model if state.config.is_builtin_model else state.config.model.name
-        state.provenance = provenance(config.rootpath, state.platform, model)
+        state.provenance = {**provenance(config.rootpath, state.platform, model), **state.fleet_columns}
         state.writer = ResultWriter(
             state.config.results_dir, state.config.output, state.provenance["git_commit"], state.provenance["git_dirty"]
         )
@@ -41,7 +42,7 @@ def _state_for_run(config: pytest.Config) -> BenchState:
 @pytest.fixture(scope="session")
 def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     """A running vLLM engine: one build of one engine configuration, shared by all its cases."""
-    state = _state_for_run(request.config)
+    state = state_for_run(request.config)
     spec = getattr(request, "param", None)
     if spec is None:
         raise RuntimeError(
@@ -79,7 +80,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
 @pytest.fixture
 def lorabench(request: pytest.FixtureRequest, benchmark: Any) -> BenchCase:
     """Runs one case on the engine it is given and records it; see ``BenchCase.run``."""
-    state = _state_for_run(request.config)
+    state = state_for_run(request.config)
     return BenchCase(
         config=state.config,
         benchmark=benchmark,

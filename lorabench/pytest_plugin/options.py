@@ -31,6 +31,17 @@ def _builds(text: str) -> int:
     return builds
 
 
+LOCAL = "local"
+
+
+def parse_fleet(text: str) -> str:
+    """``local``, ``auto`` or ``ray://HOST:PORT``."""
+    text = text.strip()
+    if text in (LOCAL, "auto") or text.startswith("ray://"):
+        return text
+    raise ValueError("expected local, auto or a Ray address such as ray://head:10001")
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: ``--bench-x`` on the command line, ``bench_x`` in the ini file."""
@@ -94,6 +105,28 @@ OPTIONS = {
             "at the end, draw this run's results as a page of figures in DIR/index.html",
             "DIR",
             path=True,
+        ),
+        Option(
+            "bench_fleet",
+            "run the engine configurations in parallel: local (one worker per device of this node) "
+            "or a Ray cluster's address (ray://HOST:PORT, or auto); docs/fleet.md",
+            "FLEET",
+            convert=parse_fleet,
+        ),
+        Option(
+            "bench_devices",
+            "the devices of --bench-fleet local: 0,1,2 (indices), on the CPU 0-3,4-7 (a set of cores each); "
+            "default: every visible device, on the CPU each NUMA node (one node: two halves of its cores)",
+            "LIST",
+        ),
+        Option(
+            "bench_fleet_check",
+            "with --bench-fleet local: measure one configuration alone and beside its neighbours, "
+            "alternated, and say whether a parallel run's rows compare with sequential ones",
+            flag=True,
+        ),
+        Option(
+            "bench_fleet_worker", "internal: the folder of the fleet task this session runs (set by the driver)", "DIR"
         ),
     )
 }

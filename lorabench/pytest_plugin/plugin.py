@@ -23,7 +23,7 @@ import pytest
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, engine_specs, resolve_config
 from lorabench.config.target import URL
 from lorabench.host.device import DEVICE_TYPES
-from lorabench.pytest_plugin import hooks, options
+from lorabench.pytest_plugin import fleet_driver, fleet_worker, hooks, options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE, device_skip, scenario_of
 from lorabench.pytest_plugin.fixtures import engine, lorabench  # noqa: F401 - pytest finds fixtures in the plugin's namespace
 from lorabench.pytest_plugin.session import STATE, BenchState
@@ -58,14 +58,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"scenario(name): a lorabench benchmark; name is one of {', '.join(SCENARIOS)}")
     problems: list[str] = []  # refused when collection ends, before any engine starts
     config_path = Path(options.value(config, "bench_config"))
+    worker = fleet_worker.worker_of(config)
     config.stash[STATE] = BenchState(
         config_path=config_path.resolve(),
-        output=options.value(config, "bench_output"),
+        output=worker.output if worker else options.value(config, "bench_output"),
+        fleet_columns=worker.columns if worker else {},
         builds=options.checked(config, "bench_builds", problems),
         target_option=options.checked(config, "bench_target", problems),
         problems=problems,
     )
     options.checked(config, "bench_compare_alpha", problems)  # a bad value is refused now, not after the run
+    options.checked(config, "bench_fleet", problems)
     try:
         pair_from_env()
     except ValueError as exc:
@@ -156,6 +159,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     _stop_on_sigterm(state)
     state.config = _resolve_run(state, runnable)
+    if options.value(config, "bench_fleet") and not state.fleet_columns:
+        fleet_driver.start(config, state, runnable)
     for warning in state.config.warnings:
         say(config, f"lorabench: warning: {warning}")
     state.progress = _run_progress(runnable, state.file, at_url=state.target.kind == URL)
@@ -232,10 +237,12 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before the terminal reporter prints its summary
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if session.config.stash[STATE].refused:
+    state = session.config.stash[STATE]
+    if state.refused:
         session.exitstatus = options.BAD_INPUT
         return
-    finish_session(session)
+    if not state.fleet_columns:  # a fleet worker's run is the driver's to report, compare and keep
+        finish_session(session)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's table: the run's files are the last lines

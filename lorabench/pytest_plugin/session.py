@@ -48,6 +48,10 @@ class BenchState:
     progress: RunProgress | None = None
     # Where the session's wall time goes (builds, measured work, warm-ups, the harness), from its start.
     clock: WallClock = field(default_factory=WallClock)
+    # A fleet worker's columns for every row (its run id, its devices; lorabench.pytest_plugin.fleet_worker).
+    fleet_columns: dict[str, Any] = field(default_factory=dict)
+    # A fleet driver's lines of the summary (lorabench.pytest_plugin.fleet_driver); empty in any other session.
+    fleet: list[str] = field(default_factory=list)
 
     def read_file(self) -> ConfigFile | None:
         """The parsed config file, read once; problems are kept for the usage error."""

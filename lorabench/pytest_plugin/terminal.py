@@ -38,7 +38,9 @@ def summary_lines(state: BenchState) -> list[str]:
         builds = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in state.built)
         what = f"connections to {state.target.url}" if at_url else "engine builds"
         lines.append(f"{what}: {len(state.built)} ({builds})")
-    if state.progress is not None:  # benchmark cases ran
+    if state.fleet:  # the workers built and measured; this session waited for them
+        lines += state.fleet
+    elif state.progress is not None:  # benchmark cases ran
         lines.append(state.clock.line("connections" if at_url else BUILDS))
     if state.rss_after_teardown and not at_url:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)

@@ -61,7 +61,7 @@ def _csv_line(values: Iterable[Any]) -> str:
     return buf.getvalue()
 
 
-def _append(path: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]], exclusive: bool) -> None:
+def append_rows(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, Any]], exclusive: bool) -> None:
     """Append rows as one locked, synced write; the header goes first in an empty file."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_EXCL if exclusive else 0)
     fd = os.open(path, flags, 0o644)
@@ -123,34 +123,38 @@ class ResultWriter:
         for n in range(1000):
             candidate = self.results_dir / (self._stem + (f"-{n}" if n else "") + ".csv")
             try:
-                _append(candidate, COLUMNS, [], exclusive=True)
+                append_rows(candidate, COLUMNS, [], exclusive=True)
             except FileExistsError:
                 continue
             return candidate
         raise ResultsFileError(f"could not create a new results file in {self.results_dir}")
 
-    def append_digests(self, records: Sequence[DigestRecord]) -> None:
-        """One engine build's adapter digests, beside the run's result file."""
+    def claim(self) -> Path:
+        """The run's result file, created (header only) if no row made it yet."""
         if self.path is None:
             self.path = self._claim_new_file()
-        _append(digests_path_for(self.path), DIGEST_COLUMNS, [asdict(r) for r in records], exclusive=False)
+        return self.path
+
+    def append_digests(self, records: Sequence[DigestRecord]) -> None:
+        """One engine build's adapter digests, beside the run's result file."""
+        self.claim()
+        append_rows(digests_path_for(self.path), DIGEST_COLUMNS, [asdict(r) for r in records], exclusive=False)
 
     def append_records(self, key: Mapping[str, Any], kind: str, records: Sequence[Any]) -> Path:
         """Make records of one kind (``REPLAY_FILES``, or ``SAMPLES``) durable under their case's key
         (``records.SAMPLE_KEY``); returns their file. A case may keep some before its row
         exists (``scenarios.Context.keep``), so that failing midway loses none of them."""
-        if self.path is None:
-            self.path = self._claim_new_file()
+        self.claim()
         if kind == SAMPLES:
             self._append_samples(key, records)
             return samples_path_for(self.path)
         path = replays_path_for(self.path, kind)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _append(path, REPLAY_FILES[kind], [{**key, **asdict(r)} for r in records], exclusive=False)
+        append_rows(path, REPLAY_FILES[kind], [{**key, **asdict(r)} for r in records], exclusive=False)
         return path
 
     def _append_samples(self, key: Mapping[str, Any], samples: Sequence[Sample]) -> None:
-        _append(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
+        append_rows(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
         self.by_rank += [(s.adapter_rank, s.ttft_ms, s.decode_ms) for s in samples if s.adapter_rank is not None]
 
     def append(
@@ -158,16 +162,14 @@ class ResultWriter:
     ) -> None:
         """Make one finished case durable: its samples and other records (``REPLAY_FILES``)
         first, then the row that summarizes them, so every row on disk has its records behind it."""
-        if self.path is None:
-            self.path = self._claim_new_file()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.claim().parent.mkdir(parents=True, exist_ok=True)
         values = asdict(row)
         key = {c: values[c] for c in SAMPLE_KEY}
         self._append_samples(key, samples)
         for kind, kept in (records or {}).items():
             if kept:
                 self.append_records(key, kind, kept)
-        _append(self.path, COLUMNS, [values], exclusive=False)
+        append_rows(self.path, COLUMNS, [values], exclusive=False)
         self.rows.append(row)
 
 

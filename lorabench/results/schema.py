@@ -88,6 +88,10 @@ class ResultRow:
     model: str = _col(PROVENANCE, key=True)
     # An HTTP target's server (lorabench.targets.http): the URL requests went to; blank in process.
     endpoint: str | None = _col(PROVENANCE, optional=True, by_engine=True)
+    # A fleet's rows (--bench-fleet, docs/fleet.md): the devices the case ran on, and the
+    # configurations that ran beside it on its node meanwhile ("" none); blank in a sequential run.
+    fleet_devices: str | None = _col(PROVENANCE, optional=True, by_engine=True)
+    fleet_neighbours: str | None = _col(PROVENANCE, optional=True, by_engine=True)
 
     scenario: str = _col(PARAMETER, key=True)
     # Where requests went (lorabench.config.target): inprocess, serve or url; a case measured

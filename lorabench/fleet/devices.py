@@ -1,0 +1,151 @@
+"""The devices a local fleet spreads engine configurations over, and how a worker is pinned
+to its share of them.
+
+An accelerator is what its management tool lists (``npu-smi``, ``nvidia-smi``, out of
+process: the pytest process never touches a device runtime) or what ``--bench-devices``
+names; a worker sees only its own through ``ASCEND_RT_VISIBLE_DEVICES`` or
+``CUDA_VISIBLE_DEVICES``. On the CPU a device is a set of cores: a worker runs on them
+alone (its affinity, which vLLM's CPU backend reads to bind its threads). Without
+``--bench-devices`` each NUMA node is a device, and a machine of one node is split into
+two halves, so that a fleet on the CPU is a fleet and not one engine after another.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorabench.host import smi
+
+# Where a CPU worker learns its cores: it sets its own affinity from it before anything starts.
+CPUS_ENV = "LORABENCH_FLEET_CPUS"
+NODES = Path("/sys/devices/system/node")
+
+
+class DeviceError(ValueError):
+    """Devices that cannot be used as named; the message names the value and the fix."""
+
+
+@dataclass(frozen=True)
+class Slot:
+    """The devices one worker runs on: one device, or ``tensor_parallel_size`` of them."""
+
+    device_type: str
+    devices: tuple[tuple[int, ...], ...]  # each device: its index, or on the CPU its cores
+
+    @property
+    def label(self) -> str:
+        """How rows and progress name it: ``cpu 0-3``, ``npu 4,5``."""
+        return f"{self.device_type} " + ",".join(_span(d) for d in self.devices)
+
+    def env(self) -> dict[str, str]:
+        """The environment that keeps a worker on this slot's devices."""
+        if self.device_type == "cpu":
+            return {CPUS_ENV: ",".join(str(c) for d in self.devices for c in d)}
+        return {smi.VISIBLE_VARIABLES[self.device_type]: ",".join(str(d[0]) for d in self.devices)}
+
+
+def _span(cores: tuple[int, ...]) -> str:
+    """``0-3`` for consecutive cores, ``0+2`` otherwise; one index as itself."""
+    if len(cores) == 1:
+        return str(cores[0])
+    if list(cores) == list(range(cores[0], cores[-1] + 1)):
+        return f"{cores[0]}-{cores[-1]}"
+    return "+".join(map(str, cores))
+
+
+def parse_devices(text: str, device_type: str) -> list[tuple[int, ...]]:
+    """``--bench-devices``: ``0,1,3`` (device indices), on the CPU ``0-3,4-7`` (a device a
+    range of cores) or ``0,1`` (a core each)."""
+    devices = []
+    for part in (p.strip() for p in text.split(",")):
+        first, dash, last = part.partition("-")
+        try:
+            if dash and device_type != "cpu":
+                raise ValueError
+            span = tuple(range(int(first), int(last) + 1)) if dash else (int(first),)
+        except ValueError:
+            example = "0-3,4-7 (cores)" if device_type == "cpu" else "0,1,2,3"
+            raise DeviceError(f"--bench-devices {text}: {part!r} is not a device; name them as {example}") from None
+        if not span or min(span) < 0:
+            raise DeviceError(f"--bench-devices {text}: {part!r} names no device")
+        devices.append(span)
+    seen = [i for d in devices for i in d]
+    if len(seen) != len(set(seen)):
+        raise DeviceError(f"--bench-devices {text}: a device or core is named twice; name each once")
+    return devices
+
+
+def _numa_nodes(allowed: set[int]) -> list[tuple[int, ...]]:
+    """The cores of each NUMA node this process may run on; one group where the system does not say."""
+    groups = []
+    for node in sorted(NODES.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
+        try:
+            cores = parse_devices((node / "cpulist").read_text().strip(), "cpu")
+        except (OSError, DeviceError):
+            continue
+        mine = tuple(sorted({c for span in cores for c in span} & allowed))
+        if mine:
+            groups.append(mine)
+    return groups or [tuple(sorted(allowed))]
+
+
+def available(device_type: str) -> list[tuple[int, ...]]:
+    """Every device this process may use: the tool's visible devices, or on the CPU its cores one by one."""
+    if device_type == "cpu":
+        return [(c,) for c in sorted(os.sched_getaffinity(0))]
+    try:
+        readings = smi.visible(smi.read_devices(device_type), device_type, os.environ)
+    except smi.DeviceToolError as exc:
+        raise DeviceError(
+            f"--bench-fleet local: cannot list the {device_type} devices ({exc}); "
+            "name them with --bench-devices 0,1,..."
+        ) from None
+    return [(d.index,) for d in readings]
+
+
+def default_devices(device_type: str) -> list[tuple[int, ...]]:
+    """The devices of ``--bench-fleet local`` without ``--bench-devices``."""
+    if device_type != "cpu":
+        return available(device_type)
+    nodes = _numa_nodes(set(os.sched_getaffinity(0)))
+    if len(nodes) == 1 and len(nodes[0]) > 1:
+        half = len(nodes[0]) // 2
+        return [nodes[0][:half], nodes[0][half:]]
+    return nodes
+
+
+def chosen_devices(text: str | None, device_type: str) -> list[tuple[int, ...]]:
+    """``--bench-devices`` checked against what this host has, or the default devices."""
+    if not text:
+        return default_devices(device_type)
+    devices = parse_devices(text, device_type)
+    have = {i for d in available(device_type) for i in d}
+    missing = sorted({i for d in devices for i in d} - have)
+    if missing:
+        what = "cores this process may run on" if device_type == "cpu" else f"visible {device_type} devices"
+        raise DeviceError(
+            f"--bench-devices {text}: {', '.join(map(str, missing))} not among the {what} "
+            f"({','.join(str(i) for i in sorted(have))}); name only those"
+        )
+    return devices
+
+
+def slots(devices: list[tuple[int, ...]], device_type: str, per_engine: int) -> list[Slot]:
+    """The devices grouped ``per_engine`` (``tensor_parallel_size`` x ``pipeline_parallel_size``)
+    at a time, one group a worker; devices left over idle."""
+    if per_engine > len(devices):
+        raise DeviceError(
+            f"engine.tensor_parallel_size x pipeline_parallel_size is {per_engine}: each engine needs "
+            f"{per_engine} devices and the fleet has {len(devices)}; lower it or name more with --bench-devices"
+        )
+    count = len(devices) // per_engine
+    return [Slot(device_type, tuple(devices[i * per_engine : (i + 1) * per_engine])) for i in range(count)]
+
+
+def pin_from_env() -> None:
+    """In a CPU worker: run on the cores the driver gave it, before any engine starts."""
+    cores = os.environ.get(CPUS_ENV, "").strip()
+    if cores:
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})

@@ -1,0 +1,128 @@
+"""The fleet's driver (``--bench-fleet local``): the session collects and checks as always,
+then, instead of running its cases, hands each engine configuration x build to a worker on
+a slot of this node's devices (``lorabench.fleet.local``), shows the workers' test reports
+as its own, and adopts each worker's run into the session's (``lorabench.results.merge``):
+one run, one run id, the keys a sequential run has, so ``compare`` and the history take it
+as one. The end of the session (report, history, comparison) then works on that run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lorabench.config.target import URL
+from lorabench.fleet.devices import DeviceError, Slot, chosen_devices, slots
+from lorabench.fleet.local import ROWS_FILE, Attempt, Callbacks, LocalFleet, Task, worker_command
+from lorabench.pytest_plugin import options
+from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE
+from lorabench.pytest_plugin.fixtures import state_for_run
+from lorabench.pytest_plugin.session import STATE, BenchState
+from lorabench.pytest_plugin.terminal import say
+from lorabench.results.files import ResultsFileError
+from lorabench.results.merge import adopt
+
+NEIGHBOURS = "fleet_neighbours"
+
+
+def fleet_slots(config: pytest.Config, device_type: str, per_engine: int) -> list[Slot]:
+    """The slots of ``--bench-fleet local``; bad devices are bad input (refused, exit 2)."""
+    try:
+        return slots(chosen_devices(options.value(config, "bench_devices"), device_type), device_type, per_engine)
+    except DeviceError as exc:
+        options.refuse([str(exc)])
+
+
+def fleet_tasks(items: Sequence[pytest.Item]) -> list[Task]:
+    """One task per engine configuration x build, its cases in the session's order."""
+    by_engine: dict[str, list[str]] = {}
+    for item in items:
+        by_engine.setdefault(item.callspec.params[ENGINE_FIXTURE].id, []).append(item.nodeid)
+    return [Task(engine_id, tuple(nodeids)) for engine_id, nodeids in by_engine.items()]
+
+
+class FleetDriver:
+    def __init__(self, config: pytest.Config, slots: Sequence[Slot], tasks: Sequence[Task]) -> None:
+        self.config, self.slots, self.tasks = config, list(slots), list(tasks)
+        self.locations: dict[str, Any] = {}
+        self.lost: list[str] = []
+        self.reference: dict[str, str] = {}  # the run's digest of each adapter (merge._recheck_digests)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        if session.config.option.collectonly or not self.tasks:
+            return None
+        state = state_for_run(self.config)
+        self.locations = {item.nodeid: item.location for item in session.items}
+        folder = state.writer.log_dir / "fleet"
+        invocation = self.config.invocation_params
+        on = Callbacks(report=self._report, say=lambda line: say(self.config, line), ended=self._adopt, lost=self._lose)
+        say(
+            self.config,
+            f"fleet: {len(self.tasks)} engine builds on {len(self.slots)} workers: "
+            + ", ".join(s.label for s in self.slots),
+        )
+        started = time.monotonic()
+        fleet = LocalFleet(self.slots, self.tasks, worker_command(invocation.args), invocation.dir, folder, on)
+        fleet.run_id = state.provenance["run_id"]
+        try:
+            fleet.run()
+        finally:
+            state.fleet = self._summary(fleet.attempts, time.monotonic() - started, folder)
+        return True
+
+    def _report(self, data: dict[str, Any]) -> None:
+        hook = self.config.hook
+        report = hook.pytest_report_from_serializable(config=self.config, data=data)
+        if report.when == "setup":
+            hook.pytest_runtest_logstart(nodeid=report.nodeid, location=report.location)
+        hook.pytest_runtest_logreport(report=report)
+        if report.when == "teardown":
+            hook.pytest_runtest_logfinish(nodeid=report.nodeid, location=report.location)
+
+    def _adopt(self, attempt: Attempt, neighbours: list[str]) -> None:
+        state = self.config.stash[STATE]
+        try:
+            adopt(state.writer, attempt.folder / ROWS_FILE, {NEIGHBOURS: " ".join(neighbours)}, self.reference)
+        except (ResultsFileError, OSError) as exc:
+            self._lose(attempt.task, f"its rows could not be merged: {exc}")
+
+    def _lose(self, task: Task, reason: str) -> None:
+        """The cases of a task that failed on both attempts: each a failed test, saying why."""
+        self.lost.append(f"fleet: {task.engine_id}: {len(task.nodeids)} cases not run: {reason}")
+        hook = self.config.hook
+        for nodeid in task.nodeids:
+            location = self.locations.get(nodeid, (nodeid, None, nodeid))
+            hook.pytest_runtest_logstart(nodeid=nodeid, location=location)
+            report = pytest.TestReport(nodeid, location, {}, "failed", f"{task.engine_id}: {reason}", "call")
+            hook.pytest_runtest_logreport(report=report)
+            hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
+
+    def _summary(self, attempts: Sequence[Attempt], wall_s: float, folder: Path) -> list[str]:
+        busy = sum((a.ended or time.monotonic()) - a.started for a in attempts)
+        return [
+            f"fleet: {len(self.tasks)} engine builds on {len(self.slots)} workers in {wall_s:.1f} s; "
+            f"the workers ran {busy:.1f} s in all ({busy / wall_s if wall_s else 0:.2f} at once on average)",
+            *self.lost,
+            f"fleet workers' folders (task, reports, pytest output): {folder}",
+        ]
+
+
+def start(config: pytest.Config, state: BenchState, items: Sequence[pytest.Item]) -> None:
+    """Hand this session's cases to a fleet, or refuse what a fleet cannot run (exit 2)."""
+    where = options.value(config, "bench_fleet")
+    if where != options.LOCAL:
+        options.refuse([f"--bench-fleet {where}: a Ray fleet is not built yet; use --bench-fleet local"])
+    if state.target.kind == URL:
+        options.refuse(
+            [
+                f"--bench-fleet {where}: the target is the server at {state.target.url}, one engine; a fleet builds "
+                "engines on this node's devices (use --bench-target serve or inprocess)"
+            ]
+        )
+    found = fleet_slots(config, state.platform.device_type, state.config.devices_per_engine)
+    config.pluginmanager.register(FleetDriver(config, found, fleet_tasks(items)), "lorabench-fleet-driver")

@@ -1,0 +1,189 @@
+"""The local fleet (``--bench-fleet local``): one run out of parallel workers, on the stand-in.
+
+The workers are real pytest processes, each pinned to its own core; what they run is the
+stand-in engine on a virtual clock, so these tests check what the fleet merges, keeps and
+retries, not how fast it is (tests/test_fleet_engine.py runs the real engine)."""
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from lorabench.analysis.compare.load import keyed
+from lorabench.fleet.devices import CPUS_ENV, DeviceError, Slot, default_devices, parse_devices, slots
+from lorabench.fleet.local import worker_command
+from lorabench.results.records import digests_path_for, samples_path_for
+from lorabench.targets.standin import write_config
+from tests.helpers import ROOT, result_files
+
+CORES = sorted(os.sched_getaffinity(0))
+TWO_CORES = pytest.mark.skipif(len(CORES) < 2, reason="a fleet of two one-core devices needs two cores")
+
+# Kills a fleet worker (never the driver, never a sequential session) at its second case:
+# the configurations named "once" on their first worker only, those named "always" every time.
+KILLER = """
+import os, signal
+from pathlib import Path
+import pytest
+from lorabench.targets.standin import StandIn
+
+DIE = {die!r}
+SEEN = []
+
+
+def pytest_lorabench_backend(config):
+    return StandIn(virtual_clock=True, altered={{1: ["a0"]}})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if not item.config.getoption("bench_fleet_worker"):
+        return
+    engine = item.callspec.params["engine"].id
+    SEEN.append(engine)
+    marker = Path(item.config.rootpath) / f"killed-{{engine}}"
+    if SEEN.count(engine) == 2 and DIE.get(engine) in ("always", "once" if not marker.exists() else None):
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _fleet_dir(pytester, die=None, **sections):
+    for name in ("test_no_lora.py", "test_multilora.py"):
+        pytester.makepyfile(**{name[:-3]: (ROOT / "bench" / name).read_text()})
+    pytester.makeconftest(KILLER.format(die=die or {}))
+    matrix = {"builds": 2, "batch_sizes": [2, 4], "workloads": ["distinct", "identical"], **sections.pop("matrix", {})}
+    return write_config(pytester.path, engine={"max_loras": [1, 2]}, matrix=matrix, **sections)
+
+
+def _fleet(pytester, config, *more):
+    devices = f"{CORES[0]},{CORES[1]}"
+    return pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", "--bench-devices", devices, *more)
+
+
+def _rows(folder):
+    (csv,) = result_files(folder)
+    return csv, pd.read_csv(csv)
+
+
+@TWO_CORES
+def test_a_fleet_writes_one_run_with_every_case_once_and_the_keys_of_a_sequential_run(pytester):
+    config = _fleet_dir(pytester)
+    fleet = _fleet(pytester, config)
+    assert fleet.ret == 0, fleet.stdout.str()
+    fleet.stdout.fnmatch_lines(["*fleet: 6 engine builds on 2 workers*", "*28 passed*"])
+    (pytester.path / "results").rename(pytester.path / "fleet-results")
+    fleet_csv, rows = _rows(pytester.path / "fleet-results")
+    sequential = pytester.runpytest("--bench-config", str(config))
+    assert sequential.ret == 0, sequential.stdout.str()
+    seq_csv, seq = _rows(pytester.path / "results")
+
+    assert rows["run_id"].nunique() == 1 and len(rows) == len(seq) == 28
+    assert sorted(keyed(rows)["_key"] + rows["build"].astype(str)) == sorted(keyed(seq)["_key"] + seq["build"].astype(str))
+    assert not rows.duplicated(["engine_id", "test_id"]).any()
+    # Where each ran: both cores, each build on one; who ran beside it: a configuration of the other core.
+    assert set(rows["fleet_devices"]) == {f"cpu {CORES[0]}", f"cpu {CORES[1]}"}
+    assert (rows.groupby("engine_id")["fleet_devices"].nunique() == 1).all()
+    beside = rows.dropna(subset=["fleet_neighbours"])
+    assert len(beside) and all(n not in e for e, n in zip(beside["engine_id"], beside["fleet_neighbours"]))
+    assert seq["fleet_devices"].isna().all() and seq["fleet_neighbours"].isna().all()
+    # build 1's a0 answers otherwise: the fleet counts it against the run's first build, as one session does.
+    assert rows["digest_mismatches"].sum() == seq["digest_mismatches"].sum() == 12
+    assert len(pd.read_csv(samples_path_for(fleet_csv))) == len(pd.read_csv(samples_path_for(seq_csv)))
+    digests = pd.read_csv(digests_path_for(fleet_csv))
+    assert set(digests["run_id"]) == set(rows["run_id"]) and len(digests) == len(pd.read_csv(digests_path_for(seq_csv)))
+    logs = fleet_csv.with_suffix(".logs")
+    assert {p.stem for p in logs.glob("*.log")} == set(rows["engine_id"]) | {"lora-off-build0", "lora-off-build1"}
+
+
+@TWO_CORES
+def test_a_killed_worker_loses_no_finished_row_and_a_configuration_killed_twice_fails(pytester):
+    config = _fleet_dir(
+        pytester,
+        die={"loras1-rank8-cpu4-build0": "once", "loras2-rank8-cpu4-build0": "always"},
+        matrix={"builds": 1},
+    )
+    result = _fleet(pytester, config, "-k", "multilora")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(
+        [
+            "*loras*-build0: its worker on cpu * was killed by SIGKILL after *; 3 unfinished cases queued again*",
+            "*runs loras*-build0, again after its worker died on cpu **",
+        ]
+    )
+    result.stdout.fnmatch_lines(["*fleet: loras2-rank8-cpu4-build0: 2 cases not run: its worker on cpu * was killed*"])
+    result.assert_outcomes(passed=6, failed=2, deselected=6)
+    _, rows = _rows(pytester.path / "results")
+    cases = rows.groupby("engine_id")["test_id"].agg(list)
+    # The once-killed configuration: its first worker's row and its retry's three, each once.
+    assert len(cases["loras1-rank8-cpu4-build0"]) == len(set(cases["loras1-rank8-cpu4-build0"])) == 4
+    # The twice-killed one: one row from each worker before it died.
+    assert len(set(cases["loras2-rank8-cpu4-build0"])) == 2
+
+
+def test_devices_as_a_user_names_them():
+    assert parse_devices("0,1,3", "npu") == [(0,), (1,), (3,)]
+    assert parse_devices("0-3,4-7", "cpu") == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    for bad, why in (("0-3", "not a device"), ("a", "not a device"), ("1,1", "named twice"), ("3-1", "names no")):
+        with pytest.raises(DeviceError, match=why):
+            parse_devices(bad, "cuda" if bad == "0-3" else "cpu")
+    cpu = Slot("cpu", ((0, 1, 2, 3), (6, 8)))
+    assert cpu.label == "cpu 0-3,6+8" and cpu.env() == {CPUS_ENV: "0,1,2,3,6,8"}
+    assert Slot("npu", ((4,), (5,))).env() == {"ASCEND_RT_VISIBLE_DEVICES": "4,5"}
+    assert Slot("cuda", ((2,),)).env() == {"CUDA_VISIBLE_DEVICES": "2"}
+
+
+def test_engines_of_several_devices_take_them_in_groups_and_too_few_is_refused():
+    eight = [(i,) for i in range(8)]
+    assert [s.label for s in slots(eight, "npu", 2)] == ["npu 0,1", "npu 2,3", "npu 4,5", "npu 6,7"]
+    assert len(slots(eight[:3], "npu", 2)) == 1  # the third device idles
+    with pytest.raises(DeviceError, match="tensor_parallel_size x pipeline_parallel_size is 4.*fleet has 3"):
+        slots(eight[:3], "npu", 4)
+
+
+def test_the_cpu_default_is_each_numa_node_and_one_node_is_split_in_two(tmp_path, monkeypatch):
+    import lorabench.fleet.devices as devices
+
+    monkeypatch.setattr(devices, "NODES", tmp_path)
+    monkeypatch.setattr(devices.os, "sched_getaffinity", lambda pid: set(range(8)))
+    (tmp_path / "node0").mkdir()
+    (tmp_path / "node0" / "cpulist").write_text("0-7\n")
+    assert default_devices("cpu") == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    (tmp_path / "node0" / "cpulist").write_text("0-3\n")
+    (tmp_path / "node1").mkdir()
+    (tmp_path / "node1" / "cpulist").write_text("4-7,12-15\n")
+    assert default_devices("cpu") == [(0, 1, 2, 3), (4, 5, 6, 7)]
+
+
+def test_a_worker_runs_the_users_command_without_the_fleets_options():
+    args = ["bench", "-k", "multilora", "--bench-fleet", "local", "--bench-devices=0,1", "--bench-fleet-check", "-v"]
+    assert worker_command(args)[3:] == ["bench", "-k", "multilora", "-v", "-p", "no:cacheprovider"]
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--bench-devices", "97"], "--bench-devices 97: 97 not among the cores this process may run on (*); name only those"),
+        (["--bench-devices", "zero"], "--bench-devices zero: 'zero' is not a device; name them as 0-3,4-7 (cores)"),
+        (["--bench-fleet", "nowhere"], "--bench-fleet nowhere: expected local, auto or a Ray address such as *"),
+    ],
+    ids=["no-such-core", "not-a-device", "not-a-fleet"],
+)
+def test_bad_fleet_input_is_one_line_and_exit_2_before_any_engine(pytester, args, said):
+    config = _fleet_dir(pytester)
+    fleet = args[:2] if args[0] == "--bench-fleet" else ["--bench-fleet", "local", *args]
+    result = pytester.runpytest("--bench-config", str(config), *fleet)
+    assert result.ret == 2
+    result.stderr.fnmatch_lines([f"lorabench: {said}"])
+    assert not (pytester.path / "results").exists()
+
+
+def test_an_engine_wider_than_the_fleet_is_refused(pytester):
+    config = _fleet_dir(pytester)
+    data = json.loads(config.read_text())
+    data["engine"]["tensor_parallel_size"] = len(CORES) + 1
+    config.write_text(json.dumps(data))
+    result = pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", "--bench-devices", str(CORES[0]))
+    assert result.ret == 2
+    result.stderr.fnmatch_lines([f"lorabench: engine.tensor_parallel_size x pipeline_parallel_size is {len(CORES) + 1}*"])
