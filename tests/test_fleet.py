@@ -58,8 +58,8 @@ def _fleet_dir(pytester, die=None, **sections):
 
 
 def _fleet(pytester, config, *more):
-    devices = f"{CORES[0]},{CORES[1]}"
-    return pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", "--bench-devices", devices, *more)
+    devices = f"--bench-devices={CORES[0]},{CORES[1]}"
+    return pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", devices, *more)
 
 
 def _rows(folder):
@@ -80,7 +80,11 @@ def test_a_fleet_writes_one_run_with_every_case_once_and_the_keys_of_a_sequentia
     seq_csv, seq = _rows(pytester.path / "results")
 
     assert rows["run_id"].nunique() == 1 and len(rows) == len(seq) == 28
-    assert sorted(keyed(rows)["_key"] + rows["build"].astype(str)) == sorted(keyed(seq)["_key"] + seq["build"].astype(str))
+
+    def keys(frame):
+        return sorted(keyed(frame)["_key"] + frame["build"].astype(str))
+
+    assert keys(rows) == keys(seq)
     assert not rows.duplicated(["engine_id", "test_id"]).any()
     # Where each ran: both cores, each build on one; who ran beside it: a configuration of the other core.
     assert set(rows["fleet_devices"]) == {f"cpu {CORES[0]}", f"cpu {CORES[1]}"}
@@ -164,7 +168,7 @@ def test_a_worker_runs_the_users_command_without_the_fleets_options():
 @pytest.mark.parametrize(
     "args, said",
     [
-        (["--bench-devices", "97"], "--bench-devices 97: 97 not among the cores this process may run on (*); name only those"),
+        (["--bench-devices", "97"], "--bench-devices 97: 97 not among the cores this process may run on (*)*"),
         (["--bench-devices", "zero"], "--bench-devices zero: 'zero' is not a device; name them as 0-3,4-7 (cores)"),
         (["--bench-fleet", "nowhere"], "--bench-fleet nowhere: expected local, auto or a Ray address such as *"),
     ],
@@ -184,6 +188,7 @@ def test_an_engine_wider_than_the_fleet_is_refused(pytester):
     data = json.loads(config.read_text())
     data["engine"]["tensor_parallel_size"] = len(CORES) + 1
     config.write_text(json.dumps(data))
-    result = pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", "--bench-devices", str(CORES[0]))
+    result = pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", f"--bench-devices={CORES[0]}")
     assert result.ret == 2
-    result.stderr.fnmatch_lines([f"lorabench: engine.tensor_parallel_size x pipeline_parallel_size is {len(CORES) + 1}*"])
+    wide = len(CORES) + 1
+    result.stderr.fnmatch_lines([f"lorabench: engine.tensor_parallel_size x pipeline_parallel_size is {wide}: *"])
