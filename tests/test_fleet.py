@@ -4,15 +4,19 @@ The workers are real pytest processes, each pinned to its own core; what they ru
 stand-in engine on a virtual clock, so these tests check what the fleet merges, keeps and
 retries, not how fast it is (tests/test_fleet_engine.py runs the real engine)."""
 
+import fnmatch
 import json
 import os
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from lorabench.analysis.compare.load import keyed
+from lorabench.fleet.check import ROLE_ENV, verdict
 from lorabench.fleet.devices import CPUS_ENV, DeviceError, Slot, default_devices, parse_devices, slots
-from lorabench.fleet.local import worker_command
+from lorabench.fleet.local import Callbacks, Task, worker_command
+from lorabench.pytest_plugin.fleet_check import run_check
 from lorabench.results.records import digests_path_for, samples_path_for
 from lorabench.targets.standin import write_config
 from tests.helpers import ROOT, result_files
@@ -192,3 +196,57 @@ def test_an_engine_wider_than_the_fleet_is_refused(pytester):
     assert result.ret == 2
     wide = len(CORES) + 1
     result.stderr.fnmatch_lines([f"lorabench: engine.tensor_parallel_size x pipeline_parallel_size is {wide}: *"])
+
+
+class _FakeFleet:
+    """A fleet that 'runs' its tasks by writing the probe's rows: ``e2e_ms`` 100 alone and
+    ``100 * slowdown`` beside, times the host's drift at that moment."""
+
+    def __init__(self, tasks, folder, slowdown, drift, order):
+        self.tasks, self.folder, self.slowdown, self.drift, self.order = tasks, folder, slowdown, drift, order
+        self.on = Callbacks(report=None, say=None, ended=None, lost=None)
+
+    def run(self):
+        side = dict(self.tasks[0].env)[ROLE_ENV]
+        self.order.append(side)
+        factor = next(self.drift) * (self.slowdown if side == "beside" else 1.0)
+        for task in self.tasks:
+            folder = self.folder / f"{task.name}"
+            folder.mkdir(parents=True)
+            rows = pd.DataFrame({"test_id": ["a", "b"], "e2e_ms": [100 * factor, 50 * factor], "decode_ms_p50": None})
+            rows.to_csv(folder / "rows.csv", index=False)
+            self.on.ended(SimpleNamespace(task=task, folder=folder), [])
+
+
+@pytest.mark.parametrize(
+    "slowdown, drift, said",
+    [
+        (1.3, [1.0] * 6, "NOT COMPARABLE: beside its neighbours e-build0 ran 1.30x as long (e2e_ms)*"),
+        (1.0, [1.0, 1.01, 0.99, 1.0, 1.02, 1.01], "comparable: within 5% of alone on every latency*"),
+        (1.0, [1.0, 1.3, 1.0, 0.8, 1.1, 1.0], "not shown either way: an interval reaches past 5%*"),
+    ],
+    ids=["interference", "none", "noise"],
+)
+def test_the_check_alternates_alone_and_beside_and_judges_the_interval(tmp_path, slowdown, drift, said):
+    tasks = [Task("lora-off-build0", ("n0",)), Task("e-build0", ("n1", "n2"))]
+    four = [Slot("cpu", ((i,),)) for i in range(4)]
+    order, drifts = [], iter(drift)
+
+    def launch(slots, copies, folder):
+        assert len(slots) == len(copies) and copies[0].engine_id == "e-build0"
+        return _FakeFleet(copies, folder, slowdown, drifts, order)
+
+    lines = run_check(four, tasks, launch, tmp_path, lambda line: None)
+    assert order == ["alone", "beside", "beside", "alone", "alone", "beside"]
+    ratio = f"{slowdown:.3f}x (95% interval {slowdown:.3f}-{slowdown:.3f}, 3 pairs)" if slowdown > 1 else ""
+    assert lines[0].startswith(f"fleet check: e-build0 beside 3 other workers / alone, e2e_ms: {ratio}")
+    assert fnmatch.fnmatch(lines[-1], f"fleet check: {said}"), lines
+    assert len(lines) == 2  # decode_ms_p50 measured on neither side: no line
+
+
+def test_the_check_needs_two_workers_and_two_pairs():
+    assert run_check([Slot("cpu", ((0,),))], [Task("e-build0", ("n",))], None, None, None)[0].startswith(
+        "fleet check: one worker (cpu 0): nothing runs beside it"
+    )
+    assert verdict("e2e_ms", [1.2]) is None
+    assert verdict("e2e_ms", [1.2, 1.2]).comparable is False

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,12 @@ class Task:
     nodeids: tuple[str, ...]
     attempt: int = 1
     died_on: str = ""  # the slot its last worker died on
+    copy: int = 0  # the interference check runs copies of one task side by side
+    env: tuple[tuple[str, str], ...] = ()  # more environment for its worker
+
+    @property
+    def name(self) -> str:
+        return self.engine_id + (f"~{self.copy}" if self.copy else "")
 
 
 @dataclass
@@ -138,12 +144,12 @@ class LocalFleet:
         return None
 
     def _spawn(self, task: Task, slot: Slot) -> Attempt:
-        folder = self.folder / f"{task.engine_id}.{task.attempt}"
+        folder = self.folder / f"{task.name}.{task.attempt}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / TASK_FILE).write_text(
             json.dumps({"nodeids": task.nodeids, "slot": slot.label, "run_id": self.run_id}), encoding="utf-8"
         )
-        env = {**os.environ, **slot.env()}
+        env = {**os.environ, **slot.env(), **dict(task.env)}
         with open(folder / LOG_FILE, "wb") as log:
             process = subprocess.Popen(
                 [*self.command, "--bench-fleet-worker", str(folder)],
@@ -196,9 +202,11 @@ class LocalFleet:
         reason = f"its worker on {attempt.slot.label} {_exit_words(code)} after {took}{said}"
         if attempt.task.attempt < ATTEMPTS:
             self.on.say(f"fleet: {attempt.task.engine_id}: {reason}; {len(left)} unfinished cases queued again")
-            self.queue.insert(0, Task(attempt.task.engine_id, left, attempt.task.attempt + 1, attempt.slot.label))
+            self.queue.insert(
+                0, replace(attempt.task, nodeids=left, attempt=attempt.task.attempt + 1, died_on=attempt.slot.label)
+            )
         else:
-            self.on.lost(Task(attempt.task.engine_id, left, attempt.task.attempt), reason)
+            self.on.lost(replace(attempt.task, nodeids=left), reason)
 
     def _stop_all(self) -> None:
         for attempt in self.running.values():

@@ -61,14 +61,24 @@ class FleetDriver:
         folder = state.writer.log_dir / "fleet"
         invocation = self.config.invocation_params
         on = Callbacks(report=self._report, say=lambda line: say(self.config, line), ended=self._adopt, lost=self._lose)
+
+        def launch(slots: Sequence[Slot], tasks: Sequence[Task], folder: Path) -> LocalFleet:
+            fleet = LocalFleet(slots, tasks, worker_command(invocation.args), invocation.dir, folder, on)
+            fleet.run_id = state.provenance["run_id"]
+            return fleet
+
+        if options.value(self.config, "bench_fleet_check"):
+            from lorabench.pytest_plugin.fleet_check import run_check  # scipy's statistics: imported for the check only
+
+            state.fleet = run_check(self.slots, self.tasks, launch, folder.with_name("fleet-check"), on.say)
+            return True
         say(
             self.config,
             f"fleet: {len(self.tasks)} engine builds on {len(self.slots)} workers: "
             + ", ".join(s.label for s in self.slots),
         )
         started = time.monotonic()
-        fleet = LocalFleet(self.slots, self.tasks, worker_command(invocation.args), invocation.dir, folder, on)
-        fleet.run_id = state.provenance["run_id"]
+        fleet = launch(self.slots, self.tasks, folder)
         try:
             fleet.run()
         finally:

@@ -23,7 +23,7 @@ import pytest
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, engine_specs, resolve_config
 from lorabench.config.target import URL
 from lorabench.host.device import DEVICE_TYPES
-from lorabench.pytest_plugin import fleet_driver, fleet_worker, hooks, options
+from lorabench.pytest_plugin import fleet_worker, hooks, options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE, device_skip, scenario_of
 from lorabench.pytest_plugin.fixtures import engine, lorabench  # noqa: F401 - pytest finds fixtures in the plugin's namespace
 from lorabench.pytest_plugin.session import STATE, BenchState
@@ -160,6 +160,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     _stop_on_sigterm(state)
     state.config = _resolve_run(state, runnable)
     if options.value(config, "bench_fleet") and not state.fleet_columns:
+        from lorabench.pytest_plugin import fleet_driver  # a fleet's driver only: it imports what merges and checks
+
         fleet_driver.start(config, state, runnable)
     for warning in state.config.warnings:
         say(config, f"lorabench: warning: {warning}")

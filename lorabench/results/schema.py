@@ -296,9 +296,10 @@ COLUMNS = field_names(ResultRow)
 OPTIONAL_COLUMNS = frozenset(field_names(ResultRow, lambda f: f.default is not MISSING))
 PROVENANCE_COLUMNS = field_names(ResultRow, lambda f: f.metadata["group"] == PROVENANCE)
 # Provenance that should match between runs compared: the machine and its software stack.
-STACK_COLUMNS = tuple(
-    c for c in PROVENANCE_COLUMNS if c not in ("timestamp", "run_id", "git_commit", "git_dirty", "model")
-)
+# Not the fleet's columns: they differ from row to row of one run (compare says when one side ran beside others).
+FLEET_COLUMNS = ("fleet_devices", "fleet_neighbours")
+RUN_COLUMNS = ("timestamp", "run_id", "git_commit", "git_dirty", "model")
+STACK_COLUMNS = tuple(c for c in PROVENANCE_COLUMNS if c not in (*RUN_COLUMNS, *FLEET_COLUMNS))
 # What identifies a case across runs: compare matches rows on it.
 CASE_KEY = field_names(ResultRow, lambda f: f.metadata["key"])
 # What identifies an engine configuration (one build of it is one engine).

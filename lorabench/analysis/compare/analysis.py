@@ -274,7 +274,20 @@ def _warnings(base: Run, new: Run, findings: list[Finding]) -> list[str]:
     for column in PROVENANCE_CHECKED:
         if column in base.rows and column in new.rows and base.provenance(column) != new.provenance(column):
             warnings.append(f"{column} differs: {base.provenance(column) or '-'} -> {new.provenance(column) or '-'}")
+    beside = {name: _ran_beside(side) for name, side in (("base", base), ("new", new))}
+    if beside["base"] != beside["new"]:
+        crowded = "base" if beside["base"] else "new"
+        warnings.append(
+            f"{crowded} ran in a fleet, beside other configurations on its node, and the other side did not: its "
+            "latencies include their interference; measure it with --bench-fleet-check (docs/fleet.md)"
+        )
     return warnings
+
+
+def _ran_beside(run: Run) -> bool:
+    """Whether some row of ``run`` shared its node with another configuration (a fleet's)."""
+    column = run.all_rows.get("fleet_neighbours")
+    return column is not None and column.fillna("").astype(str).str.strip().ne("").any()
 
 
 def parse_thresholds(values: Sequence[str], default: float = DEFAULT_THRESHOLD) -> tuple[float, dict[str, float]]:

@@ -1,0 +1,67 @@
+"""``--bench-fleet-check``: the session measures interference instead of running the grid
+(``lorabench.fleet.check`` says how and how it is judged). Its workers' rows stay in their
+folders, out of any run: they measure the node, not the configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from lorabench.fleet.check import METRICS, PAIRS, ROLE_ENV, lines, pair_ratio, verdict
+from lorabench.fleet.devices import Slot
+from lorabench.fleet.local import ROWS_FILE, Attempt, Callbacks, LocalFleet, Task
+
+
+def probe_of(tasks: Sequence[Task]) -> Task:
+    """The configuration checked: the session's first with LoRA, else its first."""
+    return next((t for t in tasks if not t.engine_id.startswith("lora-off")), tasks[0])
+
+
+def run_check(
+    slots: Sequence[Slot],
+    tasks: Sequence[Task],
+    launch: Callable[[Sequence[Slot], list[Task], Path], LocalFleet],
+    folder: Path,
+    say: Callable[[str], None],
+) -> list[str]:
+    """Alone and beside, ``PAIRS`` times, in alternating order; the summary's lines."""
+    probe = probe_of(tasks)
+    if len(slots) < 2:
+        return [f"fleet check: one worker ({slots[0].label}): nothing runs beside it; name more devices"]
+    alone = [replace(probe, env=((ROLE_ENV, "alone"),))]
+    beside = [replace(probe, copy=k, env=((ROLE_ENV, "beside"),)) for k in range(len(slots))]
+    ratios: dict[str, list[float]] = {m: [] for m in METRICS}
+    for pair in range(PAIRS):
+        order = [("alone", slots[:1], alone), ("beside", slots, beside)]
+        measured = {}
+        for side, used, copies in order if pair % 2 == 0 else order[::-1]:
+            say(f"fleet check: pair {pair + 1} of {PAIRS}, {probe.engine_id} {side}")
+            measured[side] = _phase(launch(used, copies, folder / f"pair{pair + 1}-{side}"))
+        for metric in METRICS:
+            ratio = pair_ratio(measured["alone"].get(metric, {}), measured["beside"].get(metric, {}))
+            if ratio is not None:
+                ratios[metric].append(ratio)
+    verdicts = [v for v in (verdict(m, ratios[m]) for m in METRICS) if v is not None]
+    return lines(probe.engine_id, len(slots) - 1, verdicts)
+
+
+def _phase(fleet: LocalFleet) -> dict[str, dict[str, float]]:
+    """Run one side; the probe's (copy 0's) latencies by metric and case."""
+    measured: dict[str, dict[str, float]] = {}
+
+    def ended(attempt: Attempt, neighbours: list[str]) -> None:
+        path = attempt.folder / ROWS_FILE
+        if attempt.task.copy or not path.is_file():
+            return
+        rows = pd.read_csv(path)
+        for metric in METRICS:
+            if metric in rows:
+                kept = rows.dropna(subset=[metric])
+                measured.setdefault(metric, {}).update(zip(kept["test_id"], kept[metric]))
+
+    fleet.on = Callbacks(report=lambda data: None, say=fleet.on.say, ended=ended, lost=fleet.on.lost)
+    fleet.run()
+    return measured
