@@ -256,21 +256,20 @@ def _last_line(log: Path) -> str:
     return f" ({lines[-1][:200]}; log: {log})" if lines else ""
 
 
+# The fleet's own options: a worker runs its task, never a fleet of its own.
+FLEET_OPTIONS = ("--bench-fleet", "--bench-devices", "--bench-fleet-worker", "--bench-fleet-check-pairs")
+FLEET_FLAGS = ("--bench-fleet-check",)
+
+
 def worker_command(args: Sequence[str]) -> list[str]:
-    """The worker's command: this interpreter's pytest with the session's own arguments, the
-    fleet's options dropped (a worker runs its task, never a fleet of its own), and pytest's
-    cache left to the driver."""
+    """The worker's command: this interpreter's pytest with the session's own arguments but
+    the fleet's, and pytest's cache left to the driver."""
     kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
+    values = iter(args)
+    for arg in values:
         name = arg.split("=", 1)[0]
-        if name in ("--bench-fleet", "--bench-devices", "--bench-fleet-worker"):
-            skip = "=" not in arg
-            continue
-        if name == "--bench-fleet-check":
-            continue
-        kept.append(arg)
+        if name in FLEET_OPTIONS and "=" not in arg:
+            next(values, None)  # its value, the next argument
+        elif name not in FLEET_OPTIONS and name not in FLEET_FLAGS:
+            kept.append(arg)
     return [sys.executable, "-m", "pytest", *kept, "-p", "no:cacheprovider"]

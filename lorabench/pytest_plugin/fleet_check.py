@@ -26,19 +26,20 @@ def run_check(
     launch: Callable[[Sequence[Slot], list[Task], Path], LocalFleet],
     folder: Path,
     say: Callable[[str], None],
+    pairs: int = PAIRS,
 ) -> list[str]:
-    """Alone and beside, ``PAIRS`` times, in alternating order; the summary's lines."""
+    """Alone and beside, ``pairs`` times, in alternating order; the summary's lines."""
     probe = probe_of(tasks)
     if len(slots) < 2:
         return [f"fleet check: one worker ({slots[0].label}): nothing runs beside it; name more devices"]
     alone = [replace(probe, env=((ROLE_ENV, "alone"),))]
     beside = [replace(probe, copy=k, env=((ROLE_ENV, "beside"),)) for k in range(len(slots))]
     ratios: dict[str, list[float]] = {m: [] for m in METRICS}
-    for pair in range(PAIRS):
+    for pair in range(pairs):
         order = [("alone", slots[:1], alone), ("beside", slots, beside)]
         measured = {}
         for side, used, copies in order if pair % 2 == 0 else order[::-1]:
-            say(f"fleet check: pair {pair + 1} of {PAIRS}, {probe.engine_id} {side}")
+            say(f"fleet check: pair {pair + 1} of {pairs}, {probe.engine_id} {side}")
             measured[side] = _phase(launch(used, copies, folder / f"pair{pair + 1}-{side}"))
         for metric in METRICS:
             ratio = pair_ratio(measured["alone"].get(metric, {}), measured["beside"].get(metric, {}))

@@ -70,7 +70,8 @@ class FleetDriver:
         if options.value(self.config, "bench_fleet_check"):
             from lorabench.pytest_plugin.fleet_check import run_check  # scipy's statistics: imported for the check only
 
-            state.fleet = run_check(self.slots, self.tasks, launch, folder.with_name("fleet-check"), on.say)
+            pairs = options.value(self.config, "bench_fleet_check_pairs")
+            state.fleet = run_check(self.slots, self.tasks, launch, folder.with_name("fleet-check"), on.say, pairs)
             return True
         say(
             self.config,

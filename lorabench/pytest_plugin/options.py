@@ -34,6 +34,13 @@ def _builds(text: str) -> int:
 LOCAL = "local"
 
 
+def _pairs(text: str) -> int:
+    pairs = _builds(text)
+    if pairs < 2:
+        raise ValueError("an interval needs at least 2 pairs")
+    return pairs
+
+
 def parse_fleet(text: str) -> str:
     """``local``, ``auto`` or ``ray://HOST:PORT``."""
     text = text.strip()
@@ -124,6 +131,13 @@ OPTIONS = {
             "with --bench-fleet local: measure one configuration alone and beside its neighbours, "
             "alternated, and say whether a parallel run's rows compare with sequential ones",
             flag=True,
+        ),
+        Option(
+            "bench_fleet_check_pairs",
+            "the alone/beside pairs of --bench-fleet-check; each builds the configuration 1 + workers times",
+            "N",
+            convert=_pairs,
+            ini_default="3",
         ),
         Option(
             "bench_fleet_worker", "internal: the folder of the fleet task this session runs (set by the driver)", "DIR"

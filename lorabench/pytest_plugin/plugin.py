@@ -69,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     options.checked(config, "bench_compare_alpha", problems)  # a bad value is refused now, not after the run
     options.checked(config, "bench_fleet", problems)
+    options.checked(config, "bench_fleet_check_pairs", problems)
     try:
         pair_from_env()
     except ValueError as exc:

@@ -1,0 +1,67 @@
+"""The local fleet on the real CPU engine: two one-core devices, each worker a real pytest
+process building real vLLM engines pinned to its core."""
+
+import json
+import os
+import shutil
+
+import pandas as pd
+import psutil
+import pytest
+
+from tests.helpers import ROOT, result_files, write_json
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two one-core devices need two cores"),
+]
+CORES = sorted(os.sched_getaffinity(0))[:2]
+
+
+def _workers_left(folder) -> list[str]:
+    """Processes still running a worker of this fleet (their command names its folder)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if str(folder) in cmdline and "--bench-fleet-worker" in cmdline:
+            left.append(f"{proc.pid}: {cmdline}")
+    return left
+
+
+def _default_config(folder):
+    """The repository's default config, its results in ``folder``."""
+    data = json.loads((ROOT / "config" / "common.json").read_text())
+    shutil.copyfile(ROOT / "config" / "prompts.json", folder / "prompts.json")
+    return write_json(folder / "common.json", {**data, "results_dir": str(folder / "results")})
+
+
+def test_a_fleet_of_two_cores_runs_both_configurations_and_checks_its_interference(pytester, tmp_path):
+    """The issue's own selection of the default config, one build each: both LoRA
+    configurations at once, one on each core; then the interference check on one of them."""
+    pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
+    path = _default_config(tmp_path)
+    devices = f"--bench-devices={CORES[0]},{CORES[1]}"
+    selection = ["--bench-config", str(path), "--bench-builds", "1", "-k", "identical and bs4"]
+    fleet = pytester.runpytest_subprocess(*selection, "--bench-fleet", "local", devices, timeout=600)
+    fleet.assert_outcomes(passed=2)
+    (csv,) = result_files(tmp_path / "results")
+    rows = pd.read_csv(csv)
+    engines = ["loras2-rank16-cpu12-build0", "loras8-rank16-cpu12-build0"]
+    assert sorted(rows["engine_id"]) == engines
+    assert rows["run_id"].nunique() == 1 and (rows["e2e_ms"] > 0).all() and (rows["digest_mismatches"] == 0).all()
+    assert sorted(rows["fleet_devices"]) == [f"cpu {CORES[0]}", f"cpu {CORES[1]}"]
+    # Each engine saw one core: vLLM's CPU backend read the worker's affinity.
+    assert (rows["device_count"] == 1).all()
+    assert sorted(rows["fleet_neighbours"]) == engines[::-1]
+    assert not _workers_left(csv.with_suffix(".logs"))
+
+    pairs = ["--bench-fleet-check", "--bench-fleet-check-pairs", "2"]
+    check = pytester.runpytest_subprocess(*selection, "-k", "loras2", "--bench-fleet", "local", devices, *pairs)
+    assert check.ret == 0, check.stdout.str()
+    check.stdout.fnmatch_lines(
+        [
+            "fleet check: loras2-rank16-cpu12-build0 beside 1 other worker / alone, e2e_ms: *x (95% *, 2 pairs)",
+            "fleet check: *",
+        ]
+    )
+    assert not _workers_left(tmp_path)
