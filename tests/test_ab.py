@@ -203,6 +203,11 @@ def run_ab(*args):
         ({"--pairs": "0"}, [], "--pairs 0: run at least 1 pair"),
         ({"--config": "missing.json"}, [], "--config missing.json: no such file"),
         ({}, ["bench", "--bench-builds", "3"], "--bench-builds: lorabench ab sets"),
+        (
+            {},
+            ["bench", "--bench-fleet=local"],
+            "--bench-fleet=local: lorabench ab runs both sides of a pair",
+        ),
         ({"--out": str(ROOT / "README.md")}, [], "README.md: a file is there; give a folder"),
     ],
 )

@@ -41,8 +41,8 @@ def test_a_fleet_of_two_cores_runs_both_configurations_and_checks_its_interferen
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
     path = _default_config(tmp_path)
     devices = f"--bench-devices={CORES[0]},{CORES[1]}"
-    selection = ["--bench-config", str(path), "--bench-builds", "1", "-k", "identical and bs4"]
-    fleet = pytester.runpytest_subprocess(*selection, "--bench-fleet", "local", devices, timeout=600)
+    selection = ["--bench-config", str(path), "--bench-builds", "1", "--bench-fleet", "local", devices]
+    fleet = pytester.runpytest_subprocess(*selection, "-k", "identical and bs4", timeout=600)
     fleet.assert_outcomes(passed=2)
     (csv,) = result_files(tmp_path / "results")
     rows = pd.read_csv(csv)
@@ -56,7 +56,7 @@ def test_a_fleet_of_two_cores_runs_both_configurations_and_checks_its_interferen
     assert not _workers_left(csv.with_suffix(".logs"))
 
     pairs = ["--bench-fleet-check", "--bench-fleet-check-pairs", "2"]
-    check = pytester.runpytest_subprocess(*selection, "-k", "loras2", "--bench-fleet", "local", devices, *pairs)
+    check = pytester.runpytest_subprocess(*selection, "-k", "identical and bs4 and loras2", *pairs, timeout=900)
     assert check.ret == 0, check.stdout.str()
     check.stdout.fnmatch_lines(
         [

@@ -68,6 +68,11 @@ def check_selection(pytest_args: list[str], pairs: int, config: str) -> Path:
     """The pytest arguments, pair count and config, checked; the config's absolute path,
     which both sides read, so they run the same matrix."""
     for arg in pytest_args:
+        if arg.split("=")[0] == "--bench-fleet":
+            raise ABError(
+                f"{arg}: lorabench ab runs both sides of a pair on the same device, one turn at a time; a fleet "
+                "would spread them over devices and measure the devices' difference: leave --bench-fleet out"
+            )
         if arg.split("=")[0] in RESERVED:
             raise ABError(
                 f"{arg}: lorabench ab sets {', '.join(RESERVED)} for every turn; give the config with --config "
