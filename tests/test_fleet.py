@@ -165,8 +165,11 @@ def test_the_cpu_default_is_each_numa_node_and_one_node_is_split_in_two(tmp_path
 
 
 def test_a_worker_runs_the_users_command_without_the_fleets_options():
-    args = ["bench", "-k", "multilora", "--bench-fleet", "local", "--bench-devices=0,1", "--bench-fleet-check", "-v"]
-    assert worker_command(args)[3:] == ["bench", "-k", "multilora", "-v", "-p", "no:cacheprovider"]
+    fleet = ["--bench-fleet", "local", "--bench-devices=0,1", "--bench-fleet-check", "--bench-fleet-check-pairs", "2"]
+    pytest_own = ["--basetemp", "/tmp/x", "--junitxml=j.xml", "--junit-xml", "k.xml", "--lf"]
+    assert worker_command(["bench", "-k", "multilora", *fleet, *pytest_own, "-v"])[3:] == [
+        "bench", "-k", "multilora", "--lf", "-v"
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

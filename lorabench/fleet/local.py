@@ -152,7 +152,7 @@ class LocalFleet:
         env = {**os.environ, **slot.env(), **dict(task.env)}
         with open(folder / LOG_FILE, "wb") as log:
             process = subprocess.Popen(
-                [*self.command, "--bench-fleet-worker", str(folder)],
+                [*self.command, "--bench-fleet-worker", str(folder), "-o", f"cache_dir={folder / 'cache'}"],
                 cwd=self.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -256,20 +256,23 @@ def _last_line(log: Path) -> str:
     return f" ({lines[-1][:200]}; log: {log})" if lines else ""
 
 
-# The fleet's own options: a worker runs its task, never a fleet of its own.
-FLEET_OPTIONS = ("--bench-fleet", "--bench-devices", "--bench-fleet-worker", "--bench-fleet-check-pairs")
-FLEET_FLAGS = ("--bench-fleet-check",)
+# Options a worker does not take from the session: the fleet's own (a worker runs its task,
+# never a fleet of its own), pytest's --basetemp (which each session empties when it starts)
+# and the JUnit file (the session writes it, with every worker's reports).
+DROPPED = ("--bench-fleet", "--bench-devices", "--bench-fleet-worker", "--bench-fleet-check-pairs", "--basetemp")
+DROPPED_FLAGS = ("--bench-fleet-check",)
+JUNIT = ("--junitxml", "--junit-xml")
 
 
 def worker_command(args: Sequence[str]) -> list[str]:
     """The worker's command: this interpreter's pytest with the session's own arguments but
-    the fleet's, and pytest's cache left to the driver."""
+    those ``DROPPED`` (``_spawn`` adds the task's folder, and a pytest cache of its own there)."""
     kept: list[str] = []
     values = iter(args)
     for arg in values:
         name = arg.split("=", 1)[0]
-        if name in FLEET_OPTIONS and "=" not in arg:
+        if name in (*DROPPED, *JUNIT) and "=" not in arg:
             next(values, None)  # its value, the next argument
-        elif name not in FLEET_OPTIONS and name not in FLEET_FLAGS:
+        elif name not in (*DROPPED, *JUNIT, *DROPPED_FLAGS):
             kept.append(arg)
-    return [sys.executable, "-m", "pytest", *kept, "-p", "no:cacheprovider"]
+    return [sys.executable, "-m", "pytest", *kept]
