@@ -15,7 +15,7 @@ import pytest
 from lorabench.analysis.compare.load import keyed
 from lorabench.fleet.check import ROLE_ENV, verdict
 from lorabench.fleet.devices import CPUS_ENV, DeviceError, Slot, default_devices, parse_devices, slots
-from lorabench.fleet.local import Callbacks, Task, worker_command
+from lorabench.fleet.tasks import Callbacks, Task, worker_command
 from lorabench.pytest_plugin.fleet_check import run_check
 from lorabench.results.records import digests_path_for, samples_path_for
 from lorabench.targets.standin import write_config

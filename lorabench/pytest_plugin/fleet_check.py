@@ -12,7 +12,7 @@ import pandas as pd
 
 from lorabench.fleet.check import METRICS, PAIRS, ROLE_ENV, lines, pair_ratio, verdict
 from lorabench.fleet.devices import Slot
-from lorabench.fleet.local import ROWS_FILE, Attempt, Callbacks, LocalFleet, Task
+from lorabench.fleet.tasks import ROWS_FILE, Attempt, Callbacks, Fleet, Task
 
 
 def probe_of(tasks: Sequence[Task]) -> Task:
@@ -23,7 +23,7 @@ def probe_of(tasks: Sequence[Task]) -> Task:
 def run_check(
     slots: Sequence[Slot],
     tasks: Sequence[Task],
-    launch: Callable[[Sequence[Slot], list[Task], Path], LocalFleet],
+    launch: Callable[[Sequence[Slot], list[Task], Path], Fleet],
     folder: Path,
     say: Callable[[str], None],
     pairs: int = PAIRS,
@@ -49,7 +49,7 @@ def run_check(
     return lines(probe.engine_id, len(slots) - 1, verdicts)
 
 
-def _phase(fleet: LocalFleet) -> dict[str, dict[str, float]]:
+def _phase(fleet: Fleet) -> dict[str, dict[str, float]]:
     """Run one side; the probe's (copy 0's) latencies by metric and case."""
     measured: dict[str, dict[str, float]] = {}
 

@@ -17,7 +17,8 @@ import pytest
 
 from lorabench.config.target import URL
 from lorabench.fleet.devices import DeviceError, Slot, chosen_devices, slots
-from lorabench.fleet.local import ROWS_FILE, Attempt, Callbacks, LocalFleet, Task, worker_command
+from lorabench.fleet.local import LocalFleet
+from lorabench.fleet.tasks import ROWS_FILE, Attempt, Callbacks, Task, worker_command
 from lorabench.pytest_plugin import options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE
 from lorabench.pytest_plugin.fixtures import state_for_run
@@ -114,7 +115,7 @@ class FleetDriver:
             hook.pytest_runtest_logfinish(nodeid=nodeid, location=location)
 
     def _summary(self, attempts: Sequence[Attempt], wall_s: float, folder: Path) -> list[str]:
-        busy = sum((a.ended or time.monotonic()) - a.started for a in attempts)
+        busy = sum((a.ended or time.time()) - a.started for a in attempts)
         return [
             f"fleet: {len(self.tasks)} engine builds on {len(self.slots)} workers in {wall_s:.1f} s; "
             f"the workers ran {busy:.1f} s in all ({busy / wall_s if wall_s else 0:.2f} at once on average)",

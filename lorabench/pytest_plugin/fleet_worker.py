@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from lorabench.fleet.devices import pin_from_env
-from lorabench.fleet.local import REPORTS_FILE, ROWS_FILE, TASK_FILE
+from lorabench.fleet.tasks import REPORTS_FILE, ROWS_FILE, TASK_FILE
 
 
 class FleetWorker:
