@@ -7,6 +7,7 @@ retries, not how fast it is (tests/test_fleet_engine.py runs the real engine).""
 import fnmatch
 import json
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -167,9 +168,10 @@ def test_the_cpu_default_is_each_numa_node_and_one_node_is_split_in_two(tmp_path
 def test_a_worker_runs_the_users_command_without_the_fleets_options():
     fleet = ["--bench-fleet", "local", "--bench-devices=0,1", "--bench-fleet-check", "--bench-fleet-check-pairs", "2"]
     pytest_own = ["--basetemp", "/tmp/x", "--junitxml=j.xml", "--junit-xml", "k.xml", "--lf"]
-    assert worker_command(["bench", "-k", "multilora", *fleet, *pytest_own, "-v"])[3:] == [
-        "bench", "-k", "multilora", "--lf", "-v"
+    assert worker_command(["bench", "-k", "multilora", *fleet, *pytest_own, "-v"], Path("/r"))[3:] == [
+        "bench", "-k", "multilora", "--lf", "-v", "--rootdir=/r"
     ]  # fmt: skip
+    assert worker_command(["bench", "--rootdir", "/mine"], Path("/r"))[3:] == ["bench", "--rootdir", "/mine"]
 
 
 @pytest.mark.parametrize(

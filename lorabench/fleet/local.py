@@ -5,6 +5,7 @@ given to another slot where there is one."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -48,7 +49,7 @@ class LocalFleet(Fleet):
     def _spawn(self, task: Task, slot: Slot) -> Attempt:
         folder = self.folder / f"{task.name}.{task.attempt}"
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / TASK_FILE).write_text(task.spec(self.run_id, slot.label), encoding="utf-8")
+        (folder / TASK_FILE).write_text(json.dumps(task.spec(self.run_id, slot.label)), encoding="utf-8")
         with open(folder / LOG_FILE, "wb") as log:
             process = subprocess.Popen(
                 worker_argv(self.command, folder),

@@ -42,9 +42,9 @@ class Task:
     def name(self) -> str:
         return self.engine_id + (f"~{self.copy}" if self.copy else "")
 
-    def spec(self, run_id: str, where: str) -> str:
+    def spec(self, run_id: str, where: str) -> dict[str, Any]:
         """``task.json``: what its worker runs, under which run, and how its rows name where."""
-        return json.dumps({"nodeids": self.nodeids, "slot": where, "run_id": run_id})
+        return {"nodeids": self.nodeids, "slot": where, "run_id": run_id}
 
 
 @dataclass
@@ -71,6 +71,7 @@ class Attempt:
         """Whether ``other`` ran on this one's node while it ran."""
         return (
             other is not self
+            and bool(self.node)
             and other.node == self.node
             and self.started < (other.ended or now)
             and other.started < (self.ended or now)
@@ -133,6 +134,10 @@ class Fleet:
     def started(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
         self.running.append(attempt)
+        self.announce(attempt)
+
+    def announce(self, attempt: Attempt) -> None:
+        """Say that a worker began its task, and where."""
         done = self.total - len(self.queue) - len(self.running)
         again = f", again after its worker died on {attempt.task.died_on}" if attempt.task.attempt > 1 else ""
         self.on.say(f"fleet: {attempt.where} runs {attempt.task.engine_id}{again} ({done} of {self.total} done)")
@@ -215,9 +220,10 @@ DROPPED_FLAGS = ("--bench-fleet-check",)
 JUNIT = ("--junitxml", "--junit-xml")
 
 
-def worker_command(args: Sequence[str]) -> list[str]:
+def worker_command(args: Sequence[str], rootdir: Path) -> list[str]:
     """The worker's command: this interpreter's pytest with the session's own arguments but
-    those ``DROPPED`` (``worker_argv`` adds the task's folder)."""
+    those ``DROPPED`` (``worker_argv`` adds the task's folder), and the session's rootdir, so
+    that its cases have the session's node ids wherever the worker's folder is."""
     kept: list[str] = []
     values = iter(args)
     for arg in values:
@@ -226,9 +232,10 @@ def worker_command(args: Sequence[str]) -> list[str]:
             next(values, None)  # its value, the next argument
         elif name not in (*DROPPED, *JUNIT, *DROPPED_FLAGS):
             kept.append(arg)
-    return [sys.executable, "-m", "pytest", *kept]
+    given = any(arg.split("=", 1)[0] == "--rootdir" for arg in kept)
+    return [sys.executable, "-m", "pytest", *kept, *([] if given else [f"--rootdir={rootdir}"])]
 
 
 def worker_argv(command: Sequence[str], folder: Path) -> list[str]:
     """One worker's command line: its task's folder, and a pytest cache of its own there."""
-    return [*command, "--bench-fleet-worker", str(folder), "-o", f"cache_dir={folder / 'cache'}"]
+    return [*command, f"--bench-fleet-worker={folder}", "-o", f"cache_dir={folder / 'cache'}"]

@@ -9,16 +9,17 @@ as one. The end of the session (report, history, comparison) then works on that 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lorabench.config.target import URL
+from lorabench.fleet import ray_cluster
 from lorabench.fleet.devices import DeviceError, Slot, chosen_devices, slots
 from lorabench.fleet.local import LocalFleet
-from lorabench.fleet.tasks import ROWS_FILE, Attempt, Callbacks, Task, worker_command
+from lorabench.fleet.tasks import ROWS_FILE, Attempt, Callbacks, Fleet, Task, worker_command
 from lorabench.pytest_plugin import options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE
 from lorabench.pytest_plugin.fixtures import state_for_run
@@ -46,9 +47,22 @@ def fleet_tasks(items: Sequence[pytest.Item]) -> list[Task]:
     return [Task(engine_id, tuple(nodeids)) for engine_id, nodeids in by_engine.items()]
 
 
+# How a fleet is made: (its slots, the tasks, the worker command, its folder for the
+# workers' folders, the callbacks) -> the fleet; the slots are the local fleet's, or none.
+Maker = Callable[[Sequence[Slot], Sequence[Task], Sequence[str], Path, Path, Callbacks], Fleet]
+
+
+def _local(
+    slots: Sequence[Slot], tasks: Sequence[Task], command: Sequence[str], cwd: Path, folder: Path, on: Callbacks
+) -> Fleet:
+    return LocalFleet(slots, tasks, command, cwd, folder, on)
+
+
 class FleetDriver:
-    def __init__(self, config: pytest.Config, slots: Sequence[Slot], tasks: Sequence[Task]) -> None:
-        self.config, self.slots, self.tasks = config, list(slots), list(tasks)
+    def __init__(
+        self, config: pytest.Config, slots: Sequence[Slot], tasks: Sequence[Task], make: Maker, words: str
+    ) -> None:
+        self.config, self.slots, self.tasks, self.make, self.words = config, list(slots), list(tasks), make, words
         self.locations: dict[str, Any] = {}
         self.lost: list[str] = []
         self.reference: dict[str, str] = {}  # the run's digest of each adapter (merge._recheck_digests)
@@ -63,8 +77,10 @@ class FleetDriver:
         invocation = self.config.invocation_params
         on = Callbacks(report=self._report, say=lambda line: say(self.config, line), ended=self._adopt, lost=self._lose)
 
-        def launch(slots: Sequence[Slot], tasks: Sequence[Task], folder: Path) -> LocalFleet:
-            fleet = LocalFleet(slots, tasks, worker_command(invocation.args), invocation.dir, folder, on)
+        def launch(slots: Sequence[Slot], tasks: Sequence[Task], folder: Path) -> Fleet:
+            fleet = self.make(
+                slots, tasks, worker_command(invocation.args, self.config.rootpath), invocation.dir, folder, on
+            )
             fleet.run_id = state.provenance["run_id"]
             return fleet
 
@@ -76,8 +92,7 @@ class FleetDriver:
             return True
         say(
             self.config,
-            f"fleet: {len(self.tasks)} engine builds on {len(self.slots)} workers: "
-            + ", ".join(s.label for s in self.slots),
+            f"fleet: {len(self.tasks)} engine builds on {self.words}",
         )
         started = time.monotonic()
         fleet = launch(self.slots, self.tasks, folder)
@@ -117,7 +132,7 @@ class FleetDriver:
     def _summary(self, attempts: Sequence[Attempt], wall_s: float, folder: Path) -> list[str]:
         busy = sum((a.ended or time.time()) - a.started for a in attempts)
         return [
-            f"fleet: {len(self.tasks)} engine builds on {len(self.slots)} workers in {wall_s:.1f} s; "
+            f"fleet: {len(self.tasks)} engine builds on {self.words} in {wall_s:.1f} s; "
             f"the workers ran {busy:.1f} s in all ({busy / wall_s if wall_s else 0:.2f} at once on average)",
             *self.lost,
             f"fleet workers' folders (task, reports, pytest output): {folder}",
@@ -127,14 +142,41 @@ class FleetDriver:
 def start(config: pytest.Config, state: BenchState, items: Sequence[pytest.Item]) -> None:
     """Hand this session's cases to a fleet, or refuse what a fleet cannot run (exit 2)."""
     where = options.value(config, "bench_fleet")
-    if where != options.LOCAL:
-        options.refuse([f"--bench-fleet {where}: a Ray fleet is not built yet; use --bench-fleet local"])
     if state.target.kind == URL:
         options.refuse(
             [
                 f"--bench-fleet {where}: the target is the server at {state.target.url}, one engine; a fleet builds "
-                "engines on this node's devices (use --bench-target serve or inprocess)"
+                "engines on devices of its own (use --bench-target serve or inprocess)"
             ]
         )
-    found = fleet_slots(config, state.platform.device_type, state.config.devices_per_engine)
-    config.pluginmanager.register(FleetDriver(config, found, fleet_tasks(items)), "lorabench-fleet-driver")
+    device_type, per_engine = state.platform.device_type, state.config.devices_per_engine
+    if where == options.LOCAL:
+        found = fleet_slots(config, device_type, per_engine)
+        words = f"{len(found)} workers: {', '.join(s.label for s in found)}"
+        driver = FleetDriver(config, found, fleet_tasks(items), _local, words)
+    else:
+        driver = FleetDriver(
+            config,
+            [],
+            fleet_tasks(items),
+            _on_ray(config, where, device_type, per_engine),
+            f"the Ray cluster ({where})",
+        )
+    config.pluginmanager.register(driver, "lorabench-fleet-driver")
+
+
+def _on_ray(config: pytest.Config, where: str, device_type: str, per_engine: int) -> Maker:
+    """The Ray cluster at ``where``, joined and checked; what it cannot run is bad input."""
+    if options.value(config, "bench_fleet_check"):
+        options.refuse(["--bench-fleet-check measures one node's interference: run it there, with --bench-fleet local"])
+    try:
+        ray = ray_cluster.connect(where)
+        ray_cluster.check_fits(ray, where, device_type, per_engine)
+    except ray_cluster.RayInputError as exc:
+        options.refuse([str(exc)])
+    asks = ray_cluster.demand(device_type, per_engine)
+
+    def make(slots, tasks, command, cwd, folder, on):  # noqa: ANN001, ANN202 - a Maker
+        return ray_cluster.RayFleet(ray, asks, tasks, command, cwd, folder, on)
+
+    return make

@@ -1,0 +1,212 @@
+"""The fleet on a Ray cluster (``--bench-fleet ray://HOST:PORT`` or ``auto``): each engine
+configuration x build is a Ray task asking for the accelerators one engine needs ("NPU",
+which Ray knows on Ascend and hands out through ``ASCEND_RT_VISIBLE_DEVICES``, or "GPU"),
+and Ray places it on a node that has them free.
+
+The task runs the same worker as the local fleet (``lorabench.fleet.tasks``), in a folder of
+its own on its node, with the session's interpreter and working directory: the nodes run
+one environment (one image) with the checkout at the same path. Twice a second it sends
+the folder's new results and reports to an inbox actor, which the driver empties into a
+mirror of the folder in the run's logs: a node that is lost takes none of the rows it
+sent. Ray is an optional extra (``pip install -e '.[fleet]'``), imported only here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lorabench.fleet.tasks import LOG_FILE, REPORTS_FILE, TASK_FILE, Attempt, Callbacks, Fleet, Task, worker_argv
+
+RESOURCES = {"npu": "NPU", "cuda": "GPU", "cpu": "CPU"}
+SEND_EVERY_S = 0.5
+CONNECT_TIMEOUT_S = 5.0
+STOP_WAIT_S = 60.0
+QUEUED = "(queued on the cluster)"
+
+
+class RayInputError(ValueError):
+    """A Ray fleet that cannot start: the message names the value and the fix."""
+
+
+def import_ray(where: str) -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayInputError(
+            f"--bench-fleet {where}: Ray is not installed in this environment; install it with "
+            "pip install -e '.[fleet]' on every node (docs/fleet.md#on-ray)"
+        ) from None
+    return ray
+
+
+def connect(where: str) -> Any:
+    """Join the cluster at ``where`` (``ray://HOST:PORT``, or ``auto``: ``RAY_ADDRESS`` or
+    the cluster on this node); a cluster that does not answer is bad input."""
+    ray = import_ray(where)
+    if where.startswith("ray://"):
+        host, _, port = where.removeprefix("ray://").rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except (OSError, ValueError) as exc:
+            raise RayInputError(
+                f"--bench-fleet {where}: nothing answers there ({exc}); give the head's Ray client address "
+                "(ray start --head listens on port 10001)"
+            ) from None
+    try:
+        ray.init(address=where, log_to_driver=False, logging_level="ERROR", namespace="lorabench")
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RayInputError(f"--bench-fleet {where}: no Ray cluster answers ({first}); start one or name it") from None
+    return ray
+
+
+def demand(device_type: str, per_engine: int) -> dict[str, Any]:
+    """What one engine asks Ray for."""
+    if device_type == "cuda":
+        return {"num_gpus": per_engine}
+    if device_type == "cpu":
+        return {"num_cpus": per_engine}
+    return {"num_cpus": 0, "resources": {RESOURCES[device_type]: per_engine}}
+
+
+def check_fits(ray: Any, where: str, device_type: str, per_engine: int) -> None:
+    """Bad input unless some node has ``per_engine`` of the engine's accelerator."""
+    name = RESOURCES[device_type]
+    most = max((n["Resources"].get(name, 0) for n in ray.nodes() if n.get("Alive")), default=0)
+    if most < per_engine:
+        raise RayInputError(
+            f"--bench-fleet {where}: each engine needs {per_engine} {name} (engine.tensor_parallel_size x "
+            f"pipeline_parallel_size) and no node of the cluster has more than {most:g}; declare them when "
+            f"starting its nodes (ray start --resources '{{\"{name}\": 8}}') or lower the engine's"
+        )
+
+
+class RayFleet(Fleet):
+    def __init__(
+        self,
+        ray: Any,
+        asks: dict[str, Any],
+        tasks: Sequence[Task],
+        command: Sequence[str],
+        cwd: Path,
+        folder: Path,
+        on: Callbacks,
+    ) -> None:
+        super().__init__(tasks, command, cwd, folder, on)
+        self.ray, self.asks = ray, asks
+        self.inbox = ray.remote(Inbox).remote()
+        self.remote = ray.remote(run_worker).options(max_retries=0, **asks)
+
+    def start_what_can(self) -> None:
+        """Every task at once: Ray holds each until a node has its accelerators free."""
+        while self.queue:
+            task = self.queue.pop(0)
+            folder = self.folder / f"{task.name}.{task.attempt}"
+            folder.mkdir(parents=True, exist_ok=True)
+            spec = task.spec(self.run_id, "")
+            ref = self.remote.remote(spec, list(self.command), str(self.cwd), folder.name, self.inbox)
+            attempt = Attempt(task, QUEUED, folder, ref, time.time())
+            self.attempts.append(attempt)
+            self.running.append(attempt)
+
+    def _take_mail(self) -> None:
+        by_folder = {a.folder.name: a for a in self.running}
+        for name, hello, files in self.ray.get(self.inbox.take.remote()):
+            attempt = by_folder.get(name)
+            if attempt is None:
+                continue
+            for relative, data in files.items():
+                path = attempt.folder / relative
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+            if hello:
+                attempt.where, attempt.node, attempt.started = hello["where"], hello["node"], hello["started"]
+                self.announce(attempt)
+
+    def poll(self) -> list[Attempt]:
+        self._take_mail()
+        refs = [a.handle for a in self.running]
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
+        ended = [a for a in self.running if a.handle in ready]
+        if ended:
+            self._take_mail()  # what the worker sent before it returned
+        for attempt in ended:
+            try:
+                attempt.code = self.ray.get(attempt.handle)["code"]
+            except self.ray.exceptions.RayError:
+                attempt.code = None  # the task, or its node, was lost
+            attempt.ended = time.time()
+        return ended
+
+    def stop_all(self) -> list[Attempt]:
+        for attempt in self.running:
+            self.ray.cancel(attempt.handle)  # a KeyboardInterrupt in the task, which stops its worker as Ctrl-C does
+        self.ray.wait([a.handle for a in self.running], num_returns=len(self.running), timeout=STOP_WAIT_S)
+        self._take_mail()
+        for attempt in self.running:
+            attempt.code, attempt.ended = None, time.time()
+        return list(self.running)
+
+
+class Inbox:
+    """A Ray actor: what the workers sent, until the driver takes it."""
+
+    def __init__(self) -> None:
+        self.mail: list[tuple[str, dict | None, dict[str, bytes]]] = []
+
+    def put(self, name: str, hello: dict | None, files: dict[str, bytes]) -> None:
+        self.mail.append((name, hello, files))
+
+    def take(self) -> list[tuple[str, dict | None, dict[str, bytes]]]:
+        mail, self.mail = self.mail, []
+        return mail
+
+
+def _changed(folder: Path, seen: dict[Path, int], logs: bool) -> dict[str, bytes]:
+    """The folder's files that grew since ``seen`` (results, records, reports; the logs at the end)."""
+    changed = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if (path.suffix == ".log" and not logs) or "cache" in path.relative_to(folder).parts:
+            continue
+        size = path.stat().st_size
+        if seen.get(path) != size:
+            seen[path] = size
+            changed[str(path.relative_to(folder))] = path.read_bytes()
+    return changed
+
+
+def run_worker(spec: dict[str, Any], command: list[str], cwd: str, name: str, inbox: Any) -> dict[str, Any]:
+    """A Ray task: one worker on the accelerators Ray gave this task, its folder sent to the inbox."""
+    import ray
+
+    context = ray.get_runtime_context()
+    node = context.get_node_id()
+    ids = {kind: v for kind, v in context.get_accelerator_ids().items() if v}
+    devices = "; ".join(f"{kind.lower()} {','.join(v)}" for kind, v in ids.items()) or "cpu"
+    where = f"{socket.gethostname()}:{node[:8]} {devices}"
+    folder = Path(tempfile.mkdtemp(prefix=f"lorabench-{name}-"))
+    (folder / TASK_FILE).write_text(json.dumps({**spec, "slot": where}), encoding="utf-8")
+    (folder / REPORTS_FILE).touch()
+    seen: dict[Path, int] = {}
+    ray.get(inbox.put.remote(name, {"where": where, "node": node, "started": time.time()}, {}))
+    with open(folder / LOG_FILE, "wb") as log:
+        process = subprocess.Popen(
+            worker_argv(command, folder), cwd=cwd, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        while process.poll() is None:
+            time.sleep(SEND_EVERY_S)
+            inbox.put.remote(name, None, _changed(folder, seen, logs=False))
+    except KeyboardInterrupt:  # ray.cancel: stop the worker as Ctrl-C stops a session
+        process.terminate()
+        process.wait(STOP_WAIT_S)
+    ray.get(inbox.put.remote(name, None, _changed(folder, seen, logs=True)))
+    return {"code": process.returncode}
