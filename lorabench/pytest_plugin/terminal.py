@@ -7,7 +7,6 @@ import contextlib
 
 import pytest
 
-from lorabench.analysis.recommend import for_session
 from lorabench.config.target import URL
 from lorabench.measure.wallclock import BUILDS
 from lorabench.pytest_plugin.session import BenchState
@@ -54,6 +53,8 @@ def summary_lines(state: BenchState) -> list[str]:
         lines.append(format_summary(state.writer.rows))
         if state.writer.by_rank:
             lines.append(format_rank_summary(state.writer.by_rank))
+        from lorabench.analysis.recommend import for_session  # pandas: a second of imports, at the end only
+
         lines += for_session(state.writer.rows)
         lines += [f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
     if state.report is not None:

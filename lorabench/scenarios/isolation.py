@@ -15,7 +15,7 @@ from lorabench.config.traces import length_limit
 from lorabench.measure.correctness import OUTPUT_LEN
 from lorabench.measure.isolation import TAIL, canaries, canary_prompts, judge
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
-from lorabench.targets.http.client import RequestFailed
+from lorabench.targets.http import RequestFailed
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile

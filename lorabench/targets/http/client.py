@@ -29,16 +29,7 @@ from typing import Any
 import aiohttp
 
 from lorabench.targets import clock
-
-
-class RequestFailed(RuntimeError):
-    """One request got an error from the server, or its stream broke off; ``status`` and
-    ``body`` are the server's answer where it gave one (which tells a route the server lacks,
-    404 with no error object, from an error of vLLM's own)."""
-
-    def __init__(self, message: str, status: int | None = None, body: str = "") -> None:
-        super().__init__(message)
-        self.status, self.body = status, body
+from lorabench.targets.http import RequestFailed
 
 
 @dataclass

@@ -37,6 +37,7 @@ class StandInEngine(Engine):
 
     async def _build(self) -> StandInLLM:
         self.environ_seen = dict(os.environ)
+        await asyncio.sleep(self.costs.build_ms / 1000)
         max_num_seqs = int((self.config.file.engine.model_extra or {}).get("max_num_seqs", 256))
         llm = StandInLLM(self.costs, self.spec, max_num_seqs, self.weights, self.timeline.factories())
         llm.die_after = self.die_after

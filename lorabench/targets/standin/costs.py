@@ -12,6 +12,8 @@ from lorabench.targets.standin.scheduler import KV_BLOCKS
 class Costs:
     """What each thing costs the stand-in, in milliseconds."""
 
+    # Starting the engine: a real vLLM's largest cost in a short run (imports, weights, warm-up).
+    build_ms: float = 0.0
     prefill_ms_per_token: float = 0.02
     decode_ms_per_step: float = 1.0
     lora_ms_per_adapter: float = 0.0

@@ -1,0 +1,164 @@
+"""The fleet on a Ray cluster: Ray's own test cluster (``ray.cluster_utils.Cluster``), two
+nodes of two "NPU" each, running the stand-in engine, which says it is on an NPU.
+
+The cluster takes about 10 s to start and the timing test runs its grid twice, so these
+tests are in the slow tier (``pytest -m engine``); the bad input that needs no cluster is
+in the quick loop."""
+
+import os
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from lorabench.analysis.compare.load import keyed
+from lorabench.fleet.ray_cluster import RayInputError, import_ray
+from lorabench.targets.standin import write_config
+from tests.helpers import ROOT, result_files
+
+ON_AN_NPU = """
+import os, signal
+from pathlib import Path
+import pytest
+from lorabench.host.device import Platform
+from lorabench.targets.standin import Costs, StandIn
+
+
+class OnAnNpu(StandIn):
+    def platform(self):
+        return Platform("npu", "stand-in NPU")
+
+
+def pytest_lorabench_backend(config):
+    return OnAnNpu(Costs(build_ms={build_ms}), virtual_clock={virtual})
+
+
+KILL_ONCE = {kill!r}
+SEEN = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    engine = item.callspec.params["engine"].id
+    SEEN.append(engine)
+    marker = Path(item.config.rootpath) / f"killed-{{engine}}"
+    if item.config.getoption("bench_fleet_worker") and engine == KILL_ONCE and SEEN.count(engine) == 2:
+        if not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two worker nodes of 2 NPU each beside a head with none: 4 fake devices."""
+    pytest.importorskip("ray", reason="Ray is the [fleet] extra: pip install -e '.[fleet]'")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(2):
+        cluster.add_node(num_cpus=2, resources={"NPU": 2})
+    cluster.wait_for_nodes()
+    yield cluster
+    cluster.shutdown()
+
+
+@pytest.fixture
+def on_the_cluster(cluster, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+    # The acl module Ray asks for the NPU's name is CANN's; without it Ray logs a traceback, harmlessly.
+    monkeypatch.setenv("RAY_LOG_TO_STDERR", "0")
+    return cluster
+
+
+def _bench(pytester, build_ms, virtual, kill="", **matrix):
+    pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
+    pytester.makeconftest(ON_AN_NPU.format(build_ms=build_ms, virtual=virtual, kill=kill))
+    engine = {"max_loras": [1, 2, 3, 4], "max_cpu_loras": 4}
+    return write_config(pytester.path, engine=engine, matrix={"batch_sizes": [2], "workloads": ["distinct"], **matrix})
+
+
+def _timed(pytester, *args):
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(*args, timeout=600)
+    return result, time.monotonic() - started
+
+
+@pytest.mark.engine
+def test_eight_configurations_on_four_npus_take_a_third_of_the_sequential_time(pytester, on_the_cluster):
+    """Each build costs 15 s (a real engine's start-up is most of a short run's): two waves
+    of four take 30 s and the workers' own start-up, four at once on this host's cores.
+    The sequential run is the same session on the stand-in's virtual clock, plus the 8 x 15 s
+    of builds it would have waited for on the wall clock: the build is the stand-in's only
+    cost of any size (its steps take milliseconds), and a real sequential run takes 2 min."""
+    build_s = 15
+    fleet_config = _bench(pytester, build_ms=build_s * 1000, virtual=False, builds=2)
+    fleet, fleet_s = _timed(pytester, "--bench-config", fleet_config, "--bench-fleet", "auto")
+    assert fleet.ret == 0, fleet.stdout.str()
+    fleet.stdout.fnmatch_lines(["fleet: 8 engine builds on the Ray cluster (auto)*"])
+    (pytester.path / "results").rename(pytester.path / "fleet-results")
+    config = _bench(pytester, build_ms=build_s * 1000, virtual=True, builds=2)
+    sequential, harness_s = _timed(pytester, "--bench-config", config)
+    assert sequential.ret == 0, sequential.stdout.str()
+    sequential_s = 8 * build_s + harness_s
+    assert fleet_s <= 0.35 * sequential_s, f"fleet {fleet_s:.1f} s, sequential {sequential_s:.1f} s"
+
+    (csv,) = result_files(pytester.path / "fleet-results")
+    rows, seq = pd.read_csv(csv), pd.read_csv(result_files(pytester.path / "results")[0])
+    assert len(rows) == len(seq) == 8 and rows["run_id"].nunique() == 1
+
+    def keys(frame):
+        return sorted(keyed(frame)["_key"] + frame["build"].astype(str))
+
+    assert keys(rows) == keys(seq)
+    # Each ran on one NPU of one of the two nodes, and all four NPUs were used.
+    assert rows["fleet_devices"].str.fullmatch(r"\S+:[0-9a-f]{8} npu [01]").all()
+    assert rows["fleet_devices"].nunique() == 4
+
+
+@pytest.mark.engine
+def test_a_worker_killed_on_a_node_loses_no_row_and_its_configuration_runs_again(pytester, on_the_cluster):
+    config = _bench(pytester, build_ms=0, virtual=True, kill="loras1-rank8-cpu4-build0", batch_sizes=[2, 4])
+    result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=300)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*loras1-rank8-cpu4-build0: its worker on * was killed by SIGKILL*queued again*"])
+    rows = pd.read_csv(result_files(pytester.path / "results")[0])
+    cases = rows.groupby("engine_id")["test_id"].agg(list)
+    assert len(cases) == 4 and all(len(c) == len(set(c)) == 2 for c in cases)
+
+
+@pytest.mark.engine
+def test_an_engine_wider_than_any_node_is_refused(pytester, on_the_cluster):
+    config = _bench(pytester, build_ms=0, virtual=True)
+    config.write_text(config.read_text().replace('"max_num_seqs": 16', '"max_num_seqs": 16, "tensor_parallel_size": 3'))
+    result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=120)
+    assert result.ret == 2
+    assert result.errlines[-1:] == [
+        "lorabench: --bench-fleet auto: each engine needs 3 NPU (engine.tensor_parallel_size x pipeline_parallel_size) "
+        "and no node of the cluster has more than 2; declare them when starting its nodes (ray start --resources "
+        "'{\"NPU\": 8}') or lower the engine's"
+    ]
+
+
+def test_a_ray_address_where_nothing_answers_is_bad_input(pytester):
+    config = _bench(pytester, build_ms=0, virtual=True)
+    result = pytester.runpytest("--bench-config", config, "--bench-fleet", "ray://127.0.0.1:1")
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(
+        ["lorabench: --bench-fleet ray://127.0.0.1:1: nothing answers there (*); give the head's*"]
+    )
+    assert not (pytester.path / "results").exists()
+
+
+def test_without_ray_the_option_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(RayInputError, match=r"Ray is not installed in this environment; install it with pip install"):
+        import_ray("auto")
+
+
+def test_a_fleet_worker_on_ray_is_the_sessions_interpreter(monkeypatch):
+    """What a node runs is what this session runs: the nodes share one environment."""
+    from lorabench.fleet.tasks import worker_command
+
+    assert worker_command(["bench"], ROOT)[0] == sys.executable and os.path.isabs(sys.executable)
