@@ -7,6 +7,7 @@ retries, not how fast it is (tests/test_fleet_engine.py runs the real engine).""
 import fnmatch
 import json
 import os
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ import pytest
 from lorabench.analysis.compare.load import keyed
 from lorabench.fleet.check import ROLE_ENV, verdict
 from lorabench.fleet.devices import CPUS_ENV, DeviceError, Slot, default_devices, parse_devices, slots
+from lorabench.fleet.local import LocalFleet
 from lorabench.fleet.tasks import Callbacks, Task, worker_command
 from lorabench.pytest_plugin.fleet_check import run_check
 from lorabench.results.records import digests_path_for, samples_path_for
@@ -26,7 +28,8 @@ CORES = sorted(os.sched_getaffinity(0))
 TWO_CORES = pytest.mark.skipif(len(CORES) < 2, reason="a fleet of two one-core devices needs two cores")
 
 # Kills a fleet worker (never the driver, never a sequential session) at its second case:
-# the configurations named "once" on their first worker only, those named "always" every time.
+# the configurations named "once" on their first worker only, those named "always" every time,
+# those named "teardown" once, as its first case is torn down: after its row, before its report.
 KILLER = """
 import os, signal
 from pathlib import Path
@@ -38,7 +41,16 @@ SEEN = []
 
 
 def pytest_lorabench_backend(config):
-    return StandIn(virtual_clock=True, altered={{1: ["a0"]}})
+    return StandIn(virtual_clock=True, altered={{0: ["a0"]}})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item):
+    engine = item.callspec.params["engine"].id
+    marker = Path(item.config.rootpath) / f"killed-{{engine}}"
+    if item.config.getoption("bench_fleet_worker") and DIE.get(engine) == "teardown" and not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -95,10 +107,16 @@ def test_a_fleet_writes_one_run_with_every_case_once_and_the_keys_of_a_sequentia
     assert set(rows["fleet_devices"]) == {f"cpu {CORES[0]}", f"cpu {CORES[1]}"}
     assert (rows.groupby("engine_id")["fleet_devices"].nunique() == 1).all()
     beside = rows.dropna(subset=["fleet_neighbours"])
-    assert len(beside) and all(n not in e for e, n in zip(beside["engine_id"], beside["fleet_neighbours"]))
+    assert len(beside) and all(e not in n.split() for e, n in zip(beside["engine_id"], beside["fleet_neighbours"]))
     assert seq["fleet_devices"].isna().all() and seq["fleet_neighbours"].isna().all()
-    # build 1's a0 answers otherwise: the fleet counts it against the run's first build, as one session does.
-    assert rows["digest_mismatches"].sum() == seq["digest_mismatches"].sum() == 12
+
+    # Build 0's a0 answers otherwise: each row counts it as one session does, against the session's
+    # first build (build 0 of the first configuration), whichever worker finished first.
+    def mismatches(frame):
+        return frame.set_index(["engine_id", "test_id"])["digest_mismatches"].sort_index()
+
+    assert mismatches(rows).equals(mismatches(seq)) and mismatches(seq).sum() == 12
+    assert list(rows["engine_id"].drop_duplicates()) == list(seq["engine_id"].drop_duplicates())
     assert len(pd.read_csv(samples_path_for(fleet_csv))) == len(pd.read_csv(samples_path_for(seq_csv)))
     digests = pd.read_csv(digests_path_for(fleet_csv))
     assert set(digests["run_id"]) == set(rows["run_id"]) and len(digests) == len(pd.read_csv(digests_path_for(seq_csv)))
@@ -108,12 +126,14 @@ def test_a_fleet_writes_one_run_with_every_case_once_and_the_keys_of_a_sequentia
 
 @TWO_CORES
 def test_a_killed_worker_loses_no_finished_row_and_a_configuration_killed_twice_fails(pytester):
-    config = _fleet_dir(
-        pytester,
-        die={"loras1-rank8-cpu4-build0": "once", "loras2-rank8-cpu4-build0": "always"},
-        matrix={"builds": 1},
-    )
-    result = _fleet(pytester, config, "-k", "multilora")
+    """Three ways to die, in one fleet of four builds: killed at the second case once, every
+    time, and once after the first case's row was written but before its report got out."""
+    die = {
+        "loras1-rank8-cpu4-build0": "once",
+        "loras2-rank8-cpu4-build0": "always",
+        "loras1-rank8-cpu4-build1": "teardown",
+    }
+    result = _fleet(pytester, _fleet_dir(pytester, die=die), "-k", "multilora")
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [
@@ -121,14 +141,16 @@ def test_a_killed_worker_loses_no_finished_row_and_a_configuration_killed_twice_
             "*runs loras*-build0, again after its worker died on cpu **",
         ]
     )
+    result.stdout.fnmatch_lines(["*loras1-rank8-cpu4-build1: its worker * SIGKILL*; 3 unfinished cases queued again*"])
     result.stdout.fnmatch_lines(["*fleet: loras2-rank8-cpu4-build0: 2 cases not run: its worker on cpu * was killed*"])
-    result.assert_outcomes(passed=6, failed=2, deselected=6)
+    result.assert_outcomes(passed=14, failed=2, deselected=12)  # the case killed after its row passed
     _, rows = _rows(pytester.path / "results")
+    assert not rows.duplicated(["engine_id", "test_id"]).any()
     cases = rows.groupby("engine_id")["test_id"].agg(list)
-    # The once-killed configuration: its first worker's row and its retry's three, each once.
-    assert len(cases["loras1-rank8-cpu4-build0"]) == len(set(cases["loras1-rank8-cpu4-build0"])) == 4
-    # The twice-killed one: one row from each worker before it died.
-    assert len(set(cases["loras2-rank8-cpu4-build0"])) == 2
+    # Killed once, at a case or after a row: the first worker's row and the retry's three, each once.
+    assert len(cases["loras1-rank8-cpu4-build0"]) == len(cases["loras1-rank8-cpu4-build1"]) == 4
+    # Killed twice: one row from each worker before it died.
+    assert len(cases["loras2-rank8-cpu4-build0"]) == 2 and len(cases["loras2-rank8-cpu4-build1"]) == 4
 
 
 def test_devices_as_a_user_names_them():
@@ -174,19 +196,24 @@ def test_a_worker_runs_the_users_command_without_the_fleets_options():
     assert worker_command(["bench", "--rootdir", "/mine"], Path("/r"))[3:] == ["bench", "--rootdir", "/mine"]
 
 
+LOCAL = ["--bench-fleet", "local"]
+
+
 @pytest.mark.parametrize(
     "args, said",
     [
-        (["--bench-devices", "97"], "--bench-devices 97: 97 not among the cores this process may run on (*)*"),
-        (["--bench-devices", "zero"], "--bench-devices zero: 'zero' is not a device; name them as 0-3,4-7 (cores)"),
+        ([*LOCAL, "--bench-devices", "97"], "--bench-devices 97: 97 not among the cores this process may run on (*)*"),
+        ([*LOCAL, "--bench-devices", "zero"], "--bench-devices zero: 'zero' is not a device; name them as 0-3,4-7 (*"),
         (["--bench-fleet", "nowhere"], "--bench-fleet nowhere: expected local, auto or a Ray address such as *"),
+        (["--bench-devices", "0"], "--bench-devices: only a fleet takes it; add --bench-fleet local (docs/fleet.md)"),
+        (["--bench-fleet-check"], "--bench-fleet-check: only a fleet takes it; add --bench-fleet local*"),
+        ([*LOCAL, "--bench-devices=0", "--bench-fleet-check"], "--bench-fleet-check: one worker (cpu 0) has no*"),
     ],
-    ids=["no-such-core", "not-a-device", "not-a-fleet"],
+    ids=["no-such-core", "not-a-device", "not-a-fleet", "devices-alone", "check-alone", "check-of-one"],
 )
 def test_bad_fleet_input_is_one_line_and_exit_2_before_any_engine(pytester, args, said):
     config = _fleet_dir(pytester)
-    fleet = args[:2] if args[0] == "--bench-fleet" else ["--bench-fleet", "local", *args]
-    result = pytester.runpytest("--bench-config", str(config), *fleet)
+    result = pytester.runpytest("--bench-config", str(config), *args)
     assert result.ret == 2
     result.stderr.fnmatch_lines([f"lorabench: {said}"])
     assert not (pytester.path / "results").exists()
@@ -227,10 +254,11 @@ class _FakeFleet:
     "slowdown, drift, said",
     [
         (1.3, [1.0] * 6, "NOT COMPARABLE: beside its neighbours e-build0 ran 1.30x as long (e2e_ms)*"),
+        (0.7, [1.0] * 6, "NOT COMPARABLE: beside its neighbours e-build0 ran 0.70x as long (e2e_ms)*"),
         (1.0, [1.0, 1.01, 0.99, 1.0, 1.02, 1.01], "comparable: within 5% of alone on every latency*"),
         (1.0, [1.0, 1.3, 1.0, 0.8, 1.1, 1.0], "not shown either way: an interval reaches past 5%*"),
     ],
-    ids=["interference", "none", "noise"],
+    ids=["interference", "faster-beside", "none", "noise"],
 )
 def test_the_check_alternates_alone_and_beside_and_judges_the_interval(tmp_path, slowdown, drift, said):
     tasks = [Task("lora-off-build0", ("n0",)), Task("e-build0", ("n1", "n2"))]
@@ -243,15 +271,40 @@ def test_the_check_alternates_alone_and_beside_and_judges_the_interval(tmp_path,
 
     lines = run_check(four, tasks, launch, tmp_path, lambda line: None)
     assert order == ["alone", "beside", "beside", "alone", "alone", "beside"]
-    ratio = f"{slowdown:.3f}x (95% interval {slowdown:.3f}-{slowdown:.3f}, 3 pairs)" if slowdown > 1 else ""
+    ratio = f"{slowdown:.3f}x (95% interval {slowdown:.3f}-{slowdown:.3f}, 3 pairs)" if slowdown != 1 else ""
     assert lines[0].startswith(f"fleet check: e-build0 beside 3 other workers / alone, e2e_ms: {ratio}")
     assert fnmatch.fnmatch(lines[-1], f"fleet check: {said}"), lines
     assert len(lines) == 2  # decode_ms_p50 measured on neither side: no line
 
 
-def test_the_check_needs_two_workers_and_two_pairs():
-    assert run_check([Slot("cpu", ((0,),))], [Task("e-build0", ("n",))], None, None, None)[0].startswith(
-        "fleet check: one worker (cpu 0): nothing runs beside it"
-    )
+def test_an_interval_needs_two_pairs():
     assert verdict("e2e_ms", [1.2]) is None
     assert verdict("e2e_ms", [1.2, 1.2]).comparable is False
+
+
+def test_a_local_worker_gets_its_slots_cores_and_its_tasks_environment_copy_0_on_the_first_slot(tmp_path):
+    """The fleet's own plumbing, with a worker that only writes down what it was given."""
+    tell = (
+        "import json, os, sys; folder = sys.argv[1].split('=', 1)[1]; "
+        "json.dump({k: os.environ.get(k) for k in ('LORABENCH_FLEET_CPUS', 'LORABENCH_FLEET_CHECK')}, "
+        "open(os.path.join(folder, 'seen.json'), 'w'))"
+    )
+    two = [Slot("cpu", ((CORES[0],),)), Slot("cpu", ((CORES[-1],),))]
+    copies = [Task("e-build0", ("n",), copy=k, env=((ROLE_ENV, "beside"),)) for k in range(2)]
+    said, ended = [], []
+    lost = []
+    on = Callbacks(
+        report=None, say=said.append, ended=lambda a, last: ended.append((a, last)), lost=lambda t, why: lost.append(t)
+    )
+    fleet = LocalFleet(two, copies, [sys.executable, "-c", tell], tmp_path, tmp_path / "fleet", on)
+    attempts = fleet.run()
+    seen = {a.task.copy: json.loads((a.folder / "seen.json").read_text()) for a in attempts if a.task.attempt == 1}
+    assert seen == {
+        0: {"LORABENCH_FLEET_CPUS": str(CORES[0]), "LORABENCH_FLEET_CHECK": "beside"},
+        1: {"LORABENCH_FLEET_CPUS": str(CORES[-1]), "LORABENCH_FLEET_CHECK": "beside"},
+    }
+    # The worker ran no case: its task's case is queued again once, on the other slot, then lost.
+    assert sorted((a.task.copy, a.task.attempt, last) for a, last in ended) == [
+        (0, 1, False), (0, 2, True), (1, 1, False), (1, 2, True)
+    ]  # fmt: skip
+    assert [a.where for a in attempts if a.task.copy == 0] == [two[0].label, two[1].label] and len(lost) == 2

@@ -38,12 +38,18 @@ class Verdict:
 
     @property
     def comparable(self) -> bool | None:
-        """True: within the tolerance; False: slower beside neighbours; None: not shown."""
+        """True: within the tolerance; False: beyond it, slower or faster beside neighbours;
+        None: not shown either way."""
         if 1 - TOLERANCE <= self.low and self.high <= 1 + TOLERANCE:
             return True
-        if self.low > 1 + TOLERANCE:
+        if self.low > 1 + TOLERANCE or self.high < 1 - TOLERANCE:
             return False
         return None
+
+    @property
+    def off_by(self) -> float:
+        """How far the interval's nearer end lies from 1, as a factor."""
+        return max(self.low, 1 / self.high)
 
 
 def pair_ratio(alone: Mapping[str, float], beside: Mapping[str, float]) -> float | None:
@@ -65,7 +71,13 @@ def verdict(metric: str, ratios: Sequence[float]) -> Verdict | None:
     return Verdict(metric, math.exp(mean), math.exp(mean - half), math.exp(mean + half), len(ratios))
 
 
-def lines(engine_id: str, neighbours: int, verdicts: Sequence[Verdict]) -> list[str]:
+# On the CPU "alone" is one slot's cores, while a sequential run's engine has all of them.
+CPU_CAVEAT = (
+    " that ran on one slot's cores: a sequential run's engine has all the machine's (device_count says how many)"
+)
+
+
+def lines(engine_id: str, neighbours: int, verdicts: Sequence[Verdict], on_the_cpu: bool = False) -> list[str]:
     """What the check prints: a line a metric, then what it means for this node's rows."""
     if not verdicts:
         return [f"fleet check: {engine_id}: no latency measured on both sides; nothing to tell"]
@@ -77,7 +89,7 @@ def lines(engine_id: str, neighbours: int, verdicts: Sequence[Verdict]) -> list[
     ]
     states = {v.comparable for v in verdicts}
     if False in states:
-        worst = max(verdicts, key=lambda v: v.low)
+        worst = max((v for v in verdicts if v.comparable is False), key=lambda v: v.off_by)
         said.append(
             f"fleet check: NOT COMPARABLE: beside its neighbours {engine_id} ran {worst.ratio:.2f}x as long "
             f"({worst.metric}); compare a parallel run of this node with parallel runs only, or run sequentially"
@@ -85,7 +97,7 @@ def lines(engine_id: str, neighbours: int, verdicts: Sequence[Verdict]) -> list[
     elif states == {True}:
         said.append(
             f"fleet check: comparable: within {TOLERANCE:.0%} of alone on every latency; rows of a parallel run "
-            "compare with sequential ones on this node"
+            "compare with sequential ones on this node" + (CPU_CAVEAT if on_the_cpu else "")
         )
     else:
         said.append(

@@ -15,9 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lorabench.fleet.devices import Slot
-from lorabench.fleet.tasks import LOG_FILE, TASK_FILE, Attempt, Callbacks, Fleet, Task, worker_argv
-
-STOP_WAIT_S = 60.0  # how long stopped workers may take to end their case and shut their engine down
+from lorabench.fleet.tasks import LOG_FILE, STOP_WAIT_S, TASK_FILE, Attempt, Callbacks, Fleet, Task, worker_argv
 
 
 class LocalFleet(Fleet):
@@ -47,9 +45,9 @@ class LocalFleet(Fleet):
         return next((t for t in self.queue if t.died_on != slot.label or len(self.slots) == 1), None)
 
     def _spawn(self, task: Task, slot: Slot) -> Attempt:
-        folder = self.folder / f"{task.name}.{task.attempt}"
+        folder = task.folder(self.folder)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / TASK_FILE).write_text(json.dumps(task.spec(self.run_id, slot.label)), encoding="utf-8")
+        (folder / TASK_FILE).write_text(json.dumps(task.spec(self.columns, slot.label)), encoding="utf-8")
         with open(folder / LOG_FILE, "wb") as log:
             process = subprocess.Popen(
                 worker_argv(self.command, folder),
@@ -58,7 +56,9 @@ class LocalFleet(Fleet):
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # a Ctrl-C at the terminal reaches the driver, which stops them in order
+                # Its own process group: a Ctrl-C at the terminal reaches the driver, which stops the
+                # workers in order, and what a worker leaves behind can be found and ended.
+                start_new_session=True,
             )
         return Attempt(task, slot.label, folder, process, time.time(), node=self.node)
 
@@ -66,6 +66,7 @@ class LocalFleet(Fleet):
         ended = [a for a in self.running if a.handle.poll() is not None]
         for attempt in ended:
             attempt.code, attempt.ended = attempt.handle.returncode, time.time()
+            _end_group(attempt.handle)  # an engine core a killed worker left running would hold its slot
         return ended
 
     def stop_all(self) -> list[Attempt]:
@@ -76,9 +77,10 @@ class LocalFleet(Fleet):
             try:
                 attempt.handle.wait(timeout=max(deadline - time.monotonic(), 1))
             except subprocess.TimeoutExpired:
-                _signal(attempt.handle, signal.SIGKILL)
+                _end_group(attempt.handle)
                 attempt.handle.wait()
             attempt.code, attempt.ended = attempt.handle.returncode, time.time()
+            _end_group(attempt.handle)
         return list(self.running)
 
 
@@ -86,4 +88,12 @@ def _signal(process: subprocess.Popen, sig: int) -> None:
     try:
         process.send_signal(sig)
     except ProcessLookupError:
+        pass
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    """SIGKILL whatever is left of a worker's process group (the worker leads it)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
         pass

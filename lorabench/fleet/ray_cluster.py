@@ -23,12 +23,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lorabench.fleet.tasks import LOG_FILE, REPORTS_FILE, TASK_FILE, Attempt, Callbacks, Fleet, Task, worker_argv
+from lorabench.fleet.tasks import (
+    LOG_FILE,
+    REPORTS_FILE,
+    STOP_WAIT_S,
+    TASK_FILE,
+    Attempt,
+    Callbacks,
+    Fleet,
+    Task,
+    worker_argv,
+)
 
 RESOURCES = {"npu": "NPU", "cuda": "GPU", "cpu": "CPU"}
 SEND_EVERY_S = 0.5
 CONNECT_TIMEOUT_S = 5.0
-STOP_WAIT_S = 60.0
 QUEUED = "(queued on the cluster)"
 
 
@@ -102,31 +111,44 @@ class RayFleet(Fleet):
     ) -> None:
         super().__init__(tasks, command, cwd, folder, on)
         self.ray, self.asks = ray, asks
-        self.inbox = ray.remote(Inbox).remote()
+        from ray.util.client import ray as client
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # On the driver's own node where it is one (not through Ray's client): it must outlive any worker node.
+        here = None if client.is_connected() else ray.get_runtime_context().get_node_id()
+        pinned = {"scheduling_strategy": NodeAffinitySchedulingStrategy(here, soft=False)} if here else {}
+        self.inbox = ray.remote(Inbox).options(num_cpus=0, **pinned).remote()
         self.remote = ray.remote(run_worker).options(max_retries=0, **asks)
 
     def start_what_can(self) -> None:
         """Every task at once: Ray holds each until a node has its accelerators free."""
         while self.queue:
             task = self.queue.pop(0)
-            folder = self.folder / f"{task.name}.{task.attempt}"
+            folder = task.folder(self.folder)
             folder.mkdir(parents=True, exist_ok=True)
-            spec = task.spec(self.run_id, "")
+            spec = task.spec(self.columns, "")
             ref = self.remote.remote(spec, list(self.command), str(self.cwd), folder.name, self.inbox)
             attempt = Attempt(task, QUEUED, folder, ref, time.time())
             self.attempts.append(attempt)
             self.running.append(attempt)
 
     def _take_mail(self) -> None:
+        """Append what the workers sent to their folders' mirrors (the inbox lost with its
+        node: every running worker is then as good as lost, and what came is kept)."""
+        try:
+            mail = self.ray.get(self.inbox.take.remote())
+        except self.ray.exceptions.RayError:
+            return
         by_folder = {a.folder.name: a for a in self.running}
-        for name, hello, files in self.ray.get(self.inbox.take.remote()):
+        for name, hello, chunks in mail:
             attempt = by_folder.get(name)
             if attempt is None:
                 continue
-            for relative, data in files.items():
+            for relative, data in chunks.items():
                 path = attempt.folder / relative
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(data)
+                with open(path, "ab") as f:
+                    f.write(data)
             if hello:
                 attempt.where, attempt.node, attempt.started = hello["where"], hello["node"], hello["started"]
                 self.announce(attempt)
@@ -140,10 +162,10 @@ class RayFleet(Fleet):
             self._take_mail()  # what the worker sent before it returned
         for attempt in ended:
             try:
-                attempt.code = self.ray.get(attempt.handle)["code"]
+                done = self.ray.get(attempt.handle)
+                attempt.code, attempt.ended = done["code"], done["ended"]  # on the node's clock, as its start
             except self.ray.exceptions.RayError:
-                attempt.code = None  # the task, or its node, was lost
-            attempt.ended = time.time()
+                attempt.code, attempt.ended = None, time.time()  # the task, or its node, was lost
         return ended
 
     def stop_all(self) -> list[Attempt]:
@@ -170,17 +192,21 @@ class Inbox:
         return mail
 
 
-def _changed(folder: Path, seen: dict[Path, int], logs: bool) -> dict[str, bytes]:
-    """The folder's files that grew since ``seen`` (results, records, reports; the logs at the end)."""
-    changed = {}
+def _appended(folder: Path, sent: dict[Path, int], logs: bool) -> dict[str, bytes]:
+    """What the folder's files gained since ``sent``: the results, records and reports up to
+    their last whole line (a row being written is sent once it is whole); the logs at the end."""
+    chunks = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         if (path.suffix == ".log" and not logs) or "cache" in path.relative_to(folder).parts:
             continue
-        size = path.stat().st_size
-        if seen.get(path) != size:
-            seen[path] = size
-            changed[str(path.relative_to(folder))] = path.read_bytes()
-    return changed
+        with open(path, "rb") as f:
+            f.seek(sent.get(path, 0))
+            data = f.read()
+        data = data if logs else data[: data.rfind(b"\n") + 1]
+        if data:
+            sent[path] = sent.get(path, 0) + len(data)
+            chunks[str(path.relative_to(folder))] = data
+    return chunks
 
 
 def run_worker(spec: dict[str, Any], command: list[str], cwd: str, name: str, inbox: Any) -> dict[str, Any]:
@@ -195,7 +221,7 @@ def run_worker(spec: dict[str, Any], command: list[str], cwd: str, name: str, in
     folder = Path(tempfile.mkdtemp(prefix=f"lorabench-{name}-"))
     (folder / TASK_FILE).write_text(json.dumps({**spec, "slot": where}), encoding="utf-8")
     (folder / REPORTS_FILE).touch()
-    seen: dict[Path, int] = {}
+    sent: dict[Path, int] = {}
     ray.get(inbox.put.remote(name, {"where": where, "node": node, "started": time.time()}, {}))
     with open(folder / LOG_FILE, "wb") as log:
         process = subprocess.Popen(
@@ -204,9 +230,9 @@ def run_worker(spec: dict[str, Any], command: list[str], cwd: str, name: str, in
     try:
         while process.poll() is None:
             time.sleep(SEND_EVERY_S)
-            inbox.put.remote(name, None, _changed(folder, seen, logs=False))
+            inbox.put.remote(name, None, _appended(folder, sent, logs=False))
     except KeyboardInterrupt:  # ray.cancel: stop the worker as Ctrl-C stops a session
         process.terminate()
         process.wait(STOP_WAIT_S)
-    ray.get(inbox.put.remote(name, None, _changed(folder, seen, logs=True)))
-    return {"code": process.returncode}
+    ray.get(inbox.put.remote(name, None, _appended(folder, sent, logs=True)))
+    return {"code": process.returncode, "ended": time.time()}

@@ -12,6 +12,7 @@ fleet can choose; what fails twice is reported failed.
 
 from __future__ import annotations
 
+import csv
 import json
 import signal
 import sys
@@ -25,6 +26,9 @@ TASK_FILE, REPORTS_FILE, LOG_FILE, ROWS_FILE = "task.json", "reports.jsonl", "py
 ATTEMPTS = 2  # a configuration whose worker dies is retried once
 POLL_S = 0.2
 STATUS_EVERY_S = 30.0
+STOP_WAIT_S = 60.0  # how long stopped workers may take to end their case and shut their engine down
+# A worker that exits 1 with cases left stopped itself after a failure (-x, --maxfail): not retried.
+STOPPED_ITSELF = 1
 
 
 @dataclass(frozen=True)
@@ -42,9 +46,14 @@ class Task:
     def name(self) -> str:
         return self.engine_id + (f"~{self.copy}" if self.copy else "")
 
-    def spec(self, run_id: str, where: str) -> dict[str, Any]:
-        """``task.json``: what its worker runs, under which run, and how its rows name where."""
-        return {"nodeids": self.nodeids, "slot": where, "run_id": run_id}
+    def spec(self, columns: dict[str, Any], where: str) -> dict[str, Any]:
+        """``task.json``: what its worker runs, the run's own columns (its id, host, commit)
+        for every row, and how its rows name where they ran."""
+        return {"nodeids": self.nodeids, "slot": where, "columns": columns}
+
+    def folder(self, parent: Path) -> Path:
+        """Where its worker's files are: one folder per attempt."""
+        return parent / f"{self.name}.{self.attempt}"
 
 
 @dataclass
@@ -62,20 +71,37 @@ class Attempt:
     offset: int = 0  # how far reports.jsonl has been read
     finished: set[str] = field(default_factory=set)
     counts: dict[str, int] = field(default_factory=dict)
+    # Each case's test call, (start, stop) on the node's clock: when its row was measured.
+    windows: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
     def unfinished(self) -> tuple[str, ...]:
         return tuple(n for n in self.task.nodeids if n not in self.finished)
 
-    def beside(self, other: Attempt, now: float) -> bool:
-        """Whether ``other`` ran on this one's node while it ran."""
+    def beside(self, other: Attempt, start: float, stop: float) -> bool:
+        """Whether ``other`` ran on this one's node at some time between ``start`` and ``stop``."""
         return (
             other is not self
             and bool(self.node)
             and other.node == self.node
-            and self.started < (other.ended or now)
-            and other.started < (self.ended or now)
+            and other.started < stop
+            and start < (other.ended or time.time())
         )
+
+    def neighbours(self, attempts: Sequence[Attempt], nodeid: str) -> str:
+        """The configurations that ran on this node while the case ``nodeid`` was measured
+        (while the whole attempt ran, for a case whose call never reported)."""
+        start, stop = self.windows.get(nodeid, (self.started, self.ended or time.time()))
+        return " ".join(sorted({a.task.engine_id for a in attempts if self.beside(a, start, stop)}))
+
+    def rows_written(self) -> set[str]:
+        """The cases whose rows are in the worker's result file: finished, whatever the worker
+        managed to report before it died (a row is written before its case's teardown)."""
+        try:
+            with open(self.folder / ROWS_FILE, encoding="utf-8", newline="") as f:
+                return {row["test_id"] for row in csv.DictReader(f) if row.get("test_id")}
+        except (OSError, KeyError, csv.Error):
+            return set()
 
 
 @dataclass
@@ -85,7 +111,7 @@ class Callbacks:
 
     report: Callable[[dict[str, Any]], None]
     say: Callable[[str], None]
-    ended: Callable[[Attempt, list[str]], None]
+    ended: Callable[[Attempt, bool], None]  # the attempt, and whether it is its task's last
     lost: Callable[[Task, str], None]
 
 
@@ -97,7 +123,8 @@ class Fleet:
         self.total = len(tasks)
         self.attempts: list[Attempt] = []
         self.running: list[Attempt] = []
-        self.run_id = ""  # the run every worker's rows belong to
+        self.columns: dict[str, Any] = {}  # the run's own columns, the same on every worker's rows
+        self.stopping = False  # stopped by Ctrl-C or SIGTERM: nothing is retried or reported lost
 
     def run(self) -> list[Attempt]:
         """Run every task; on Ctrl-C or SIGTERM the workers are stopped as a user's Ctrl-C
@@ -115,6 +142,7 @@ class Fleet:
                     self.on.say(self.status())
                     last_status = time.monotonic()
         except BaseException:
+            self.stopping = True
             for attempt in self.stop_all():
                 self.end(attempt)
             raise
@@ -156,30 +184,33 @@ class Fleet:
             when, outcome = report.get("when"), report.get("outcome")
             if when == "teardown":  # pytest tears every test down, whatever its setup and call did
                 attempt.finished.add(report["nodeid"])
+            if when == "call" and report.get("start") is not None:
+                attempt.windows[report["nodeid"]] = (report["start"], report["stop"])
             if when == "call" or outcome != "passed":
                 outcome = outcome if when == "call" or outcome == "skipped" else "error"
                 attempt.counts[outcome] = attempt.counts.get(outcome, 0) + 1
             self.on.report(report)
 
     def end(self, attempt: Attempt) -> None:
-        """Merge what the attempt finished; queue its unfinished cases again, once, or lose them."""
+        """Hand the attempt's rows to the driver; queue its unfinished cases again, once, or lose them."""
         self.read_reports(attempt)
         self.running.remove(attempt)
-        ended = attempt.ended or time.time()
-        self.on.ended(attempt, sorted({a.task.engine_id for a in self.attempts if attempt.beside(a, ended)}))
-        took = f"{ended - attempt.started:.1f} s"
+        attempt.ended = attempt.ended or time.time()
+        attempt.finished |= attempt.rows_written()
         left = attempt.unfinished
+        took = f"{attempt.ended - attempt.started:.1f} s"
+        said = _last_line(attempt.folder / LOG_FILE)
+        reason = f"its worker on {attempt.where} {exit_words(attempt.code)} after {took}{said}"
+        again = bool(left) and not self.stopping and attempt.task.attempt < ATTEMPTS and attempt.code != STOPPED_ITSELF
+        self.on.ended(attempt, not again)
         if not left:
             counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(attempt.counts.items()))
             self.on.say(f"fleet: {attempt.where} finished {attempt.task.engine_id} in {took}: {counts or 'no cases'}")
-            return
-        said = _last_line(attempt.folder / LOG_FILE)
-        reason = f"its worker on {attempt.where} {exit_words(attempt.code)} after {took}{said}"
-        if attempt.task.attempt < ATTEMPTS:
+        elif again:
             self.on.say(f"fleet: {attempt.task.engine_id}: {reason}; {len(left)} unfinished cases queued again")
-            again = replace(attempt.task, nodeids=left, attempt=attempt.task.attempt + 1, died_on=attempt.where)
-            self.queue.insert(0, again)
-        else:
+            retry = replace(attempt.task, nodeids=left, attempt=attempt.task.attempt + 1, died_on=attempt.where)
+            self.queue.insert(0, retry)
+        elif not self.stopping:
             self.on.lost(replace(attempt.task, nodeids=left), reason)
 
     def status(self) -> str:
@@ -215,8 +246,17 @@ def _last_line(log: Path) -> str:
 # Options a worker does not take from the session: the fleet's own (a worker runs its task,
 # never a fleet of its own), pytest's --basetemp (which each session empties when it starts)
 # and the JUnit file (the session writes it, with every worker's reports).
-DROPPED = ("--bench-fleet", "--bench-devices", "--bench-fleet-worker", "--bench-fleet-check-pairs", "--basetemp")
-DROPPED_FLAGS = ("--bench-fleet-check",)
+# So are pytest-benchmark's files, which every worker would write over the others'.
+DROPPED = (
+    "--bench-fleet",
+    "--bench-devices",
+    "--bench-fleet-worker",
+    "--bench-fleet-check-pairs",
+    "--basetemp",
+    "--benchmark-json",
+    "--benchmark-save",
+)
+DROPPED_FLAGS = ("--bench-fleet-check", "--benchmark-autosave")
 JUNIT = ("--junitxml", "--junit-xml")
 
 

@@ -30,8 +30,6 @@ def run_check(
 ) -> list[str]:
     """Alone and beside, ``pairs`` times, in alternating order; the summary's lines."""
     probe = probe_of(tasks)
-    if len(slots) < 2:
-        return [f"fleet check: one worker ({slots[0].label}): nothing runs beside it; name more devices"]
     alone = [replace(probe, env=((ROLE_ENV, "alone"),))]
     beside = [replace(probe, copy=k, env=((ROLE_ENV, "beside"),)) for k in range(len(slots))]
     ratios: dict[str, list[float]] = {m: [] for m in METRICS}
@@ -46,7 +44,7 @@ def run_check(
             if ratio is not None:
                 ratios[metric].append(ratio)
     verdicts = [v for v in (verdict(m, ratios[m]) for m in METRICS) if v is not None]
-    return lines(probe.engine_id, len(slots) - 1, verdicts)
+    return lines(probe.engine_id, len(slots) - 1, verdicts, on_the_cpu=slots[0].device_type == "cpu")
 
 
 def _phase(fleet: Fleet) -> dict[str, dict[str, float]]:

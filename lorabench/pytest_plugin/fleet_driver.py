@@ -19,16 +19,23 @@ from lorabench.config.target import URL
 from lorabench.fleet import ray_cluster
 from lorabench.fleet.devices import DeviceError, Slot, chosen_devices, slots
 from lorabench.fleet.local import LocalFleet
-from lorabench.fleet.tasks import ROWS_FILE, Attempt, Callbacks, Fleet, Task, worker_command
+from lorabench.fleet.merging import InOrder
+from lorabench.fleet.tasks import Attempt, Callbacks, Fleet, Task, worker_command
 from lorabench.pytest_plugin import options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE
 from lorabench.pytest_plugin.fixtures import state_for_run
-from lorabench.pytest_plugin.session import STATE, BenchState
+from lorabench.pytest_plugin.session import BenchState
 from lorabench.pytest_plugin.terminal import say
-from lorabench.results.files import ResultsFileError
-from lorabench.results.merge import adopt
 
-NEIGHBOURS = "fleet_neighbours"
+# Provenance of the run, not of a worker: the same on every row, as in one session. On an
+# accelerator the session's device count too (a worker sees its own slot's); on the CPU a
+# worker's cores are what its engine had, so its count stays (docs/fleet.md#one-run).
+RUN_COLUMNS = ("run_id", "git_commit", "git_dirty", "hostname")
+
+
+def run_columns(provenance: dict[str, Any], device_type: str) -> dict[str, Any]:
+    names = RUN_COLUMNS if device_type == "cpu" else (*RUN_COLUMNS, "device_count")
+    return {name: provenance[name] for name in names}
 
 
 def fleet_slots(config: pytest.Config, device_type: str, per_engine: int) -> list[Slot]:
@@ -65,7 +72,6 @@ class FleetDriver:
         self.config, self.slots, self.tasks, self.make, self.words = config, list(slots), list(tasks), make, words
         self.locations: dict[str, Any] = {}
         self.lost: list[str] = []
-        self.reference: dict[str, str] = {}  # the run's digest of each adapter (merge._recheck_digests)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -75,13 +81,15 @@ class FleetDriver:
         self.locations = {item.nodeid: item.location for item in session.items}
         folder = state.writer.log_dir / "fleet"
         invocation = self.config.invocation_params
-        on = Callbacks(report=self._report, say=lambda line: say(self.config, line), ended=self._adopt, lost=self._lose)
+        merged = InOrder(state.writer, self.tasks, self._lose)
+        on = Callbacks(report=self._report, say=lambda line: say(self.config, line), ended=merged.end, lost=self._lose)
 
         def launch(slots: Sequence[Slot], tasks: Sequence[Task], folder: Path) -> Fleet:
             fleet = self.make(
                 slots, tasks, worker_command(invocation.args, self.config.rootpath), invocation.dir, folder, on
             )
-            fleet.run_id = state.provenance["run_id"]
+            fleet.columns = run_columns(state.provenance, state.platform.device_type)
+            merged.attempts = fleet.attempts
             return fleet
 
         if options.value(self.config, "bench_fleet_check"):
@@ -99,6 +107,7 @@ class FleetDriver:
         try:
             fleet.run()
         finally:
+            merged.flush(everything=True)
             state.fleet = self._summary(fleet.attempts, time.monotonic() - started, folder)
         return True
 
@@ -110,13 +119,6 @@ class FleetDriver:
         hook.pytest_runtest_logreport(report=report)
         if report.when == "teardown":
             hook.pytest_runtest_logfinish(nodeid=report.nodeid, location=report.location)
-
-    def _adopt(self, attempt: Attempt, neighbours: list[str]) -> None:
-        state = self.config.stash[STATE]
-        try:
-            adopt(state.writer, attempt.folder / ROWS_FILE, {NEIGHBOURS: " ".join(neighbours)}, self.reference)
-        except (ResultsFileError, OSError) as exc:
-            self._lose(attempt.task, f"its rows could not be merged: {exc}")
 
     def _lose(self, task: Task, reason: str) -> None:
         """The cases of a task that failed on both attempts: each a failed test, saying why."""
@@ -152,6 +154,10 @@ def start(config: pytest.Config, state: BenchState, items: Sequence[pytest.Item]
     device_type, per_engine = state.platform.device_type, state.config.devices_per_engine
     if where == options.LOCAL:
         found = fleet_slots(config, device_type, per_engine)
+        if options.value(config, "bench_fleet_check") and len(found) < 2:
+            options.refuse(
+                [f"--bench-fleet-check: one worker ({found[0].label}) has no neighbours; name two devices or more"]
+            )
         words = f"{len(found)} workers: {', '.join(s.label for s in found)}"
         driver = FleetDriver(config, found, fleet_tasks(items), _local, words)
     else:

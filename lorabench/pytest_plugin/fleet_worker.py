@@ -20,7 +20,8 @@ class FleetWorker:
         task = json.loads((folder / TASK_FILE).read_text(encoding="utf-8"))
         self.config, self.folder = config, folder
         self.nodeids: list[str] = list(task["nodeids"])
-        self.columns = {"run_id": task["run_id"], "fleet_devices": task["slot"]}
+        # The run's own columns (lorabench.pytest_plugin.fleet_driver.run_columns), and where it ran.
+        self.columns = {**task["columns"], "fleet_devices": task["slot"]}
         self.output = str(folder / ROWS_FILE)
         self._reports = open(folder / REPORTS_FILE, "a", encoding="utf-8")  # noqa: SIM115 - open for the session
         pin_from_env()

@@ -203,3 +203,11 @@ def refuse(problems: list[str]) -> NoReturn:
     for problem in problems:
         print(f"lorabench: {problem}", file=sys.stderr)
     pytest.exit(f"lorabench: bad input: nothing ran (exit status {BAD_INPUT})", returncode=BAD_INPUT)
+
+
+def lone_fleet_options(config: pytest.Config) -> list[str]:
+    """The fleet's options given without a fleet: each would be ignored, so each is refused."""
+    if config.getoption("bench_fleet") or config.getini("bench_fleet"):
+        return []
+    alone = [OPTIONS[n].flag_name for n in ("bench_devices", "bench_fleet_check") if value(config, n)]
+    return [f"{flag}: only a fleet takes it; add --bench-fleet local (docs/fleet.md)" for flag in alone]

@@ -70,6 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     options.checked(config, "bench_compare_alpha", problems)  # a bad value is refused now, not after the run
     options.checked(config, "bench_fleet", problems)
     options.checked(config, "bench_fleet_check_pairs", problems)
+    problems += options.lone_fleet_options(config)
     try:
         pair_from_env()
     except ValueError as exc:

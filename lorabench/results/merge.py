@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import shutil
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,8 @@ def _read(path: Path, columns: tuple[str, ...] | list[str]) -> list[dict[str, st
         reader = csv.DictReader(f)
         if reader.fieldnames is not None and tuple(reader.fieldnames) != tuple(columns):
             raise ResultsFileError(f"{path}: written by another lorabench (other columns); merge it with that version")
-        return list(reader)
+        # A row cut short by a worker killed while writing it is no row: its case was not finished.
+        return [row for row in reader if None not in row.values() and None not in row]
 
 
 def _typed(text: str, hint: Any) -> Any:
@@ -58,9 +59,11 @@ def row_from_csv(values: Mapping[str, str]) -> ResultRow:
 
 
 def _recheck_digests(rows: list[dict[str, str]], digests: list[dict[str, str]], reference: dict[str, str]) -> None:
-    """Each build's ``digest_mismatches`` against the run's reference digests, as one session
-    counts them (``lorabench.measure.correctness.DigestBook``): a worker saw only its own
-    build, so against itself it found none. The reference is the first build adopted."""
+    """Each row's ``digest_mismatches`` with its build's mismatches against the run's reference
+    digests added, as one session counts them (``lorabench.measure.correctness.DigestBook``,
+    ``scenarios.case``): a worker saw only its own build, so against itself it found none, and
+    what its row says is the case's own (a residency probe's wrong answers). The reference is
+    the first build adopted, which ``lorabench.fleet.merging`` makes the session's first."""
     for record in digests:
         reference.setdefault(record["adapter"], record["digest"])
     wrong: dict[str, int] = {}
@@ -70,15 +73,18 @@ def _recheck_digests(rows: list[dict[str, str]], digests: list[dict[str, str]], 
         )
     for row in rows:
         if row["digest_mismatches"] != "":
-            row["digest_mismatches"] = str(wrong.get(row["engine_id"], 0))
+            row["digest_mismatches"] = str(int(float(row["digest_mismatches"])) + wrong.get(row["engine_id"], 0))
 
 
 def adopt(
-    writer: ResultWriter, worker_csv: Path, fill: Mapping[str, Any], reference: dict[str, str]
-) -> list[ResultRow]:
-    """Append a worker run's records and then its rows (``fill``: columns the driver sets,
-    such as the neighbours it ran beside) to ``writer``'s run, copy its engine logs into the
-    run's logs folder, and return the rows; a worker that wrote nothing adds nothing.
+    writer: ResultWriter,
+    worker_csv: Path,
+    fill: Callable[[Mapping[str, str]], Mapping[str, Any]],
+    reference: dict[str, str],
+) -> None:
+    """Append a worker run's records and then its rows to ``writer``'s run (``fill``: the
+    columns the driver sets on a row, such as the neighbours it was measured beside), and
+    copy its engine logs into the run's logs folder; a worker that wrote nothing adds nothing.
     ``reference``: the run's digest of each adapter so far (the first build's), kept up to date."""
     rows = _read(worker_csv, COLUMNS)
     run = writer.claim()
@@ -102,9 +108,9 @@ def adopt(
     for logs in sorted(worker_csv.parent.glob("*.logs")):
         writer.log_dir.mkdir(parents=True, exist_ok=True)
         for log in logs.glob("*.log"):
-            shutil.copyfile(log, writer.log_dir / log.name)
-    rows = [{**row, **{k: "" if v is None else str(v) for k, v in fill.items()}} for row in rows]
+            kept = writer.log_dir / log.name
+            # A retried build's log beside its first worker's, not over it.
+            shutil.copyfile(log, kept.with_name(f"{log.stem}.{worker_csv.parent.name}.log") if kept.exists() else kept)
+    rows = [{**row, **{k: "" if v is None else str(v) for k, v in fill(row).items()}} for row in rows]
     append_rows(run, COLUMNS, rows, exclusive=False)
-    adopted = [row_from_csv(row) for row in rows]
-    writer.rows += adopted
-    return adopted
+    writer.rows += [row_from_csv(row) for row in rows]
