@@ -18,7 +18,7 @@ from lorabench.analysis.compare.load import keyed
 from lorabench.fleet.check import ROLE_ENV, verdict
 from lorabench.fleet.devices import CPUS_ENV, DeviceError, Slot, default_devices, parse_devices, slots
 from lorabench.fleet.local import LocalFleet
-from lorabench.fleet.tasks import Callbacks, Task, worker_command
+from lorabench.fleet.tasks import Attempt, Callbacks, Task, worker_command
 from lorabench.pytest_plugin.fleet_check import run_check
 from lorabench.results.records import digests_path_for, samples_path_for
 from lorabench.targets.standin import write_config
@@ -308,3 +308,18 @@ def test_a_local_worker_gets_its_slots_cores_and_its_tasks_environment_copy_0_on
         (0, 1, False), (0, 2, True), (1, 1, False), (1, 2, True)
     ]  # fmt: skip
     assert [a.where for a in attempts if a.task.copy == 0] == [two[0].label, two[1].label] and len(lost) == 2
+
+
+def test_what_a_workers_summary_says_of_its_build_reaches_the_sessions(tmp_path):
+    from lorabench.pytest_plugin.fleet_driver import _notes
+
+    (tmp_path / "pytest.log").write_text(
+        "lorabench: 1 of 1 engine builds done\n"
+        "peak memory of e-build0: device memory unreadable (npu-smi not found on PATH); process RSS instead\n"
+        "the device memory of e-build0 was not released: 900 MiB still held\n"
+    )
+    attempt = Attempt(Task("e-build0", ("n",)), "npu 3", tmp_path, None, 0.0)
+    assert _notes(attempt) == [
+        "peak memory of e-build0: device memory unreadable (npu-smi not found on PATH); process RSS instead",
+        "the device memory of e-build0 was not released: 900 MiB still held",
+    ]

@@ -20,7 +20,7 @@ from lorabench.fleet import ray_cluster
 from lorabench.fleet.devices import DeviceError, Slot, chosen_devices, slots
 from lorabench.fleet.local import LocalFleet
 from lorabench.fleet.merging import InOrder
-from lorabench.fleet.tasks import Attempt, Callbacks, Fleet, Task, worker_command
+from lorabench.fleet.tasks import LOG_FILE, Attempt, Callbacks, Fleet, Task, worker_command
 from lorabench.pytest_plugin import options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE
 from lorabench.pytest_plugin.fixtures import state_for_run
@@ -137,8 +137,22 @@ class FleetDriver:
             f"fleet: {len(self.tasks)} engine builds on {self.words} in {wall_s:.1f} s; "
             f"the workers ran {busy:.1f} s in all ({busy / wall_s if wall_s else 0:.2f} at once on average)",
             *self.lost,
+            *(f"fleet: {a.where}: {note}" for a in attempts for note in _notes(a)),
             f"fleet workers' folders (task, reports, pytest output): {folder}",
         ]
+
+
+# What a worker's summary says of its build that a row does not: a peak memory figure that
+# may be off, device memory an engine kept (the slot's next build shares the device with it).
+NOTES = ("peak memory of ", "the device memory of ")
+
+
+def _notes(attempt: Attempt) -> list[str]:
+    try:
+        text = (attempt.folder / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return [line.strip() for line in text.splitlines() if line.startswith(NOTES)]
 
 
 def start(config: pytest.Config, state: BenchState, items: Sequence[pytest.Item]) -> None:
