@@ -221,6 +221,20 @@ def test_provenance_differences_are_warned(tmp_path, capsys):
     assert "WARNING: vllm_version differs:" in out
 
 
+def test_a_side_that_ran_beside_neighbours_in_a_fleet_is_warned_once(tmp_path, capsys):
+    base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
+    run_cli(base, new)
+    assert "fleet" not in capsys.readouterr().out  # the files have no fleet columns: two sequential runs
+    edit_run(new, set_columns(fleet_devices="cpu 0", fleet_neighbours="loras2-rank16-cpu12-build0"))
+    run_cli(base, new)
+    out = capsys.readouterr().out
+    assert out.count("WARNING: new ran in a fleet, beside other configurations on its node, and the other side") == 1
+    assert "fleet_devices differs" not in out and "fleet_neighbours differs" not in out
+    edit_run(base, set_columns(fleet_devices="cpu 1", fleet_neighbours=""))
+    run_cli(base, new)
+    assert "WARNING: new ran in a fleet" in capsys.readouterr().out  # a fleet of one slot ran beside nobody
+
+
 def test_driver_and_toolkit_differences_are_warned(tmp_path, capsys):
     """An NPU driver or CANN upgrade between two runs can explain a change by itself."""
     base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")

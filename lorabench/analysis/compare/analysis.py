@@ -287,7 +287,7 @@ def _warnings(base: Run, new: Run, findings: list[Finding]) -> list[str]:
 def _ran_beside(run: Run) -> bool:
     """Whether some row of ``run`` shared its node with another configuration (a fleet's)."""
     column = run.all_rows.get("fleet_neighbours")
-    return column is not None and column.fillna("").astype(str).str.strip().ne("").any()
+    return column is not None and (column.notna() & column.astype(str).str.strip().ne("")).any()
 
 
 def parse_thresholds(values: Sequence[str], default: float = DEFAULT_THRESHOLD) -> tuple[float, dict[str, float]]:
