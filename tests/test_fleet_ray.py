@@ -154,3 +154,15 @@ def test_without_ray_the_option_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(RayInputError, match=r"Ray is not installed in this environment; install it with pip install"):
         import_ray("auto")
+
+
+def test_auto_without_a_cluster_says_how_to_start_or_name_one(pytester, monkeypatch):
+    pytest.importorskip("ray", reason="Ray is the [fleet] extra: pip install -e '.[fleet]'")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = _bench(pytester, build_ms=0, virtual=True)
+    result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=120)
+    assert result.ret == 2
+    assert result.errlines[-1:] == [
+        "lorabench: --bench-fleet auto: no Ray cluster runs here or at RAY_ADDRESS; start one (ray start --head) or "
+        "name it: --bench-fleet ray://HEAD:10001, or RAY_ADDRESS=HEAD:6379 with auto"
+    ]

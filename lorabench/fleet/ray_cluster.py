@@ -73,7 +73,12 @@ def connect(where: str) -> Any:
         ray.init(address=where, log_to_driver=False, logging_level="ERROR", namespace="lorabench")
     except Exception as exc:  # noqa: BLE001 - ray.init raises many kinds for a cluster it cannot join
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RayInputError(f"--bench-fleet {where}: no Ray cluster answers ({first}); start one or name it") from None
+        # Ray's own advice names its command line's --address flag, which pytest has not.
+        said = "no Ray cluster runs here or at RAY_ADDRESS" if "Could not find any running Ray" in first else first
+        raise RayInputError(
+            f"--bench-fleet {where}: {said}; start one (ray start --head) or name it: "
+            "--bench-fleet ray://HEAD:10001, or RAY_ADDRESS=HEAD:6379 with auto"
+        ) from None
     return ray
 
 

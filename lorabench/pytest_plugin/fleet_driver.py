@@ -98,9 +98,11 @@ class FleetDriver:
             pairs = options.value(self.config, "bench_fleet_check_pairs")
             state.fleet = run_check(self.slots, self.tasks, launch, folder.with_name("fleet-check"), on.say, pairs)
             return True
+        alone = "; one worker: one build after another (on the CPU, --bench-devices 0,1 makes two)"
         say(
             self.config,
-            f"fleet: {len(self.tasks)} engine builds on {self.words}",
+            f"fleet: {len(self.tasks)} engine builds on {self.words} (the first guess above is for one at a time)"
+            + (alone if len(self.slots) == 1 else ""),
         )
         started = time.monotonic()
         fleet = launch(self.slots, self.tasks, folder)
