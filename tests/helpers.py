@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -163,3 +164,10 @@ def mooncake_like(path: Path, requests: int, seed: int, block: int = 32, system_
         )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def default_config(folder: Path) -> Path:
+    """The repository's default config, its results in ``folder``."""
+    data = json.loads((ROOT / "config" / "common.json").read_text())
+    shutil.copyfile(ROOT / "config" / "prompts.json", folder / "prompts.json")
+    return write_json(folder / "common.json", {**data, "results_dir": str(folder / "results")})

@@ -1,15 +1,13 @@
 """The local fleet on the real CPU engine: two one-core devices, each worker a real pytest
 process building real vLLM engines pinned to its core."""
 
-import json
 import os
-import shutil
 
 import pandas as pd
 import psutil
 import pytest
 
-from tests.helpers import ROOT, result_files, write_json
+from tests.helpers import ROOT, default_config, result_files
 
 pytestmark = [
     pytest.mark.engine,
@@ -28,18 +26,11 @@ def _workers_left(folder) -> list[str]:
     return left
 
 
-def _default_config(folder):
-    """The repository's default config, its results in ``folder``."""
-    data = json.loads((ROOT / "config" / "common.json").read_text())
-    shutil.copyfile(ROOT / "config" / "prompts.json", folder / "prompts.json")
-    return write_json(folder / "common.json", {**data, "results_dir": str(folder / "results")})
-
-
 def test_a_fleet_of_two_cores_runs_both_configurations_and_checks_its_interference(pytester, tmp_path):
     """The issue's own selection of the default config, one build each: both LoRA
     configurations at once, one on each core; then the interference check on one of them."""
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
-    path = _default_config(tmp_path)
+    path = default_config(tmp_path)
     devices = f"--bench-devices={CORES[0]},{CORES[1]}"
     selection = ["--bench-config", str(path), "--bench-builds", "1", "--bench-fleet", "local", devices]
     fleet = pytester.runpytest_subprocess(*selection, "-k", "identical and bs4", timeout=600)

@@ -14,7 +14,7 @@ import pytest
 from lorabench.analysis.compare.load import keyed
 from lorabench.fleet.ray_cluster import RayInputError, import_ray
 from lorabench.targets.standin import write_config
-from tests.helpers import ROOT, result_files
+from tests.helpers import ROOT, default_config, result_files
 
 ON_AN_NPU = """
 import os, signal
@@ -166,3 +166,27 @@ def test_auto_without_a_cluster_says_how_to_start_or_name_one(pytester, monkeypa
         "lorabench: --bench-fleet auto: no Ray cluster runs here or at RAY_ADDRESS; start one (ray start --head) or "
         "name it: --bench-fleet ray://HEAD:10001, or RAY_ADDRESS=HEAD:6379 with auto"
     ]
+
+
+@pytest.mark.engine
+def test_a_real_cpu_engine_runs_as_a_ray_task(pytester, monkeypatch):
+    """The real vLLM on a one-node Ray cluster of this host's cores: the default config's
+    case, its row in the run with the node named, as a task asking for one CPU."""
+    pytest.importorskip("ray", reason="Ray is the [fleet] extra: pip install -e '.[fleet]'")
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    try:
+        monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+        pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
+        config = default_config(pytester.path)
+        selection = ["--bench-builds", "1", "-k", "identical and bs4 and loras2"]
+        result = pytester.runpytest_subprocess(
+            "--bench-config", config, "--bench-fleet", "auto", *selection, timeout=600
+        )
+    finally:
+        cluster.shutdown()
+    result.assert_outcomes(passed=1)
+    rows = pd.read_csv(result_files(pytester.path / "results")[0])
+    assert list(rows["engine_id"]) == ["loras2-rank16-cpu12-build0"] and (rows["e2e_ms"] > 0).all()
+    assert rows["fleet_devices"].str.fullmatch(r"\S+:[0-9a-f]{8} cpu").all()
