@@ -115,7 +115,7 @@ class RayFleet(Fleet):
         on: Callbacks,
     ) -> None:
         super().__init__(tasks, command, cwd, folder, on)
-        self.ray, self.asks = ray, asks
+        self.ray = ray
         from ray.util.client import ray as client
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
