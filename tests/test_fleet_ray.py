@@ -49,6 +49,19 @@ def pytest_runtest_setup(item):
 """
 
 
+def test_auto_without_a_cluster_says_how_to_start_or_name_one(pytester, monkeypatch):
+    """Before the module's cluster starts (file order): auto finds a cluster running on this host."""
+    pytest.importorskip("ray", reason="Ray is the [fleet] extra: pip install -e '.[fleet]'")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = _bench(pytester, build_ms=0, virtual=True)
+    result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=120)
+    assert result.ret == 2
+    assert result.errlines[-1:] == [
+        "lorabench: --bench-fleet auto: no Ray cluster runs here or at RAY_ADDRESS; start one (ray start --head) or "
+        "name it: --bench-fleet ray://HEAD:10001, or RAY_ADDRESS=HEAD:6379 with auto"
+    ]
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """Two worker nodes of 2 NPU each beside a head with none: 4 fake devices."""
@@ -156,36 +169,20 @@ def test_without_ray_the_option_says_how_to_install_it(monkeypatch):
         import_ray("auto")
 
 
-def test_auto_without_a_cluster_says_how_to_start_or_name_one(pytester, monkeypatch):
-    pytest.importorskip("ray", reason="Ray is the [fleet] extra: pip install -e '.[fleet]'")
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    config = _bench(pytester, build_ms=0, virtual=True)
-    result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=120)
-    assert result.ret == 2
-    assert result.errlines[-1:] == [
-        "lorabench: --bench-fleet auto: no Ray cluster runs here or at RAY_ADDRESS; start one (ray start --head) or "
-        "name it: --bench-fleet ray://HEAD:10001, or RAY_ADDRESS=HEAD:6379 with auto"
-    ]
-
-
 @pytest.mark.engine
-def test_a_real_cpu_engine_runs_as_a_ray_task(pytester, monkeypatch):
-    """The real vLLM on a one-node Ray cluster of this host's cores: the default config's
-    case, its row in the run with the node named, as a task asking for one CPU."""
-    pytest.importorskip("ray", reason="Ray is the [fleet] extra: pip install -e '.[fleet]'")
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    try:
-        monkeypatch.setenv("RAY_ADDRESS", cluster.address)
-        pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
-        config = default_config(pytester.path)
-        selection = ["--bench-builds", "1", "-k", "identical and bs4 and loras2"]
-        result = pytester.runpytest_subprocess(
-            "--bench-config", config, "--bench-fleet", "auto", *selection, timeout=600
-        )
-    finally:
-        cluster.shutdown()
+def test_a_real_cpu_engine_runs_as_a_ray_task(pytester, on_the_cluster):
+    """The real vLLM on the test cluster: the default config's case as a task asking for one
+    of a node's CPUs, its row in the run with the node named."""
+    pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
+    selection = [
+        "--bench-config",
+        default_config(pytester.path),
+        "--bench-builds",
+        "1",
+        "-k",
+        "identical and bs4 and loras2",
+    ]
+    result = pytester.runpytest_subprocess(*selection, "--bench-fleet", "auto", timeout=600)
     result.assert_outcomes(passed=1)
     rows = pd.read_csv(result_files(pytester.path / "results")[0])
     assert list(rows["engine_id"]) == ["loras2-rank16-cpu12-build0"] and (rows["e2e_ms"] > 0).all()
