@@ -71,7 +71,8 @@ def _fleet_dir(pytester, die=None, **sections):
         pytester.makepyfile(**{name[:-3]: (ROOT / "bench" / name).read_text()})
     pytester.makeconftest(KILLER.format(die=die or {}))
     matrix = {"builds": 2, "batch_sizes": [2, 4], "workloads": ["distinct", "identical"], **sections.pop("matrix", {})}
-    return write_config(pytester.path, engine={"max_loras": [1, 2]}, matrix=matrix, **sections)
+    engine = sections.pop("engine", {"max_loras": [1, 2]})
+    return write_config(pytester.path, engine=engine, matrix=matrix, **sections)
 
 
 def _fleet(pytester, config, *more):
@@ -86,17 +87,18 @@ def _rows(folder):
 
 @TWO_CORES
 def test_a_fleet_writes_one_run_with_every_case_once_and_the_keys_of_a_sequential_run(pytester):
-    config = _fleet_dir(pytester)
+    """Two configurations (lora-off and one LoRA) of two builds each: two waves of two workers."""
+    config = _fleet_dir(pytester, engine={"max_loras": 1})
     fleet = _fleet(pytester, config)
     assert fleet.ret == 0, fleet.stdout.str()
-    fleet.stdout.fnmatch_lines(["*fleet: 6 engine builds on 2 workers*", "*28 passed*"])
+    fleet.stdout.fnmatch_lines(["*fleet: 4 engine builds on 2 workers*", "*16 passed*"])
     (pytester.path / "results").rename(pytester.path / "fleet-results")
     fleet_csv, rows = _rows(pytester.path / "fleet-results")
     sequential = pytester.runpytest("--bench-config", str(config))
     assert sequential.ret == 0, sequential.stdout.str()
     seq_csv, seq = _rows(pytester.path / "results")
 
-    assert rows["run_id"].nunique() == 1 and len(rows) == len(seq) == 28
+    assert rows["run_id"].nunique() == 1 and len(rows) == len(seq) == 16
 
     def keys(frame):
         return sorted(keyed(frame)["_key"] + frame["build"].astype(str))
@@ -115,7 +117,7 @@ def test_a_fleet_writes_one_run_with_every_case_once_and_the_keys_of_a_sequentia
     def mismatches(frame):
         return frame.set_index(["engine_id", "test_id"])["digest_mismatches"].sort_index()
 
-    assert mismatches(rows).equals(mismatches(seq)) and mismatches(seq).sum() == 12
+    assert mismatches(rows).equals(mismatches(seq)) and mismatches(seq).sum() == 6
     assert list(rows["engine_id"].drop_duplicates()) == list(seq["engine_id"].drop_duplicates())
     assert len(pd.read_csv(samples_path_for(fleet_csv))) == len(pd.read_csv(samples_path_for(seq_csv)))
     digests = pd.read_csv(digests_path_for(fleet_csv))
