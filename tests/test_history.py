@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lorabench.analysis.history.changes import change_points
+from lorabench.analysis.history.changes import change_points, on_scale
 from lorabench.cli.main import main
 from tests.helpers import ROOT, make_row
 
@@ -596,3 +596,14 @@ def test_two_exact_levels_are_one_change_at_one_run():
     """Copies of one run (no noise at all): the unexplained variance rounds to just under 0."""
     found = change_points(np.array([31.88438819734057] * 4 + [13.562357016817128] * 3))
     assert [(c.position, c.first, c.last) for c in found] == [(4, 4, 4)] and found[0].p_value < 1e-12
+
+
+def test_a_doubling_with_a_noisier_slower_level_is_a_change_and_fails_the_gate():
+    """decode_ms of six real A/B turns as nights (the lab log, 2026-11-28): the busy level
+    jitters as much more as it is slower. On raw values with a pooled variance the split has
+    p 0.027 and the gate passed it; latencies are tested on their logs (p 0.006)."""
+    series = np.array([31.035, 31.746, 33.577, 65.180, 65.096, 106.214])
+    (change,) = change_points(series)
+    assert (change.position, change.before, change.after) == (3, 31.746, 65.180) and change.p_value < 0.01
+    counts = np.array([0.0, 0.0, 1.0, 3.0, 4.0, 3.0])  # a count can be 0: read as it is
+    assert (on_scale(counts) == counts).all() and np.allclose(on_scale(series), np.log(series))

@@ -30,7 +30,8 @@ two sides (as Otava decides throughout), its p-value multiplied by the number of
 tried (Bonferroni), since the split tested is the best of them.
 
 A run is one point: the median of its builds, which are replicates of one stack, not
-points of the series.
+points of the series. A series whose points are all positive is tested on their logs
+(``on_scale``); medians stay in the metric's units.
 """
 
 from __future__ import annotations
@@ -98,6 +99,15 @@ def _split(values: np.ndarray, rng: np.random.Generator) -> tuple[int, float, in
     return MIN_SIZE + best, p, MIN_SIZE + int(near[0]), MIN_SIZE + int(near[-1])
 
 
+def on_scale(values: np.ndarray) -> np.ndarray:
+    """The values as the tests here read them: their logs where every one is positive (a
+    latency or a throughput, whose noise grows with its level: a run twice as slow jitters
+    twice as much, so a pooled variance on raw values lets a noisy slower level hide; compare
+    and ab test log ratios for the same reason), the values themselves otherwise (a count, a
+    rate that can be 0)."""
+    return np.log(values) if len(values) and (values > 0).all() else values
+
+
 def student_p(a: np.ndarray, b: np.ndarray) -> float:
     """Two-sided p-value of Student's t-test between ``a`` and ``b``, their variance pooled:
     a series' noise is the same on both sides of a level change, and 3 runs alone say
@@ -115,9 +125,10 @@ def student_p(a: np.ndarray, b: np.ndarray) -> float:
 def change_points(points: np.ndarray, *, alpha: float = ALPHA, seed: int = 0) -> list[Change]:
     """The change points of ``points`` (one value a run, in order), each with the medians of
     the segments either side of it among the final segmentation; NaN points are left out."""
-    values = np.asarray(points, dtype=float)
-    index = np.flatnonzero(~np.isnan(values))
-    values = values[index]
+    raw = np.asarray(points, dtype=float)
+    index = np.flatnonzero(~np.isnan(raw))
+    raw = raw[index]
+    values = on_scale(raw)
     rng = np.random.default_rng(seed)
     cuts: list[tuple[int, float, int, int]] = []
     pending = [(0, len(values))]
@@ -136,8 +147,8 @@ def change_points(points: np.ndarray, *, alpha: float = ALPHA, seed: int = 0) ->
             position=int(index[cut]),
             first=int(index[first]),
             last=int(index[last]),
-            before=float(np.median(values[bounds[i] : cut])),
-            after=float(np.median(values[cut : bounds[i + 2]])),
+            before=float(np.median(raw[bounds[i] : cut])),
+            after=float(np.median(raw[cut : bounds[i + 2]])),
             p_value=p,
         )
         for i, (cut, p, first, last) in enumerate(cuts)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lorabench.analysis.cases import METRICS
-from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change, student_p
+from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change, on_scale, student_p
 from lorabench.analysis.history.series import Series
 
 # The smallest worsening that fails the gate: vLLM's dashboard flags 1.2x, vllm-ascend's
@@ -68,11 +68,14 @@ def _levels(s: Series) -> list[np.ndarray]:
 def _worst(s: Series, threshold: float, family: int) -> Regression | None:
     levels = _levels(s)
     newest = levels[-1]
+    scaled = on_scale(np.concatenate(levels))  # one scale for the whole series
+    cuts = np.cumsum([0, *(len(level) for level in levels)])
+    scaled_levels = [scaled[a:b] for a, b in zip(cuts, cuts[1:])]
     splits = max(len(s.runs) - 2 * MIN_SIZE + 1, 1)
     found = None
     for i, level in enumerate(levels[:-1]):
         worse = worse_by(s.metric, float(np.median(level)), float(np.median(newest)))
-        p = min(1.0, student_p(level, newest) * splits * family)
+        p = min(1.0, student_p(scaled_levels[i], scaled_levels[-1]) * splits * family)
         if worse > threshold and p <= ALPHA and (found is None or worse > found.worse):
             found = Regression(s, s.changes[i], float(np.median(level)), float(np.median(newest)), worse, p, threshold)
     return found
