@@ -59,18 +59,16 @@ def worse_by(metric: str, before: float, after: float) -> float:
     return after / before - 1
 
 
-def _levels(s: Series) -> list[np.ndarray]:
-    """The runs' medians of each level, oldest first."""
+def _levels(s: Series, values: np.ndarray) -> list[np.ndarray]:
+    """``values`` (one a run) cut into the series' levels, oldest first."""
     cuts = [0, *(c.position for c in s.changes), len(s.runs)]
-    return [s.medians[a:b] for a, b in zip(cuts, cuts[1:])]
+    return [values[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 def _worst(s: Series, threshold: float, family: int) -> Regression | None:
-    levels = _levels(s)
+    levels = _levels(s, s.medians)
     newest = levels[-1]
-    scaled = on_scale(np.concatenate(levels))  # one scale for the whole series
-    cuts = np.cumsum([0, *(len(level) for level in levels)])
-    scaled_levels = [scaled[a:b] for a, b in zip(cuts, cuts[1:])]
+    scaled_levels = _levels(s, on_scale(s.medians))  # one scale for the whole series
     splits = max(len(s.runs) - 2 * MIN_SIZE + 1, 1)
     found = None
     for i, level in enumerate(levels[:-1]):
