@@ -605,5 +605,8 @@ def test_a_doubling_with_a_noisier_slower_level_is_a_change_and_fails_the_gate()
     series = np.array([31.035, 31.746, 33.577, 65.180, 65.096, 106.214])
     (change,) = change_points(series)
     assert (change.position, change.before, change.after) == (3, 31.746, 65.180) and change.p_value < 0.01
+    # A blank night is left out before the scale is chosen, so it cannot turn the logs off.
+    (blank,) = change_points(np.insert(series, 1, np.nan))
+    assert (blank.position, blank.p_value) == (4, change.p_value)
     counts = np.array([0.0, 0.0, 1.0, 3.0, 4.0, 3.0])  # a count can be 0: read as it is
     assert (on_scale(counts) == counts).all() and np.allclose(on_scale(series), np.log(series))
