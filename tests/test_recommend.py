@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from lorabench.analysis import recommend
-from tests.test_capacity import capacity_rows
+from lorabench.analysis.report.runs import load_runs
+from tests.test_capacity import capacity_rows, write_rows
 
 TWO, EIGHT = {"max_loras": 2}, {"max_loras": 8}
 
@@ -91,3 +92,14 @@ def test_a_configuration_with_a_build_that_found_no_capacity_is_not_ranked_and_c
     lower = [replace(r, capacity_rps=5.0, capacity_over_rps=6.0) if r.capacity_rps else r for r in partial]
     line = recommend.for_session(capacity_rows(TWO, [10.0, 10.1]) + lower)[0]
     assert "choose loras2-rank16-cpu4" in line and "loras8-rank16-cpu4 not ranked: 1 of 2 searches" in line
+
+
+def test_the_report_page_read_from_the_file_recommends_what_the_session_did(tmp_path):
+    # loras8 passed every rate up to max_rate 40 (at least 40); loras2 bracketed near 10.
+    # compare blanks a bound's capacity_rps for its t-test; the page must not read it as missing.
+    rows = capacity_rows(EIGHT, [40.0, 40.0], over=None, search_stop="above max_rate", capacity_max_rate=40.0)
+    rows += capacity_rows(TWO, [10.0, 10.2], over=1.05, capacity_max_rate=40.0)
+    (run,) = load_runs([write_rows(tmp_path / "run.csv", rows)])
+    session, page = recommend.for_session(rows)[0], recommend.recommendations(run.rows)[0]
+    assert "choose loras8-rank16-cpu4: at least 40 req/s" in session
+    assert page == session

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lorabench.analysis.compare.load import beside, load_run
+from lorabench.analysis.compare.load import PASSED, beside, load_run
 from lorabench.results import records, schema
 
 
@@ -69,7 +69,11 @@ def load_runs(paths: Sequence[Path]) -> list[ReportRun]:
     runs = []
     for path in paths:
         run = load_run(path)
+        # Each search's own capacity, a bound or a measurement: compare blanks the bounds for
+        # its t-test, but a page that read them as missing would rank an unbounded search last.
         rows = run.all_rows.copy()
+        if PASSED in rows:
+            rows["capacity_rps"] = rows.pop(PASSED)
         rows["engine"] = engine_of(rows["engine_id"])
         run_ids = set(rows["run_id"]) if "run_id" in rows else set()
         files = {kind: _beside(run.paths, kind, run_ids) for kind in ("samples", "timeline", "adapters", "probes")}
