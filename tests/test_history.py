@@ -265,6 +265,33 @@ def test_worse_is_said_as_compare_says_it():
     assert worse_by("output_tokens_per_s", 10.0, 8.0) == pytest.approx(0.20)  # not 10/8 - 1 = 25 %
     assert worse_by("ttft_ms", 10.0, 12.0) == pytest.approx(0.20)
     assert worse_by("output_tokens_per_s", 10.0, 12.0) < 0 < worse_by("capacity_rps", 10.0, 9.0)
+    # From 0 there is no ratio, but there is a direction: a throughput recovering from 0 is better.
+    assert worse_by("output_tokens_per_s", 0.0, 66.8) == -np.inf and worse_by("ttft_ms", 0.0, 5.0) == np.inf
+    assert worse_by("output_tokens_per_s", 0.0, 0.0) == 0
+
+
+@pytest.mark.parametrize("order, status", [((0.0, 66.8), 0), ((66.8, 0.0), 1)], ids=["recovered", "collapsed"])
+def test_a_throughput_that_recovers_from_0_passes_the_gate_and_one_that_falls_to_0_fails(
+    tmp_path, capsys, order, status
+):
+    """Three nights on which nothing finished (throughput 0), then three healthy ones: the
+    gate passes the recovery; the same nights the other way round fail it."""
+    paths = []
+    for i, level in enumerate(np.repeat(order, 3)):
+        rows = [
+            asdict(
+                make_row(run_id=f"run-{i}", timestamp=f"2026-11-0{i + 1}T00:00:00Z", build=b, output_tokens_per_s=level)
+            )
+            for b in (0, 1)
+        ]
+        paths.append(tmp_path / f"run{i}.csv")
+        pd.DataFrame(rows).to_csv(paths[-1], index=False)
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    assert check(db, "--metric", "output_tokens_per_s") == status
+    main(["history", "show", "--db", str(db), "--metric", "output_tokens_per_s"])
+    out = capsys.readouterr().out
+    assert "nan" not in out and ("(from 0, p" in out) == (order[0] == 0), out
 
 
 def with_history(tmp_path, history):

@@ -230,8 +230,9 @@ def _render(s: Series) -> str:
     ]
     for c in s.changes:
         before, after = s.runs[c.position - 1], s.runs[c.position]
+        change = f"{100 * (c.ratio - 1):+.1f} %" if c.before else "from 0"
         lines.append(
             f"  change at run {c.position}{_range(s, c)}: {c.before:.3f} -> {c.after:.3f} "
-            f"({100 * (c.ratio - 1):+.1f} %, p {c.p_value:.3f}), stack {before.stack_id} -> {after.stack_id}"
+            f"({change}, p {c.p_value:.3f}), stack {before.stack_id} -> {after.stack_id}"
         )
     return "\n".join(lines)

@@ -52,9 +52,10 @@ class Regression:
 def worse_by(metric: str, before: float, after: float) -> float:
     """How much worse ``after`` is than ``before`` for ``metric``, in its own direction, as
     ``compare`` and ``ab`` say it: a throughput from 10 to 8 is 20 % worse (1 - 8/10), not 25 %."""
-    if not before:
-        return float("inf")
-    if METRICS[metric]:  # higher is better
+    higher_is_better = METRICS[metric]
+    if not before:  # from 0 no ratio: any change is all the way, in its direction
+        return 0.0 if after == before else float("-inf" if (after > before) == higher_is_better else "inf")
+    if higher_is_better:
         return 1 - after / before
     return after / before - 1
 
