@@ -272,6 +272,8 @@ def test_no_case_in_common_and_bad_threshold_exit_2(tmp_path, capsys):
     assert "no case in common" in capsys.readouterr().err
     assert run_cli(base, base, "--threshold", "fast") == 2
     assert run_cli(base, base, "--threshold", "tpot=5%") == 2
+    assert run_cli(base, base, "--threshold", "nan") == 2 and run_cli(base, base, "--threshold", "e2e_ms=inf%") == 2
+    assert run_cli(base, base, "--threshold", "-5%") == 2
     assert "unknown metric 'tpot'" in capsys.readouterr().err
     assert run_cli(base, base, "--alpha", "2") == 2
     assert "--alpha 2.0: a significance level lies between 0 and 1" in capsys.readouterr().err

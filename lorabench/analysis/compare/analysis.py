@@ -299,8 +299,8 @@ def parse_thresholds(values: Sequence[str], default: float = DEFAULT_THRESHOLD) 
             fraction = float(amount.strip().rstrip("%")) / 100.0
         except ValueError:
             raise CompareError(f"--threshold {value!r}: expected a percentage such as 10% or decode_ms=5%") from None
-        if fraction < 0:
-            raise CompareError(f"--threshold {value!r}: must not be negative")
+        if not 0 <= fraction < math.inf:  # nan too: a threshold of nan would switch the gate off
+            raise CompareError(f"--threshold {value!r}: must be a percentage of 0 or more, such as 5%")
         if not metric:
             default = fraction
         elif metric in METRICS:
