@@ -323,6 +323,7 @@ def test_the_configs_thresholds_are_the_gates_and_the_command_line_overrides_the
         ({"metrics_pct": {"ttft": 3}}, "'ttft' is not a compared column"),
         ({"metrics_pct": {"ttft_ms": -1}}, "give a percentage of 0 or more"),
         ({"threshold": 3}, "history.threshold"),
+        ({"threshold_pct": float("inf")}, "history.threshold_pct"),  # Infinity in JSON: the gate switched off
     ],
 )
 def test_a_bad_history_section_is_one_line_and_exit_2(tmp_path, capsys, history, says):

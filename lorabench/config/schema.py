@@ -188,7 +188,7 @@ class History(Strict):
     worsening of a metric that fails it, in percent; a ``--threshold`` given on the command
     line overrides them. Unset: the gate's own default (docs/history.md#the-nightly-gate)."""
 
-    threshold_pct: float | None = Field(default=None, ge=0)
+    threshold_pct: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     metrics_pct: dict[str, float] = {}
 
     @field_validator("metrics_pct")
