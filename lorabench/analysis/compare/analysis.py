@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from lorabench.analysis.cases import METRICS, case_of
-from lorabench.analysis.compare.capacity import CapacityBound, capacity_verdicts
-from lorabench.analysis.compare.failures import broken_isolation, failed_operations, fallen_hit_rates
+from lorabench.analysis.compare.capacity import CapacityBound
+from lorabench.analysis.compare.failures import failures
 from lorabench.analysis.compare.load import CompareError, Run
 from lorabench.analysis.compare.noise import (
     BUILDS,
@@ -107,8 +107,10 @@ class Comparison:
     # canaries found a breach or outputs changed by caching (compare.failures).
     churn_failures: list[str] = field(default_factory=list)
     isolation_failures: list[str] = field(default_factory=list)
-    # Cases with prefix caching on whose new side found less of its prompts cached (compare.failures).
+    # Cases with prefix caching on whose new side found less of its prompts cached, cases whose
+    # new side measured a core metric on no build (compare.failures).
     hit_rate_falls: list[str] = field(default_factory=list)
+    unmeasured: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[Finding]:
@@ -131,19 +133,9 @@ class Comparison:
             (len(self.churn_failures), "churn case with failed operations", "churn cases with failed operations"),
             (len(self.isolation_failures), "isolation finding", "isolation findings"),
             (len(self.hit_rate_falls), "prefix hit rate fallen", "prefix hit rates fallen"),
+            (len(self.unmeasured), "case no longer measured", "cases no longer measured"),
         )
         return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
-
-
-def digest_changes(base: Run, new: Run) -> list[tuple[str, str, str, str]]:
-    """Adapters of the same model and device whose greedy digests differ between the sides."""
-    if base.digests.empty or new.digests.empty:
-        return []
-    key = ["model", "device_type", "adapter"]
-    sides = [d.groupby(key)["digest"].agg(lambda v: ", ".join(sorted(set(v)))) for d in (base.digests, new.digests)]
-    both = sides[0].to_frame("base").join(sides[1].to_frame("new"), how="inner")
-    changed = both[both["base"] != both["new"]]
-    return [(model, adapter, row.base, row.new) for (model, _, adapter), row in changed.iterrows()]
 
 
 def _t_test(xs: np.ndarray, ys: np.ndarray, noise: Noise) -> float | None:
@@ -152,6 +144,8 @@ def _t_test(xs: np.ndarray, ys: np.ndarray, noise: Noise) -> float | None:
         return None
     se = noise.sd * math.sqrt(1 / len(xs) + 1 / len(ys))
     diff = float(ys.mean() - xs.mean())
+    if math.isnan(se):
+        return None
     if se == 0:
         return 1.0 if diff == 0 else 0.0
     return 2 * t_sf(abs(diff) / se, noise.df)
@@ -198,23 +192,12 @@ def compare(
         noise=noise,
         only_base=[case_of(k) for k in base.rows.index if k not in new.rows.index],
         only_new=[case_of(k) for k in new.rows.index if k not in base.rows.index],
+        **failures(base, new, threshold, per_metric),
     )
     result.detectable_pct = detectable(noise, sum(f.p_value is not None for f in findings), alpha)
     result.warnings = _warnings(base, new, findings)
     result.notes = _notes(by_run, noise, noise_from)
-    result.digest_changes = digest_changes(base, new)
-    result.capacity_collapses, result.capacity_unjudged, result.capacity_bounds = capacity_verdicts(
-        base, new, capacity_threshold(threshold, per_metric)
-    )
-    result.churn_failures = failed_operations(base, new)
-    result.isolation_failures = broken_isolation(base, new)
-    result.hit_rate_falls = fallen_hit_rates(base, new)
     return result
-
-
-def capacity_threshold(threshold: float, per_metric: dict[str, float] | None) -> float:
-    """The threshold capacity bounds are judged with: capacity_rps's own, else the default."""
-    return (per_metric or {}).get("capacity_rps", threshold)
 
 
 def _notes(by_run: bool, noise: dict[str, Noise], noise_from: Run | None) -> list[str]:
@@ -238,7 +221,7 @@ def _findings(
     for key in common:
         for metric in noise:
             b, n = float(base.rows.at[key, metric]), float(new.rows.at[key, metric])
-            if math.isnan(b) or math.isnan(n) or b == 0:
+            if not (b > 0 and n > 0):  # unmeasured on a side: nothing to test (compare.failures says so)
                 continue
             xs, ys = logs[metric][key]
             p = _t_test(xs, ys, noise[metric])

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lorabench.analysis.cases import case_of
+from lorabench.analysis.cases import CORE_METRICS, case_of
+from lorabench.analysis.compare.capacity import capacity_verdicts
 from lorabench.analysis.compare.load import Run
 
 
@@ -136,3 +137,60 @@ def broken_isolation(base: Run, new: Run) -> list[str]:
     side's held), caching that changes outputs, or caching not in effect where the base's was."""
     kinds = (ISOLATION, RELOAD, CACHING_CHANGED, CACHE_OFF)
     return [line for kind in kinds for line in new_failures(base, new, kind)]
+
+
+def _measured(run: Run) -> dict[str, set[str]]:
+    """Per case but capacity searches (judged on their bounds), the core metrics some build measured (above 0)."""
+    rows = run.all_rows[run.all_rows["scenario"] != "capacity"]
+    positive = rows[list(CORE_METRICS)].gt(0).groupby(rows["_key"]).any()
+    return {key: {m for m in CORE_METRICS if row[m]} for key, row in positive.iterrows()}
+
+
+def lost_measurements(base: Run, new: Run) -> list[str]:
+    """Cases both sides ran whose base side measured a core metric and whose new side did not
+    on any build: nothing finished (throughput 0, no latency). A value missing on one side
+    cannot be tested, so in the timings' table such a case would pass unnoticed."""
+    before, after = _measured(base), _measured(new)
+    found = []
+    for key in (k for k in after if k in before):
+        lost = [m for m in CORE_METRICS if m in before[key] and m not in after[key]]
+        if lost:
+            label = ", ".join(f"{k}: {v}" for k, v in case_of(key).items() if v)
+            found.append(
+                f"NOT MEASURED ON THE NEW SIDE: {label}: {', '.join(lost)} measured on the base side, on no build of "
+                "the new side (did no request finish?)"
+            )
+    return found
+
+
+def digest_changes(base: Run, new: Run) -> list[tuple[str, str, str, str]]:
+    """Adapters of the same model and device whose greedy digests differ between the sides."""
+    if base.digests.empty or new.digests.empty:
+        return []
+    key = ["model", "device_type", "adapter"]
+    sides = [d.groupby(key)["digest"].agg(lambda v: ", ".join(sorted(set(v)))) for d in (base.digests, new.digests)]
+    both = sides[0].to_frame("base").join(sides[1].to_frame("new"), how="inner")
+    changed = both[both["base"] != both["new"]]
+    return [(model, adapter, row.base, row.new) for (model, _, adapter), row in changed.iterrows()]
+
+
+def capacity_threshold(threshold: float, per_metric: dict[str, float] | None) -> float:
+    """The threshold capacity bounds are judged with: capacity_rps's own, else the default."""
+    return (per_metric or {}).get("capacity_rps", threshold)
+
+
+def failures(base: Run, new: Run, threshold: float, per_metric: dict[str, float] | None) -> dict[str, list]:
+    """What fails a comparison whatever the timings' verdicts say, as ``Comparison``'s fields:
+    changed outputs, capacities judged on their bounds, failed churn operations, broken
+    isolation, fallen hit rates and metrics the new side no longer measured."""
+    collapses, unjudged, bounds = capacity_verdicts(base, new, capacity_threshold(threshold, per_metric))
+    return {
+        "digest_changes": digest_changes(base, new),
+        "capacity_collapses": collapses,
+        "capacity_unjudged": unjudged,
+        "capacity_bounds": bounds,
+        "churn_failures": failed_operations(base, new),
+        "isolation_failures": broken_isolation(base, new),
+        "hit_rate_falls": fallen_hit_rates(base, new),
+        "unmeasured": lost_measurements(base, new),
+    }

@@ -113,7 +113,8 @@ def estimate_noise(
     for run in (base, new):
         rows = run.all_rows
         # The shared rows of the columns needed, not the rows whole (that copied every column).
-        shared = (rows["_key"].isin(keys) & rows[metric].notna()).to_numpy()
+        # The rows the draws come from (``_measured``): a build that measured nothing adds no freedom.
+        shared = (rows["_key"].isin(keys) & (rows[metric] > 0)).to_numpy()
         if by_run:
             df += max(len(set(rows["_run"].to_numpy()[shared])) - 1, 0)
             continue

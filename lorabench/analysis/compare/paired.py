@@ -29,13 +29,10 @@ from lorabench.analysis.cases import case_of
 from lorabench.analysis.compare.analysis import (
     Comparison,
     Finding,
-    capacity_threshold,
-    digest_changes,
     judge,
     shared_cases,
 )
-from lorabench.analysis.compare.capacity import capacity_verdicts
-from lorabench.analysis.compare.failures import broken_isolation, failed_operations, fallen_hit_rates
+from lorabench.analysis.compare.failures import failures
 from lorabench.analysis.compare.load import CompareError, Run, load_run
 from lorabench.analysis.compare.noise import Noise, case_run_means, detectable, t_sf
 
@@ -169,19 +166,13 @@ def compare_paired_runs(
             findings.append(Finding(case_of(key), metric, *means, ratio, (ratio - 1) * 100, limit, counts, p, None, ""))
     judge(findings, alpha)
     noise = {m: _pooled_noise(f) for m, f in fits.items() if f}
-    result = Comparison(base, new, findings, noise=noise)
+    result = Comparison(base, new, findings, noise=noise, **failures(base, new, threshold, per_metric))
     result.only_base = [case_of(k) for k in base.rows.index if k not in new.rows.index]
     result.only_new = [case_of(k) for k in new.rows.index if k not in base.rows.index]
     result.detectable_pct = detectable(noise, sum(f.p_value is not None for f in findings), alpha)
     result.notes = [_order_note(order)]
     if len(order) < 3:
         result.warnings.append(_few_pairs_warning(len(order)))
-    result.digest_changes = digest_changes(base, new)
-    verdicts = capacity_verdicts(base, new, capacity_threshold(threshold, per_metric))
-    result.capacity_collapses, result.capacity_unjudged, result.capacity_bounds = verdicts
-    result.churn_failures = failed_operations(base, new)
-    result.isolation_failures = broken_isolation(base, new)
-    result.hit_rate_falls = fallen_hit_rates(base, new)
     return result
 
 

@@ -138,7 +138,7 @@ def failure_lines(c: Comparison) -> list[str]:
         for model, adapter, b, n in c.digest_changes
     ]
     lines = [*c.capacity_collapses, *c.capacity_unjudged, *c.churn_failures, *c.isolation_failures]
-    return [*changed, *lines, *c.hit_rate_falls]
+    return [*changed, *lines, *c.hit_rate_falls, *c.unmeasured]
 
 
 def _unmatched(c: Comparison) -> list[str]:
@@ -209,6 +209,7 @@ def render_json(c: Comparison) -> str:
             "churn_failures": c.churn_failures,
             "isolation_failures": c.isolation_failures,
             "hit_rate_falls": c.hit_rate_falls,
+            "unmeasured": c.unmeasured,
         },
         indent=2,
     )
