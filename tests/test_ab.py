@@ -317,7 +317,11 @@ def test_a_failed_turn_stops_the_session_and_keeps_the_finished_pairs(tmp_path, 
     done = run_ab(*ab_args(fake_python, out, 4, "--new-env", "FAKE_FAIL_PAIR=2"))
     assert "pair 2, new side: pytest exit 1" in done.stderr and "comparing the pairs finished before it" in done.stderr
     assert sorted(pair_files(out / NEW)) == [0, 1] and sorted(pair_files(out / BASE)) == [0, 1, 2]
-    assert "comparison of 2 pairs" in done.stderr and done.returncode == 0
+    assert "comparison of 2 pairs" in done.stderr and done.returncode == 1, "a new side that crashes is a finding"
+    assert "the new side's turn failed: exit 1" in done.stderr
+    # The base side failing is no verdict on the new one: 2, which bisect skips, not "good".
+    base_failed = run_ab(*ab_args(fake_python, tmp_path / "ab-base", 4, "--base-env", "FAKE_FAIL_PAIR=2"))
+    assert base_failed.returncode == 2 and "the base side's turn failed: no verdict" in base_failed.stderr
     assert (out / "logs" / "pair-002-new.log").read_text().split()[1:3] == ["-m", "pytest"]
 
 

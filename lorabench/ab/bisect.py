@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorabench.ab.plan import ABError
+from lorabench.ab.runner import DEFAULT_PAIRS
 from lorabench.analysis.compare.options import add_compare_arguments
 from lorabench.analysis.history.gate import GATE_THRESHOLD
 
@@ -119,7 +120,15 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "--envs", required=True, help="file of interpreters or virtual environments, oldest first, one a line"
     )
     parser.add_argument("--out", required=True, help="folder for each step's A/B session and bisect.json")
-    parser.add_argument("--pairs", type=int, default=3, help="pairs of turns in each step's A/B session")
+    # ab's default, not fewer: with 3 pairs the drift fit leaves 1 degree of freedom, and a
+    # step 20 % slower (3 % noise a case, 5 % a pair) was called good in 6 of 11 simulated
+    # sessions; with 6 pairs none was (docs/lab/2026-11-measurements.md).
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=DEFAULT_PAIRS,
+        help=f"pairs of turns in each step's A/B session (default {DEFAULT_PAIRS})",
+    )
     parser.add_argument("--config", default="config/common.json", help="the benchmark configuration every step runs")
     parser.add_argument("--resume", action="store_true", help="go on from the steps bisect.json in --out records")
     add_compare_arguments(_gate_default(parser), runs=False)

@@ -45,6 +45,10 @@ RESUME_HINT = " (the same command with --resume continues the session)"
 class TurnFailed(Exception):
     """A turn's pytest session did not pass; its message says why and where the log is."""
 
+    def __init__(self, message: str, side: str) -> None:
+        super().__init__(message)
+        self.side = side
+
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     for side in (BASE, NEW):
@@ -93,9 +97,24 @@ def main(args: argparse.Namespace) -> int:
         return 2
     except TurnFailed as exc:
         print(f"lorabench ab: {exc}; comparing the pairs finished before it{RESUME_HINT}", file=sys.stderr)
+        return _after_failed_turn(exc.side, _compare(out, args))
     except KeyboardInterrupt:
         print(f"lorabench ab: interrupted; comparing the pairs finished before it{RESUME_HINT}", file=sys.stderr)
     return _compare(out, args)
+
+
+def _after_failed_turn(side: str, status: int) -> int:
+    """The exit status of a session a failed turn stopped. The new side failing is a finding
+    (1), whatever its finished pairs say: a version that crashes is not "no regression". The
+    base side failing leaves no verdict (2) unless the finished pairs found one: bisect then
+    skips the step rather than calling it good."""
+    if side == NEW:
+        print("lorabench ab: the new side's turn failed: exit 1, whatever the finished pairs say", file=sys.stderr)
+        return 1
+    if status != 1:
+        print("lorabench ab: the base side's turn failed: no verdict (exit 2)", file=sys.stderr)
+        return 2
+    return status
 
 
 def _selection(args: list[str]) -> list[str]:
@@ -251,7 +270,7 @@ def _run_turn(side: Side, pair: int, pytest_args: list[str], config: Path, out: 
         reason = _last_line(log)
         if rc in PYTEST_USAGE and pair == 0:
             raise ABError(f"the {side.name} side's pytest stopped (exit {rc}): {reason}; see {log}")
-        raise TurnFailed(f"pair {pair}, {side.name} side: pytest exit {rc}: {reason}; see {log}")
+        raise TurnFailed(f"pair {pair}, {side.name} side: pytest exit {rc}: {reason}; see {log}", side.name)
     for path in running.iterdir():
         path.rename(out / side.name / path.name)
     running.rmdir()
