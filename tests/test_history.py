@@ -221,6 +221,18 @@ def test_the_gate_passes_what_is_not_a_regression_beyond_its_threshold(tmp_path,
     assert check(db, "--metric", "ttft_ms", *args) == status, capsys.readouterr().out
 
 
+def test_a_series_too_short_to_show_a_change_is_said_so_not_passed_in_silence(tmp_path, capsys):
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 5, step_at=3, factor=3.0))])
+    assert check(db, "--metric", "ttft_ms") == 0, "5 runs hold no two levels of 3"
+    assert (
+        "in 2 series of the newest run (run-004) (2 of them under 6 runs: too short to judge)"
+        in capsys.readouterr().out
+    )
+    main(["history", "add", "--db", str(db), *map(str, write_runs(tmp_path, 6, step_at=3, factor=3.0))])
+    assert check(db, "--metric", "ttft_ms") == 1 and "too short" not in capsys.readouterr().out
+
+
 def test_a_store_two_hosts_add_to_judges_each_hosts_newest_run(tmp_path, capsys):
     """Nights alternate between two hosts: each host's newest run is judged against its own
     series, none of the other host's cases is MISSING, and a step on one host is named."""

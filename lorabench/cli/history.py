@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lorabench.analysis.history.changes import ALPHA, Change
+from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change
 from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, output_changes, regressions
 from lorabench.analysis.history.runs import HistoryError
 from lorabench.analysis.history.series import Series, machine, ordered_runs, series
@@ -155,10 +155,13 @@ def _check(args: argparse.Namespace) -> int:
     verdict = f"{len(failed)} regressed" if failed else "no regression"
     outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
     newest_runs = ", ".join(r.run_id for r in newest.values())
+    # A change point needs MIN_SIZE runs each side: a shorter series passes because it cannot fail.
+    short = sum(len(s.runs) < 2 * MIN_SIZE for s in judged)
+    unjudged = f" ({short} of them under {2 * MIN_SIZE} runs: too short to judge)" if short else ""
     print(
         f"history check: {verdict} beyond {threshold:.0%} (or the metric's own) in {len(judged)} series of the "
-        f"newest run ({newest_runs}); {len(missing)} case(s) missing from it, {len(unmeasured)} figure(s) blank "
-        f"in it; {outputs}"
+        f"newest run ({newest_runs}){unjudged}; {len(missing)} case(s) missing from it, {len(unmeasured)} "
+        f"figure(s) blank in it; {outputs}"
     )
     return 1 if failed or changed or missing or unmeasured else 0
 
