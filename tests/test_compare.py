@@ -425,6 +425,14 @@ def test_an_adapter_whose_output_changed_between_runs_fails_the_comparison(tmp_p
     out = capsys.readouterr().out
     assert "OUTPUT CHANGED: adapter b (builtin:tiny-llama) answers the greedy probe differently: 2222 -> 3333" in out
     assert "adapter a " not in out
+    assert "outputs not compared" not in out
+    # The new side's digests left behind: unchecked is said, not passed as unchanged.
+    new.with_name(new.stem + ".digests.csv").unlink()
+    assert run_cli(base, new) == 0
+    assert (
+        "WARNING: the base side recorded its adapters' greedy-output digests and the new side none"
+        in capsys.readouterr().out
+    )
 
 
 def test_lora_overhead_is_compared_and_can_be_gated_on(tmp_path):

@@ -195,7 +195,7 @@ def compare(
         **failures(base, new, threshold, per_metric),
     )
     result.detectable_pct = detectable(noise, sum(f.p_value is not None for f in findings), alpha)
-    result.warnings = _warnings(base, new, findings)
+    result.warnings += _warnings(base, new, findings)
     result.notes = _notes(by_run, noise, noise_from)
     return result
 

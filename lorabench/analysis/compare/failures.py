@@ -174,6 +174,14 @@ def digest_changes(base: Run, new: Run) -> list[tuple[str, str, str, str]]:
     return [(model, adapter, row.base, row.new) for (model, _, adapter), row in changed.iterrows()]
 
 
+def unchecked_outputs(base: Run, new: Run) -> list[str]:
+    """A warning where the base side recorded greedy digests and the new side none (a digests
+    file left behind when the results were copied): the outputs went unchecked, not unchanged."""
+    if base.digests.empty or not new.digests.empty:
+        return []
+    return ["the base side recorded its adapters' greedy-output digests and the new side none: outputs not compared"]
+
+
 def capacity_threshold(threshold: float, per_metric: dict[str, float] | None) -> float:
     """The threshold capacity bounds are judged with: capacity_rps's own, else the default."""
     return (per_metric or {}).get("capacity_rps", threshold)
@@ -182,7 +190,8 @@ def capacity_threshold(threshold: float, per_metric: dict[str, float] | None) ->
 def failures(base: Run, new: Run, threshold: float, per_metric: dict[str, float] | None) -> dict[str, list]:
     """What fails a comparison whatever the timings' verdicts say, as ``Comparison``'s fields:
     changed outputs, capacities judged on their bounds, failed churn operations, broken
-    isolation, fallen hit rates and metrics the new side no longer measured."""
+    isolation, fallen hit rates and metrics the new side no longer measured; and a warning
+    where outputs could not be compared."""
     collapses, unjudged, bounds = capacity_verdicts(base, new, capacity_threshold(threshold, per_metric))
     return {
         "digest_changes": digest_changes(base, new),
@@ -193,4 +202,5 @@ def failures(base: Run, new: Run, threshold: float, per_metric: dict[str, float]
         "isolation_failures": broken_isolation(base, new),
         "hit_rate_falls": fallen_hit_rates(base, new),
         "unmeasured": lost_measurements(base, new),
+        "warnings": unchecked_outputs(base, new),
     }
