@@ -121,8 +121,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", required=True, help="folder for each step's A/B session and bisect.json")
     # ab's default, not fewer: with 3 pairs the drift fit leaves 1 degree of freedom, and a
-    # step 20 % slower (3 % noise a case, 5 % a pair) was called good in 6 of 11 simulated
-    # sessions; with 6 pairs none was (docs/lab/2026-11-measurements.md).
+    # step 20 % slower was caught in 30 % of simulated sessions, with 6 pairs in all
+    # (scripts/bench_ab_power.py, docs/lab/2026-11-measurements.md).
     parser.add_argument(
         "--pairs",
         type=int,
