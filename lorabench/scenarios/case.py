@@ -110,6 +110,8 @@ class BenchCase:
         """``failed``: the case's requests that failed and were counted (HTTP targets);
         ``stamp``: the case's time where records were kept before it (``_Keeper``), else now."""
         values = self._values(engine, outcome, stamp or utc_now())
+        # A replay counts its own, over the requests its other columns count (after the warm-up).
+        failed = values.pop("failed", failed)
         return ResultRow(**values, failed=failed, peak_memory_mb=engine.memory.update())
 
     def _values(self, engine: Engine, outcome: Outcome, stamp: str) -> dict[str, Any]:

@@ -124,6 +124,8 @@ def replay_outcome(
             "from the engine's prefix-cache counters over the scrapes after the warm-up: every request it "
             "admitted then, finished or not (no request said its cached tokens)"
         )
+    if engine.failed_requests is not None:  # an HTTP target: the failed among the unfinished
+        metrics["failed"] = sum(r.failed for r in records if r.scheduled_s >= slo.warmup_s)
     lags = [r.send_lag_ms for r in records if r.scheduled_s >= slo.warmup_s]
     behind = replay_summary.client_behind(lags, slo.slo_ttft_ms)
     if behind:
