@@ -56,6 +56,18 @@ def test_another_adapter_or_a_salt_finds_nothing_cached(standin):
     assert ttft_ms(engine, 0, salt="s")[0] == 9, "the same salt shares"
 
 
+def test_a_prefix_admitted_in_the_same_step_is_reused_as_vllm_caches_blocks_on_allocation(standin):
+    """Two prompts sharing 2 blocks, sent together: vLLM caches a block as the scheduler
+    allocates it, so the second admitted in the step finds the first's (not after its output)."""
+    engine = standin()
+    a0, a1 = engine.config.adapters[:2]
+    together = engine.generate([PROMPT, PROMPT], [a0, a0], 2, greedy=True)
+    assert [o.num_cached_tokens for o in together] == [0, 32]
+    assert together[0].outputs[0].token_ids == together[1].outputs[0].token_ids
+    other = engine.generate([PROMPT[::-1], PROMPT[::-1]], [a0, a1], 2, greedy=True)
+    assert [o.num_cached_tokens for o in other] == [0, 0], "still keyed by the adapter"
+
+
 def test_without_prefix_caching_every_prompt_is_prefilled(standin):
     engine = standin(caching=False)
     assert ttft_ms(engine, 0)[0] == ttft_ms(engine, 0)[0] == 41 and engine.llm.prefix_cache is None

@@ -278,8 +278,6 @@ class StandInLLM:
             request.tokens.append(int.from_bytes(digest[:4], "little") % VOCAB_SIZE)
             if index == 0:
                 request.metrics.first_token_ts = now
-                if self.prefix_cache is not None:
-                    self.prefix_cache.insert(request.hashes, request.owner, self.kv.total - self.kv.used)
             request.metrics.last_token_ts = now
             request.finished = len(request.tokens) >= request.params.max_tokens
             if request.finished:

@@ -5,7 +5,9 @@
   request's ``cache_salt`` on the first;
 - a request admitted for the first time reuses its longest run of leading cached blocks, but
   computes its last prompt token at least (a hit is at most ``(len(prompt) - 1) // block_size``
-  blocks); the blocks its prompt filled are cached once it has its first output;
+  blocks); the blocks its prompt fills are cached as it is admitted, as vLLM caches a block
+  when it allocates it (``KVCacheManager.allocate_slots``), so a request admitted next in the
+  same step reuses them;
 - cached blocks stay until the cache needs the room, least recently used first and, within
   a request's blocks, its last first (vLLM frees a request's blocks tail first), so that a
   prompt's head, which other prompts share, stays longest. Here the cache holds as many

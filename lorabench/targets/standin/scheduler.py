@@ -190,6 +190,10 @@ def _admit_waiting(llm: StandInLLM, active: set[int], now: float) -> tuple[float
         llm.running.append(request)
         request.metrics.scheduled_ts = request.metrics.scheduled_ts or now
         cached = 0 if request.tokens else _reuse(llm, request)
+        if not request.tokens and llm.prefix_cache is not None:
+            # vLLM caches a block as it allocates it (KVCacheManager.allocate_slots), so the
+            # next request admitted in this same step already finds it.
+            llm.prefix_cache.insert(request.hashes, request.owner, llm.kv.total - llm.kv.used)
         prompt_tokens += 0 if request.tokens else len(request.prompt)
         cost += llm.prefill_ms_per_token * (kv_tokens(request) - cached)
         if lora is not None:
