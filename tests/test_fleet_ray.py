@@ -7,6 +7,7 @@ in the quick loop."""
 
 import sys
 import time
+from fnmatch import fnmatch
 
 import pandas as pd
 import pytest
@@ -62,17 +63,32 @@ def pytest_runtest_setup(item):
 """
 
 
-def test_auto_without_a_cluster_says_how_to_start_or_name_one(pytester, monkeypatch):
-    """Before the module's cluster starts (file order): auto finds a cluster running on this host."""
+@pytest.mark.parametrize("recorded", [None, "127.0.0.1:1"], ids=["none", "dead"])
+def test_auto_without_a_cluster_says_how_to_start_or_name_one(pytester, monkeypatch, tmp_path, recorded):
+    """Before the module's cluster starts (file order): auto finds a cluster running on this
+    host. Ray's temp folder is the test's own, empty or recording a head that died without
+    `ray stop` (there ray.init retried for minutes)."""
     pytest.importorskip("ray", reason="Ray is the [fleet] extra: pip install -e '.[fleet]'")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    if recorded:
+        (tmp_path / "ray").mkdir()
+        (tmp_path / "ray" / "ray_current_cluster").write_text(recorded)
     config = _bench(pytester)
-    result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=120)
+    result = pytester.runpytest_subprocess("--bench-config", config, "--bench-fleet", "auto", timeout=60)
     assert result.ret == 2
-    assert result.errlines[-1:] == [
-        "lorabench: --bench-fleet auto: no Ray cluster runs here or at RAY_ADDRESS; start one (ray start --head) or "
-        "name it: --bench-fleet ray://HEAD:10001, or RAY_ADDRESS=HEAD:6379 with auto"
-    ]
+    if not recorded:
+        assert result.errlines[-1:] == [
+            "lorabench: --bench-fleet auto: no Ray cluster runs here or at RAY_ADDRESS; start one (ray start --head) "
+            "or name it: --bench-fleet ray://HEAD:10001, or RAY_ADDRESS=HEAD:6379 with auto"
+        ]
+    else:  # Ray names this host by its address, not 127.0.0.1
+        assert len(result.errlines) and fnmatch(
+            result.errlines[-1],
+            "lorabench: --bench-fleet auto: the Ray cluster recorded at *:1 (RAY_ADDRESS, or Ray's "
+            "/tmp/ray/ray_current_cluster) does not answer: stopped without `ray stop`? Run ray stop, then start one "
+            "(ray start --head) or name a live one: --bench-fleet ray://HEAD:10001",
+        ), result.errlines[-1:]
 
 
 @pytest.fixture(scope="module")

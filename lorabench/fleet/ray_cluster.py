@@ -62,13 +62,19 @@ def connect(where: str) -> Any:
     ray = import_ray(where)
     if where.startswith("ray://"):
         host, _, port = where.removeprefix("ray://").rpartition(":")
-        try:
-            socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
-        except (OSError, ValueError) as exc:
+        if why := _unanswered(host, port):
             raise RayInputError(
-                f"--bench-fleet {where}: nothing answers there ({exc}); give the head's Ray client address "
+                f"--bench-fleet {where}: nothing answers there ({why}); give the head's Ray client address "
                 "(ray start --head listens on port 10001)"
-            ) from None
+            )
+    elif (recorded := _auto_address()) is not None and _unanswered(*recorded.rpartition(":")[::2]):
+        # ray.init would retry a dead head for minutes: a cluster killed without `ray stop`
+        # leaves its address in Ray's temp folder (/tmp/ray/ray_current_cluster).
+        raise RayInputError(
+            f"--bench-fleet {where}: the Ray cluster recorded at {recorded} (RAY_ADDRESS, or Ray's "
+            "/tmp/ray/ray_current_cluster) does not answer: stopped without `ray stop`? Run ray stop, then start "
+            "one (ray start --head) or name a live one: --bench-fleet ray://HEAD:10001"
+        )
     try:
         ray.init(address=where, log_to_driver=False, logging_level="ERROR", namespace="lorabench")
     except Exception as exc:  # noqa: BLE001 - ray.init raises many kinds for a cluster it cannot join
@@ -80,6 +86,26 @@ def connect(where: str) -> Any:
             "--bench-fleet ray://HEAD:10001, or RAY_ADDRESS=HEAD:6379 with auto"
         ) from None
     return ray
+
+
+def _unanswered(host: str, port: str) -> str | None:
+    """Why nothing accepted a connection at ``host:port`` within ``CONNECT_TIMEOUT_S``; None if something did."""
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def _auto_address() -> str | None:
+    """The ``host:port`` that ``ray.init(address="auto")`` would join, found as Ray finds it;
+    None where Ray finds none (ray.init then says so) or its way of finding it has moved."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        return canonicalize_bootstrap_address("auto")
+    except Exception:  # noqa: BLE001 - Ray's private helper: any failure leaves the check to ray.init
+        return None
 
 
 def demand(device_type: str, per_engine: int) -> dict[str, Any]:
