@@ -436,8 +436,8 @@ def test_the_session_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatc
 
 @pytest.mark.engine
 def test_a_real_ab_session_against_a_busy_interpreter_and_its_turns_as_nights_of_the_history(tmp_path, tiny_config):
-    """Real turns on the CPU engine: the base side this interpreter, the new side the same
-    with a busy loop on each core (scripts/ab/busy-python), three pairs alternated and compared
+    """Real turns on the CPU engine: the base side this interpreter on one core, the new side
+    the same beside a busy loop there (scripts/ab/busy-python), three pairs alternated and compared
     pair by pair. Then the turns as six nightly runs, the base's three first: the history's
     gate fails and names the first busy night. One build of one configuration a turn (about
     40 s here); resuming and the order past the pairs are the quick tests' (test_resume_...,
@@ -447,13 +447,16 @@ def test_a_real_ab_session_against_a_busy_interpreter_and_its_turns_as_nights_of
     matrix = {"workloads": ["identical"], "warmup_rounds": 1, "rounds": 6}
     config = tiny_config(engine={"max_loras": 1}, matrix=matrix)
     out = tmp_path / "ab"
-    # A busy loop on each core: one alone slowed a turn by 0 to 60 % as it landed on the
-    # worker's core or not, too unevenly for three nights to tell apart every time.
-    busy = [
-        *("--new-python", ROOT / "scripts" / "ab" / "busy-python", "--new-env", f"LORABENCH_PYTHON={sys.executable}"),
-        *("--new-env", f"BUSY_LOOPS={len(os.sched_getaffinity(0))}"),
-    ]
-    sides = ["--base-python", sys.executable, *busy, "--config", config, "--out", out, "--pairs", 3]
+    # Both sides on one core, the new side beside a busy loop there. A loop free to move
+    # slowed a turn by 0 to 60 % as it landed on the worker's core or not, and one loop a
+    # core by 1.1 to 2.6 times (decode_ms 22, 25, 28 | 31, 53, 73 ms on an AMD EPYC): too
+    # unevenly for three nights. Both pinned: the same machine (device_count) to the history.
+    core = f"BUSY_CORES={min(os.sched_getaffinity(0))}"
+    sides = []
+    for side, loops in (("base", 0), ("new", 1)):
+        sides += [f"--{side}-python", ROOT / "scripts" / "ab" / "busy-python", f"--{side}-env", core]
+        sides += [f"--{side}-env", f"LORABENCH_PYTHON={sys.executable}", f"--{side}-env", f"BUSY_LOOPS={loops}"]
+    sides += ["--config", config, "--out", out, "--pairs", 3]
     done = run_ab(*sides, "--", "bench", "-k", "multilora and identical")
     assert done.returncode in (0, 1) and "6 turns of 3 pairs to run" in done.stderr, done.stderr
     nights = []
