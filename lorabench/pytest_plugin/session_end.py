@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from lorabench.analysis import compare
-from lorabench.analysis.compare.select import run_comparison
 from lorabench.pytest_plugin import options
 from lorabench.pytest_plugin.session import STATE, BenchState
 
@@ -35,6 +33,11 @@ def finish_session(session: pytest.Session) -> None:
     if not base:
         return
     fail = options.value(config, "bench_compare_fail")
+    # Here, not at the top: pandas and the comparison cost every bench process 0.4 s of its
+    # start (a fleet's workers, an A/B turn), and only a session asked to compare uses them.
+    from lorabench.analysis import compare
+    from lorabench.analysis.compare.select import run_comparison
+
     try:
         result = run_comparison(
             base,

@@ -53,9 +53,11 @@ def summary_lines(state: BenchState) -> list[str]:
         lines.append(format_summary(state.writer.rows))
         if state.writer.by_rank:
             lines.append(format_rank_summary(state.writer.by_rank))
-        from lorabench.analysis.recommend import for_session  # pandas: a second of imports, at the end only
+        if any(row.scenario == "capacity" for row in state.writer.rows):
+            # pandas: 0.4-1 s of imports, paid only by a session that searched for capacity.
+            from lorabench.analysis.recommend import for_session
 
-        lines += for_session(state.writer.rows)
+            lines += for_session(state.writer.rows)
         lines += [f"results: {state.writer.path}", f"samples: {state.writer.samples_path}"]
     if state.report is not None:
         lines.append(f"report: {state.report}")
