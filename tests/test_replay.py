@@ -204,6 +204,12 @@ def test_a_fail_that_the_late_sends_alone_account_for_is_the_clients():
     why = late_sends_fail(records, slo_ttft_ms=500.0, slo_tpot_ms=50.0, target=0.95)
     assert why.startswith("client fell behind: 3 of 40 requests missed the TTFT SLO only by their send lag")
     assert probe_behind(records, slo_ttft_ms=500.0, slo_tpot_ms=50.0, target=0.95) == why, "what a probe reads"
+    # One request aborted at the drain fails the probe as an overload, whatever the lag did.
+    aborted = records[5]
+    saved, aborted.token_times = aborted.token_times, aborted.token_times[:1]
+    aborted.finished = False
+    assert late_sends_fail(records, slo_ttft_ms=500.0, slo_tpot_ms=50.0, target=0.95) == ""
+    aborted.token_times, aborted.finished = saved, True
     # At a 90 % target the same probe passes: the lag decided nothing.
     assert late_sends_fail(records, slo_ttft_ms=500.0, slo_tpot_ms=50.0, target=0.9) == ""
     # The engine took 600 ms from their send too: it missed them whatever the client did.

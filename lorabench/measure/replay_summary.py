@@ -45,7 +45,11 @@ def late_sends_fail(
     """Why a probe's fail is its client's, or "": it fails its ``target`` only through requests
     the engine served within the SLOs from their send, late by the client's lag alone. The 10 %
     rule (``client_behind``) cannot see this at a target above 90 %: 3 late requests in 40
-    fail a 95 % target, and the fail would be read as the engine's overload."""
+    fail a 95 % target, and the fail would be read as the engine's overload. A request the
+    drain aborted fails the probe whatever the client did (an overload never passes), so
+    then the fail is the engine's."""
+    if any(not r.finished and not r.failed for r in measured):
+        return ""
     met = sum(_meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in measured)
     lagged = sum(
         r.finished
