@@ -1,5 +1,7 @@
 """The trace generator: its statistics are those its parameters ask for."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -82,6 +84,9 @@ def test_same_parameters_and_seed_give_the_same_bytes(tmp_path):
         (TraceParams(4, 0), "rate must be above 0"),
         (TraceParams(4, 10, alpha=0), "alpha must be above 0"),
         (TraceParams(4, 10, cv=-1), "cv must be above 0"),
+        (TraceParams(4, math.inf), "rate must be above 0 requests/s and finite, got inf"),
+        (TraceParams(4, 10, cv=math.inf), "cv must be above 0 and finite, got inf"),
+        (TraceParams(4, 10, duration=math.inf), "duration must be above 0 s and finite, got inf"),
         (TraceParams(4, 10, input_range=(64, 8)), "input_range must satisfy 1 <= low <= high, got [64, 8]"),
         (TraceParams(9, 10), "the trace needs 9 adapters, 8 are available"),
     ],

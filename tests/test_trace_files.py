@@ -120,6 +120,7 @@ GENERATE = ["trace", "generate", "-R", "5", "--duration", "10"]
     [
         (["-n", "0"], "num_adapters must be at least 1, got 0"),
         (["-n", "2", "--popularity-alpha", "0"], "alpha must be above 0"),
+        (["-n", "2", "--rate", "inf"], "rate must be above 0 requests/s and finite, got inf"),
         (["-n", "2", "--adapters", "missing.json"], "--adapters: adapters file missing.json not found"),
         (["-n", "2", "--rate", "0.001", "--duration", "1"], "no request arrives in --duration 1 s at --rate 0.001"),
         (["-n", "2", "--out", "no/such/folder/t.jsonl"], "no/such/folder/.t.jsonl."),

@@ -258,6 +258,15 @@ def test_adapter_names_come_from_an_adapters_file(tmp_path):
     assert trace.adapters == ["lora-x", "lora-y"]
 
 
+@pytest.mark.parametrize("option", ["--time-scale", "--rate", "--duration", "--start"])
+def test_an_infinite_time_option_is_one_line_not_a_file_of_nan(tmp_path, capsys, option):
+    """--time-scale inf wrote arrivals of nan that `trace stats` then could not read."""
+    assert run("azure", TRACES / "azure_code.csv", "--out", tmp_path / "t.jsonl", option, "inf") == 2
+    err = capsys.readouterr().err
+    assert f"{option} inf" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "t.jsonl").exists()
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

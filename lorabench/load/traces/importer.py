@@ -89,10 +89,10 @@ def _check(opts: ImportOptions) -> Columns:
         raise TraceInputError(f"--time-unit {columns.time_unit!r}: use one of {', '.join(TIME_UNITS)}")
     problems = [
         (opts.num_adapters < 1, f"--num-adapters {opts.num_adapters}: at least 1"),
-        (opts.start < 0, f"--start {opts.start:g}: seconds from the first request, 0 or more"),
-        (opts.duration is not None and not opts.duration > 0, f"--duration {opts.duration}: above 0 s"),
-        (opts.time_scale is not None and not opts.time_scale > 0, f"--time-scale {opts.time_scale}: above 0"),
-        (opts.rate is not None and not opts.rate > 0, f"--rate {opts.rate}: above 0 requests/s"),
+        (not 0 <= opts.start < math.inf, f"--start {opts.start:g}: seconds from the first request, 0 or more"),
+        (not 0 < (opts.duration or 1) < math.inf, f"--duration {opts.duration}: above 0 s, finite"),
+        (not 0 < (opts.time_scale or 1) < math.inf, f"--time-scale {opts.time_scale}: above 0, finite"),
+        (not 0 < (opts.rate or 1) < math.inf, f"--rate {opts.rate}: above 0 requests/s, finite"),
         (None not in (opts.rate, opts.time_scale), "--rate and --time-scale both scale time: give one"),
         (opts.max_model_len is not None and opts.max_model_len < 2, "--max-model-len: 2 tokens at least"),
         (opts.block_tokens < 1, f"--hash-block-tokens {opts.block_tokens}: 1 token at least"),

@@ -25,6 +25,7 @@ reads both.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,14 +55,14 @@ class TraceParams:
         problems = []
         if self.num_adapters < 1:
             problems.append(f"num_adapters must be at least 1, got {self.num_adapters}")
-        if not self.rate > 0:
-            problems.append(f"rate must be above 0 requests/s, got {self.rate}")
-        if not self.alpha > 0:
-            problems.append(f"alpha must be above 0, got {self.alpha}")
-        if not self.cv > 0:
-            problems.append(f"cv must be above 0, got {self.cv}")
-        if not self.duration > 0:
-            problems.append(f"duration must be above 0 s, got {self.duration}")
+        if not 0 < self.rate < math.inf:
+            problems.append(f"rate must be above 0 requests/s and finite, got {self.rate}")
+        if not 0 < self.alpha < math.inf:
+            problems.append(f"alpha must be above 0 and finite, got {self.alpha}")
+        if not 0 < self.cv < math.inf:
+            problems.append(f"cv must be above 0 and finite, got {self.cv}")
+        if not 0 < self.duration < math.inf:
+            problems.append(f"duration must be above 0 s and finite, got {self.duration}")
         for name in ("input_range", "output_range"):
             low, high = getattr(self, name)
             if not 1 <= low <= high:
