@@ -155,6 +155,25 @@ def test_stats_of_an_imported_trace_and_its_plot(tmp_path, capsys):
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
 
 
+class _Arrivals:
+    """What rate_over_time reads of a trace."""
+
+    def __init__(self, arrival_s, duration_s):
+        self.arrival_s, self.duration_s = np.asarray(arrival_s, dtype=float), duration_s
+
+    def __len__(self):
+        return len(self.arrival_s)
+
+
+@pytest.mark.parametrize("end_s", [13.1, 13.4, 13.0])
+def test_an_even_trace_has_an_even_rate_over_time_to_its_last_bucket(end_s):
+    """10 req/s to the end: a last bucket the trace covers only partly is no dip and no peak."""
+    from lorabench.load.traces.summary import rate_over_time
+
+    width, rates = rate_over_time(_Arrivals(np.arange(round(end_s * 10)) / 10, end_s))
+    assert width == 0.5 and rates.min() >= 9 and rates.max() <= 11, rates
+
+
 def test_stats_of_a_synthetic_trace_show_its_rate_over_time(tmp_path, capsys):
     out = tmp_path / "s.jsonl"
     assert cli.main(["trace", "generate", "--out", str(out), "-n", "4", "-R", "5", "--duration", "60"]) == 0
