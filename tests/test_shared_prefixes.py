@@ -11,7 +11,8 @@ import pytest
 from lorabench.cli import main as cli
 from lorabench.config import ConfigError, read_config_file
 from lorabench.load.traces import data
-from lorabench.load.traces.prefixes import HashIds, predict, prompt
+from lorabench.load.traces.prefixes import HashIds, copies, predict, predict_requests, prompt
+from lorabench.load.traces.synthetic import TraceRequest
 from lorabench.results.records import replays_path_for
 from tests.helpers import ROOT, mooncake_like, result_files
 from tests.test_trace_import import TRACES, imported
@@ -391,3 +392,22 @@ def test_a_run_with_caching_off_and_one_with_it_on_are_paired_together():
     runs = [SimpleNamespace(label="aaaa", rows=off), SimpleNamespace(label="bbbb", rows=on)]
     assert prefix_figures.ttft_gain(runs) is not None
     assert prefix_figures.ttft_gain(runs[:1]) is None, "one side alone pairs nothing"
+
+
+def test_copies_of_a_slice_share_blocks_within_each_copy_not_across():
+    """A capacity probe replays copies of one slice back to back: each copy's own sharing,
+    as the trace has it, and nothing found cached from the copy before."""
+    block = 16
+    # Two conversations of two turns each: a turn extends its first turn's blocks.
+    one = [
+        TraceRequest(0.0, "a0", 64, 4, hash_ids=(1, 2, 3, 4), block_tokens=block),
+        TraceRequest(0.5, "a0", 96, 4, hash_ids=(1, 2, 3, 4, 5, 6), block_tokens=block),
+        TraceRequest(1.0, "a1", 64, 4, hash_ids=(7, 8, 9, 10), block_tokens=block),
+        TraceRequest(1.5, "a1", 96, 4, hash_ids=(7, 8, 9, 10, 11, 12), block_tokens=block),
+    ]
+    alone = predict_requests(one, block)
+    assert alone == [0, 64, 0, 64]
+    four = copies(one, 2.0, 4)
+    assert [r.arrival_s for r in four[4:8]] == [2.0, 2.5, 3.0, 3.5]
+    assert predict_requests(four, block) == alone * 4
+    assert four[:4] == one and len({four[k * 4].hash_ids for k in range(4)}) == 4

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lorabench.config.online_cases import ImportedCase, OnlineCase
-from lorabench.load.traces import transforms
+from lorabench.load.traces import prefixes, transforms
 from lorabench.load.workload import synthetic_prompt
 from lorabench.measure import capacity, replay, replay_summary
 from lorabench.results.files import SAMPLES
@@ -146,8 +146,7 @@ class Prober:
         if self.slice_n is None:
             return self.shape.at(rate, duration).requests(list(self.adapters))
         one = self.slice_n / rate
-        copy = self.shape.at(rate, one).requests(list(self.adapters))
-        return [replace(r, arrival_s=r.arrival_s + k * one) for k in range(round(duration / one)) for r in copy]
+        return prefixes.copies(self.shape.at(rate, one).requests(list(self.adapters)), one, round(duration / one))
 
     def replay_at(self, rate: float, duration: float) -> tuple[list[replay.ReplayedRequest], float]:
         """One probe's replay, once the engine is idle and alive; its records and seconds."""
