@@ -258,12 +258,24 @@ def test_adapter_names_come_from_an_adapters_file(tmp_path):
     assert trace.adapters == ["lora-x", "lora-y"]
 
 
-@pytest.mark.parametrize("option", ["--time-scale", "--rate", "--duration", "--start"])
-def test_an_infinite_time_option_is_one_line_not_a_file_of_nan(tmp_path, capsys, option):
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--time-scale", "inf"),
+        ("--rate", "inf"),
+        ("--duration", "inf"),
+        ("--start", "inf"),
+        ("--duration", "0"),
+        ("--time-scale", "0"),
+        ("--rate", "0"),
+        ("--start", "-1"),
+    ],
+)
+def test_an_infinite_or_empty_time_option_is_one_line_not_a_file_of_nan(tmp_path, capsys, option, value):
     """--time-scale inf wrote arrivals of nan that `trace stats` then could not read."""
-    assert run("azure", TRACES / "azure_code.csv", "--out", tmp_path / "t.jsonl", option, "inf") == 2
+    assert run("azure", TRACES / "azure_code.csv", "--out", tmp_path / "t.jsonl", option, value) == 2
     err = capsys.readouterr().err
-    assert f"{option} inf" in err and err.count("\n") == 1, err
+    assert f"{option} {value}" in err and err.count("\n") == 1, err
     assert not (tmp_path / "t.jsonl").exists()
 
 

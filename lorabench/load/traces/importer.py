@@ -73,6 +73,11 @@ def parse_popularity(text: str) -> tuple[str, float]:
     return policy, value
 
 
+def _positive(value: float | None) -> bool:
+    """An option left out, or above 0 and finite."""
+    return value is None or 0 < value < math.inf
+
+
 def _check(opts: ImportOptions) -> Columns:
     """The columns to read, once the options are known to make sense together."""
     if opts.fmt not in FORMATS:
@@ -90,9 +95,9 @@ def _check(opts: ImportOptions) -> Columns:
     problems = [
         (opts.num_adapters < 1, f"--num-adapters {opts.num_adapters}: at least 1"),
         (not 0 <= opts.start < math.inf, f"--start {opts.start:g}: seconds from the first request, 0 or more"),
-        (not 0 < (opts.duration or 1) < math.inf, f"--duration {opts.duration}: above 0 s, finite"),
-        (not 0 < (opts.time_scale or 1) < math.inf, f"--time-scale {opts.time_scale}: above 0, finite"),
-        (not 0 < (opts.rate or 1) < math.inf, f"--rate {opts.rate}: above 0 requests/s, finite"),
+        (not _positive(opts.duration), f"--duration {opts.duration}: above 0 s, finite"),
+        (not _positive(opts.time_scale), f"--time-scale {opts.time_scale}: above 0, finite"),
+        (not _positive(opts.rate), f"--rate {opts.rate}: above 0 requests/s, finite"),
         (None not in (opts.rate, opts.time_scale), "--rate and --time-scale both scale time: give one"),
         (opts.max_model_len is not None and opts.max_model_len < 2, "--max-model-len: 2 tokens at least"),
         (opts.block_tokens < 1, f"--hash-block-tokens {opts.block_tokens}: 1 token at least"),
