@@ -1,6 +1,7 @@
 """A side that measured nothing is a finding, not noise: a new side on which no request of a
-case finished fails the comparison (separate runs and A/B pairs), and a build that measured
-nothing neither adds freedom to the noise nor turns a p-value into nan."""
+case finished fails the comparison (separate runs and A/B pairs), a new side that left more
+of its requests unfinished fails it whatever its survivors' latencies say, and a build that
+measured nothing neither adds freedom to the noise nor turns a p-value into nan."""
 
 from __future__ import annotations
 
@@ -63,3 +64,49 @@ def test_a_build_that_measured_nothing_leaves_no_nan_verdict(tmp_path, capsys):
     assert throughput and all(f.p_value is None and f.p_adjusted is None for f in throughput)
     assert not result.regressions and not [f for f in result.findings if f.verdict == "improved"]
     assert "nan" not in capsys.readouterr().out
+
+
+def aborting(left, faster=1.0):
+    """Each online row with ``left`` of its 19 requests aborted at the drain, and its
+    survivors' latencies ``faster`` times the base's (the slow ones were the ones aborted)."""
+
+    def change(rows):
+        online = rows.scenario == "online"
+        rows.loc[online, "unfinished"] = left
+        rows.loc[online, "ttft_ms"] *= faster
+        rows.loc[online, "slo_attainment"] = (19 - left) / 19
+        return rows
+
+    return change
+
+
+def test_more_requests_unfinished_fails_though_the_survivors_read_faster(tmp_path, capsys):
+    base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
+    edit_run(new, aborting(3, faster=0.6))
+    result = compare(load_run(base), load_run(new))
+    online_ttft = [f.verdict for f in result.findings if f.metric == "ttft_ms" and f.case["scenario"] == "online"]
+    assert online_ttft == ["improved", "improved"], "the survivors' TTFT alone reads as an improvement"
+    assert result.failed and result.reasons() == "2 cases with more requests unfinished"
+    assert run_cli(base, new) == 1
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("MORE REQUESTS UNFINISHED: ")]
+    assert len(lines) == 2 and all(
+        "12 of 76 requests unfinished on the new side, 0 of 76 on the base side" in ln for ln in lines
+    )
+
+
+def test_a_few_more_unfinished_or_fewer_are_no_finding(tmp_path):
+    base, few, fewer = (copy_run(tmp_path, name) for name in ("base", "few", "fewer"))
+    edit_run(base, aborting(1))
+    edit_run(few, aborting(2))  # 8 of 76 against 4 of 76: Fisher's p 0.18
+    assert run_cli(base, few) == 0
+    edit_run(fewer, aborting(0))
+    assert run_cli(base, fewer) == 0, "the new side finished more: no finding"
+
+
+def test_an_ab_session_whose_new_side_aborts_more_fails():
+    base, new, order = session_runs(6)
+    for frame in ("all_rows", "rows"):
+        rows = getattr(new, frame)
+        rows.loc[rows.scenario == "online", "unfinished"] = rows.loc[rows.scenario == "online", "num_requests"] // 2
+    result = compare_paired_runs(base, new, order, threshold=0.05, alpha=0.05)
+    assert result.failed and "more requests unfinished" in result.reasons(), result.reasons()

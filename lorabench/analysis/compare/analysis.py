@@ -110,6 +110,8 @@ class Comparison:
     # Cases with prefix caching on whose new side found less of its prompts cached, cases whose
     # new side measured a core metric on no build (compare.failures).
     hit_rate_falls: list[str] = field(default_factory=list)
+    # Online cases whose new side left a larger share of its requests unfinished (compare.failures).
+    unfinished_rises: list[str] = field(default_factory=list)
     unmeasured: list[str] = field(default_factory=list)
 
     @property
@@ -133,6 +135,7 @@ class Comparison:
             (len(self.churn_failures), "churn case with failed operations", "churn cases with failed operations"),
             (len(self.isolation_failures), "isolation finding", "isolation findings"),
             (len(self.hit_rate_falls), "prefix hit rate fallen", "prefix hit rates fallen"),
+            (len(self.unfinished_rises), "case with more requests unfinished", "cases with more requests unfinished"),
             (len(self.unmeasured), "case no longer measured", "cases no longer measured"),
         )
         return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
@@ -192,7 +195,7 @@ def compare(
         noise=noise,
         only_base=[case_of(k) for k in base.rows.index if k not in new.rows.index],
         only_new=[case_of(k) for k in new.rows.index if k not in base.rows.index],
-        **failures(base, new, threshold, per_metric),
+        **failures(base, new, threshold, per_metric, alpha),
     )
     result.detectable_pct = detectable(noise, sum(f.p_value is not None for f in findings), alpha)
     result.warnings += _warnings(base, new, findings)

@@ -132,6 +132,43 @@ def fallen_hit_rates(base: Run, new: Run) -> list[str]:
     return found
 
 
+def _unfinished(run: Run) -> dict[str, tuple[int, int]]:
+    """Per online case (capacity searches are judged on their bounds): requests left
+    unfinished and requests measured, summed over its builds (and runs)."""
+    rows = run.all_rows
+    if "unfinished" not in rows or "num_requests" not in rows:
+        return {}
+    online = rows[(rows["scenario"] != "capacity") & rows["unfinished"].notna() & rows["num_requests"].gt(0)]
+    sums = online.groupby("_key")[["unfinished", "num_requests"]].sum()
+    return {key: (int(row["unfinished"]), int(row["num_requests"])) for key, row in sums.iterrows()}
+
+
+def more_unfinished(base: Run, new: Run, alpha: float) -> list[str]:
+    """Online cases whose new side left a larger share of its requests unfinished than the
+    base side, by Fisher's exact test (one-sided, at the comparison's alpha). An online row's
+    latencies are over its finished requests, so a new side that aborts more of them at the
+    drain keeps only its fastest: its TTFT can read as an improvement
+    (docs/compare.md#what-else-fails-a-comparison)."""
+    before = _unfinished(base)
+    found = []
+    for key, (left, sent) in _unfinished(new).items():
+        if key not in before or left * before[key][1] <= before[key][0] * sent:
+            continue  # not on the base side, or no larger a share
+        from scipy.stats import fisher_exact  # a second of imports, for this test alone
+
+        base_left, base_sent = before[key]
+        table = [[left, sent - left], [base_left, base_sent - base_left]]
+        p = float(fisher_exact(table, alternative="greater").pvalue)
+        if p < alpha:
+            label = ", ".join(f"{k}: {v}" for k, v in case_of(key).items() if v)
+            found.append(
+                f"MORE REQUESTS UNFINISHED: {label}: {left} of {sent} requests unfinished on the new side, "
+                f"{base_left} of {base_sent} on the base side (p {p:.2g}); the latencies are over finished "
+                "requests only, so the new side's describe its survivors"
+            )
+    return found
+
+
 def broken_isolation(base: Run, new: Run) -> list[str]:
     """Isolation cases whose new side's canaries found a breach (a reload's only where the base
     side's held), caching that changes outputs, or caching not in effect where the base's was."""
@@ -187,11 +224,13 @@ def capacity_threshold(threshold: float, per_metric: dict[str, float] | None) ->
     return (per_metric or {}).get("capacity_rps", threshold)
 
 
-def failures(base: Run, new: Run, threshold: float, per_metric: dict[str, float] | None) -> dict[str, list]:
+def failures(
+    base: Run, new: Run, threshold: float, per_metric: dict[str, float] | None, alpha: float
+) -> dict[str, list]:
     """What fails a comparison whatever the timings' verdicts say, as ``Comparison``'s fields:
     changed outputs, capacities judged on their bounds, failed churn operations, broken
-    isolation, fallen hit rates and metrics the new side no longer measured; and a warning
-    where outputs could not be compared."""
+    isolation, fallen hit rates, more requests left unfinished and metrics the new side no
+    longer measured; and a warning where outputs could not be compared."""
     collapses, unjudged, bounds = capacity_verdicts(base, new, capacity_threshold(threshold, per_metric))
     return {
         "digest_changes": digest_changes(base, new),
@@ -201,6 +240,7 @@ def failures(base: Run, new: Run, threshold: float, per_metric: dict[str, float]
         "churn_failures": failed_operations(base, new),
         "isolation_failures": broken_isolation(base, new),
         "hit_rate_falls": fallen_hit_rates(base, new),
+        "unfinished_rises": more_unfinished(base, new, alpha),
         "unmeasured": lost_measurements(base, new),
         "warnings": unchecked_outputs(base, new),
     }

@@ -166,7 +166,7 @@ def compare_paired_runs(
             findings.append(Finding(case_of(key), metric, *means, ratio, (ratio - 1) * 100, limit, counts, p, None, ""))
     judge(findings, alpha)
     noise = {m: _pooled_noise(f) for m, f in fits.items() if f}
-    result = Comparison(base, new, findings, noise=noise, **failures(base, new, threshold, per_metric))
+    result = Comparison(base, new, findings, noise=noise, **failures(base, new, threshold, per_metric, alpha))
     result.only_base = [case_of(k) for k in base.rows.index if k not in new.rows.index]
     result.only_new = [case_of(k) for k in new.rows.index if k not in base.rows.index]
     result.detectable_pct = detectable(noise, sum(f.p_value is not None for f in findings), alpha)

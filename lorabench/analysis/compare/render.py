@@ -138,7 +138,7 @@ def failure_lines(c: Comparison) -> list[str]:
         for model, adapter, b, n in c.digest_changes
     ]
     lines = [*c.capacity_collapses, *c.capacity_unjudged, *c.churn_failures, *c.isolation_failures]
-    return [*changed, *lines, *c.hit_rate_falls, *c.unmeasured]
+    return [*changed, *lines, *c.hit_rate_falls, *c.unfinished_rises, *c.unmeasured]
 
 
 def _unmatched(c: Comparison) -> list[str]:
@@ -209,6 +209,7 @@ def render_json(c: Comparison) -> str:
             "churn_failures": c.churn_failures,
             "isolation_failures": c.isolation_failures,
             "hit_rate_falls": c.hit_rate_falls,
+            "unfinished_rises": c.unfinished_rises,
             "unmeasured": c.unmeasured,
         },
         indent=2,
