@@ -105,6 +105,12 @@ def test_imported_suites_resolve_and_expand(two_traces):
         ({"rate": [1], "duration": 4, "trace": "traces/none.jsonl"}, (), "none.jsonl: not a readable lorabench"),
         ({"rate": [1], "duration": 1}, (), "'online.warmup_s' has bad value 1.0: it leaves nothing of suite 't'"),
         (
+            {"rate": [1, 0.25], "duration": 10},
+            (),
+            "'online.suites[0].rate' has bad value 0.25: over 10 s it is 2.5 requests, and a replay sends 2 "
+            "(0.2 req/s)",
+        ),
+        (
             {"rate": [1], "duration": 4, "start": 300},
             (),
             "field 'online.suites[0].start' has bad value 300: burstgpt.jsonl's last request arrives at 215 s",

@@ -18,6 +18,10 @@ from lorabench.load.traces.data import TraceData
 from lorabench.load.traces.data import load as load_trace
 from lorabench.load.traces.transforms import from_start, replay_window
 
+# An imported suite's window replays ``round(rate * duration)`` requests; a product further
+# than this share from a whole number would replay another rate than the row says.
+WHOLE = 1e-6
+
 Limit = tuple[int | None, str]
 
 
@@ -137,6 +141,13 @@ def _check_windows(
     """Each rate's window exists and fits the model; without rates, the trace from ``start`` on."""
     problems, windows = [], []
     for rate in rates:
+        if abs(rate * duration - round(rate * duration)) > WHOLE * rate * duration:
+            problems.append(
+                f"{path}: field '{field}.rate' has bad value {rate:g}: over {duration:g} s it is {rate * duration:g} "
+                f"requests, and a replay sends {round(rate * duration)} ({round(rate * duration) / duration:g} req/s): "
+                "pick a rate and duration whose product is a whole number of requests"
+            )
+            continue
         try:
             windows.append((f" at rate {rate:g}", replay_window(data, shape.start, duration, rate)))
         except ValueError as exc:
