@@ -20,7 +20,7 @@ from lorabench.results.records import replays_path_for, samples_path_for
 from lorabench.scenarios import capacity_probes
 from lorabench.targets.engine import IDLE_POLL_S, Engine, EngineDied, is_engine_dead
 from lorabench.targets.standin import Costs, StandIn, write_config
-from tests.helpers import ROOT, result_files
+from tests.helpers import ROOT, mooncake_like, result_files
 
 SECONDS = 4.0  # a probe's measured span: the floor, 10 / SECONDS = 2.5 req/s, holds 10 requests on average
 LIMITS = capacity.Limits(precision=0.1, min_rate=10 / SECONDS, max_rate=None, max_probes=30, max_time_s=math.inf)
@@ -283,3 +283,29 @@ def test_every_probe_of_an_imported_trace_replays_the_same_requests(pytester):
     first = rounds[0]  # one copy of the slice at the first rate
     for requests in rounds[1:]:
         assert len(requests) % len(first) == 0 and requests == first * (len(requests) // len(first))
+
+
+def test_each_probe_of_a_shared_prefix_trace_finds_cached_what_one_copy_of_its_slice_shares(pytester):
+    """A probe's prompt tokens found cached (the stand-in caches as vLLM keys its blocks) are
+    what the trace's hash ids predict, and a probe of several copies of the slice finds no
+    more than one copy does: a copy never finds the copy before it cached (with the slice's
+    own ids in every copy, a 2-copy probe predicted 62 % where one copy has 0 %)."""
+    from lorabench.cli import main as cli
+
+    (pytester.path / "traces").mkdir()
+    source = mooncake_like(pytester.path / "moon.jsonl", 60, seed=3)
+    options = ["--hash-block-tokens", "32", "--label-column", "user", "--num-adapters", "2"]
+    assert cli.main(["trace", "import", "mooncake", str(source), "--out", "traces/moon.jsonl", *options]) == 0
+    shape = {"name": "moon", "trace": str(pytester.path / "traces" / "moon.jsonl")}
+    engine = {**ENGINE, "max_num_seqs": 4, "enable_prefix_caching": True}
+    costs = Costs(prefill_ms_per_token=0.05, decode_ms_per_step=2.0)
+    result = run_search(pytester, costs, engine=engine, shapes=[shape], max_probes=3, estimate_requests=6)
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    # The first probe is one copy of the slice; one at twice its rate, two copies.
+    assert len(probes) == 3 and probes["rate"].max() >= 2 * probes["rate"].iloc[0], probes["rate"]
+    assert (probes["prefix_hit_rate_predicted"] > 0.3).all()
+    assert (abs(probes["prefix_hit_rate"] - probes["prefix_hit_rate_predicted"]) < 0.03).all(), probes
+    one = probes["prefix_hit_rate_predicted"].iloc[0]
+    assert (abs(probes["prefix_hit_rate_predicted"] - one) < 0.05).all(), probes["prefix_hit_rate_predicted"]

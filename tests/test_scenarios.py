@@ -16,6 +16,7 @@ MODULES = (
     "test_multilora_working_set.py",
     "test_isolation.py",
     "test_multilora_online.py",
+    "test_capacity.py",
 )
 
 
@@ -44,10 +45,15 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
         residency={"requests": 3},
         working_set={"sizes": [1, 2, 3], "cycles": 1, "min_requests": 2},
         online={"warmup_s": 0.5, "suites": [{"name": "moon", "trace": "traces/m.jsonl", "rate": [4], "duration": 5}]},
+        # Two short probes of the same trace, each whole copies of one slice of it: the first at
+        # a share of one request at a time's throughput, the second (it passed) at twice that.
+        capacity={"slo_ttft_ms": 1500, "slo_tpot_ms": 300, "precision": 0.5, "probe_duration_s": 4, "warmup_s": 0.2}
+        | {"drain_s": 2, "max_probes": 2, "max_time_s": 40, "estimate_concurrency": 1}
+        | {"shapes": [{"name": "moon", "trace": "traces/m.jsonl"}]},
     )
     result = pytester.runpytest_subprocess("--bench-config", str(path), "-p", "no:cacheprovider", timeout=600)
     # The isolation case fails on vLLM 0.32: a reload in place reuses the old weights' blocks.
-    result.assert_outcomes(passed=9, failed=1)
+    result.assert_outcomes(passed=10, failed=1)
     result.stdout.fnmatch_lines(["by adapter rank: rank 8: ttft p50 * ms, decode p50 * ms (* requests); rank 16: *"])
     csv, rows, samples = read_run(tmp_path / "results")
 
@@ -95,6 +101,12 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     steps = pd.read_csv(replays_path_for(csv, "timeline"))
     steps = steps[steps["scenario"] == "online"]
     assert steps["prefix_queries"].sum() > steps["prefix_hits"].sum() > 0
+    # Each capacity probe too, however many copies of its slice it replayed: a copy finds
+    # cached what its own requests share, nothing of the copy before it.
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    assert len(probes) == 2 and probes["rate"].iloc[1] >= 2 * probes["rate"].iloc[0], probes["rate"]
+    assert (probes["prefix_hit_rate_predicted"] > 0.5).all()
+    assert (abs(probes["prefix_hit_rate"] - probes["prefix_hit_rate_predicted"]) < 0.03).all(), probes
 
     sweep = rows[rows.scenario == "working_set"].set_index("working_set")
     assert sweep["load_share"].to_dict() == {1: 0.0, 2: 0.0, 3: 1.0}, "past max_cpu_loras=2 every request loads"

@@ -131,6 +131,9 @@ class ProbeRecord:
     kv_usage_max: float | None = None
     preemptions: int | None = None
     adapters_waiting_max: int | None = None
+    # Its measured requests' prompt tokens found cached, and what a trace's hash ids predict.
+    prefix_hit_rate: float | None = None
+    prefix_hit_rate_predicted: float | None = None
     seconds: float  # the probe's wall time, its drain included
 
 

@@ -63,6 +63,8 @@ PROBE_METRICS = ("goodput_rps", "ttft_ms_p99", "decode_ms_p99", "ttft_from_send_
     f"send_lag_ms_{s}" for s in ("p50", "p99", "max")
 )
 PROBE_STEPS = ("kv_usage_max", "preemptions", "adapters_waiting_max")
+# Blank where the engine or the trace cannot say (replay_summary.hit_rates).
+PROBE_HIT_RATES = ("prefix_hit_rate", "prefix_hit_rate_predicted")
 # The longest a probe waits for the last one's aborted requests to leave the engine: a step
 # takes well under a second; an engine still busy then is recorded (busy_at_start), not waited on.
 IDLE_TIMEOUT_S = 10.0
@@ -194,6 +196,7 @@ class Prober:
                 "seconds": seconds,
                 **{k: metrics[k] for k in PROBE_METRICS},
                 **{k: steps.get(k) for k in PROBE_STEPS},
+                **{k: metrics.get(k) for k in PROBE_HIT_RATES},
             },
         )
         self.keep(found, records)
