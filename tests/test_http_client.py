@@ -59,6 +59,16 @@ def test_a_stream_gives_every_token_once_and_finishes():
     assert [t for c in greedy[0] for t in c.token_ids] != [t for c in greedy[1] for t in c.token_ids]
     body = server.received[0]
     assert body["prompt"] == [5, 6, 7] and body["ignore_eos"] and body["stream"] and body["return_token_ids"]
+    # Nothing left for a server to fill from the model's generation config (test_http_serve reads
+    # the body with vLLM's own request model).
+    assert (body["top_p"], body["top_k"], body["min_p"], body["repetition_penalty"]) == (1.0, 0, 0.0, 1.0)
+
+
+def test_a_long_stream_is_bounded_by_the_replays_drain_not_by_a_total_timeout():
+    """aiohttp's total bound covers a whole stream: a request queued 600 s under overload
+    failed, and a capacity search read the saturated server as a broken one."""
+    timeout = Client("http://127.0.0.1:1").timeout
+    assert timeout.total is None and timeout.sock_read == 600.0 and timeout.sock_connect == 60.0
 
 
 @pytest.mark.realtime

@@ -152,3 +152,22 @@ def test_the_isolation_canaries_through_vllm_serve_find_what_they_find_in_proces
     assert (row["isolation_checked"], row["isolation_broken"], row["isolation_control_changed"]) == (7, 0, 0)
     assert (row["isolation_reload_broken"], row["isolation_cached_tokens"], row["isolation_unjudged"]) == (1, 128, 0)
     serve_session.result.stdout.fnmatch_lines(["*ADAPTER ISOLATION BROKEN: lorabench-reloaded*in place*"])
+
+
+@pytest.mark.engine
+def test_vllm_reads_the_http_body_as_the_in_process_sampling_whatever_the_models_generation_config():
+    """vLLM's server fills what a request leaves out from the model's generation_config.json
+    (Llama-2: top_p 0.9; Qwen2.5-Instruct: repetition_penalty 1.05): read by vLLM's own
+    request model with such defaults, lorabench's body samples as the in-process engine does."""
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    from lorabench.targets.engine_requests import Requests
+    from lorabench.targets.http.client import completion_body
+
+    model_defaults = {"top_p": 0.9, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.05, "temperature": 0.6}
+    settings = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
+    for greedy in (True, False):
+        body = completion_body("m", [5, 6, 7], 4, 0.0 if greedy else 1.0)
+        served = CompletionRequest(**body).to_sampling_params(4, default_sampling_params=model_defaults)
+        local = Requests.sampling_params(None, 4, greedy=greedy)
+        assert {s: getattr(served, s) for s in settings} == {s: getattr(local, s) for s in settings}

@@ -12,6 +12,19 @@ from lorabench.config import EngineSpec
 from lorabench.load.adapters import Adapter
 from lorabench.load.workload import Prompt
 
+# Every sampling setting but the temperature, at the value that turns it off, on both
+# targets: a server fills what a request leaves out from the model's generation_config.json
+# (Llama-2's top_p 0.9, Qwen2.5-Instruct's repetition_penalty 1.05, even for greedy
+# requests), and an in-process engine would not.
+NEUTRAL_SAMPLING = {
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+
 
 class Requests:
     """A part of ``lorabench.targets.engine.Engine``, which gives ``llm`` (vLLM's engine), ``run`` (a
@@ -45,7 +58,7 @@ class Requests:
         kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
         temperature = 0.0 if greedy else 1.0
         return SamplingParams(
-            n=1, temperature=temperature, top_p=1.0, ignore_eos=True, max_tokens=max_tokens, output_kind=kind
+            n=1, temperature=temperature, **NEUTRAL_SAMPLING, ignore_eos=True, max_tokens=max_tokens, output_kind=kind
         )
 
     def prompt_input(self, prompt: Prompt, cache_salt: str | None = None) -> Any:

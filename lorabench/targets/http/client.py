@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 
 from lorabench.targets import clock
+from lorabench.targets.engine_requests import NEUTRAL_SAMPLING
 from lorabench.targets.http import RequestFailed
 
 
@@ -107,12 +108,37 @@ def chunk_of(event: dict[str, Any]) -> Chunk:
     return chunk
 
 
+def completion_body(
+    model: str, prompt: list[int] | str, max_tokens: int, temperature: float, cache_salt: str | None = None
+) -> dict[str, Any]:
+    """A streamed completion of exactly ``max_tokens`` tokens, sampled as in process: every
+    setting a server would otherwise take from the model's generation config is given."""
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": temperature,
+        **NEUTRAL_SAMPLING,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "return_token_ids": True,
+    }
+    if cache_salt is not None:
+        body["cache_salt"] = cache_salt
+    return body
+
+
 class Client:
     """One server's API, on one connection pool."""
 
-    def __init__(self, url: str, timeout_s: float = 600.0) -> None:
+    def __init__(self, url: str, silent_s: float = 600.0) -> None:
         self.url = url.rstrip("/")
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
+        # No bound on a whole stream: a request queued or streaming long under overload is
+        # the engine's answer, and a replay's drain bounds it as it does in process (a total
+        # bound failed it, and a capacity search stopped as if the server were broken).
+        # A server silent for ``silent_s`` on an open stream, or not accepting, has failed it.
+        self.timeout = aiohttp.ClientTimeout(total=None, sock_connect=60.0, sock_read=silent_s)
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -172,18 +198,7 @@ class Client:
         """Stream one completion of exactly ``max_tokens`` tokens; ``RequestFailed`` on an
         error status, an error event, or a stream that ends before it finished. A
         ``cache_salt`` keeps it off every cached prefix not salted alike (vLLM's API field)."""
-        body = {
-            "model": model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "return_token_ids": True,
-        }
-        if cache_salt is not None:
-            body["cache_salt"] = cache_salt
+        body = completion_body(model, prompt, max_tokens, temperature, cache_salt)
         try:
             async with self.session.post(self.url + "/v1/completions", json=body) as resp:
                 if resp.status != 200:
