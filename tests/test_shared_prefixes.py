@@ -206,7 +206,7 @@ def test_over_http_the_usage_says_what_was_cached_and_each_replay_is_salted_apar
         cli.main(["trace", "import", "mooncake", str(source), "--out", str(folder / "traces/moon.jsonl"), *options])
         == 0
     )
-    suite = {"name": "moon", "trace": "traces/moon.jsonl", "rate": [20, 30], "duration": 0.6}
+    suite = {"name": "moon", "trace": "traces/moon.jsonl", "rate": [20, 30], "duration": 1.0}
     config = write_config(
         folder,
         adapters=3,
@@ -227,11 +227,11 @@ def test_over_http_the_usage_says_what_was_cached_and_each_replay_is_salted_apar
     rows = pd.read_csv(result_files(folder / "results")[0])
     assert (rows["prefix_hit_rate_predicted"] > 0.4).all()
     # Without per-request counts the rate is the counters' over the scrapes (4 a second) from the
-    # first after the warm-up: the requests between the warm-up's end (0.1 s) and that scrape
-    # (0.25 s, later on a busy host), whose prefixes are mostly new, are left out of a 0.6 s
-    # replay (0.652 against 0.607 predicted, seen with both cores busy). The salts themselves are
-    # checked below.
-    tolerance = 0.03 if details else 0.08
+    # first after the warm-up to the last, at the replay's end: the requests between the
+    # warm-up's end (0.1 s) and that first scrape (0.25 s, later on a busy host), whose prefixes
+    # are mostly new, are left out of a 1 s replay (0.656 against 0.591 predicted at 20 req/s,
+    # on a quiet host). The salts themselves are checked below.
+    tolerance = 0.03 if details else 0.1
     assert (abs(rows["prefix_hit_rate"] - rows["prefix_hit_rate_predicted"]) < tolerance).all(), rows["prefix_hit_rate"]
     usage = pd.read_csv(replays_path_for(result_files(folder / "results")[0], "adapters"))
     assert usage["prefix_hit_rate"].notna().all() == details, "per adapter only where each request said"

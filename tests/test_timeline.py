@@ -91,13 +91,13 @@ def test_steps_within_50_ms_merge_into_one_record_and_only_a_replay_records():
     assert (second.steps, second.kv_usage, second.generation_tokens) == (2, 0.1, 3)
     logger.record(scheduler_stats=scheduler(kv=0.9), iteration_stats=None)
     assert recorder.rows == [first, second], "nothing after stop"
-    assert timeline.summarize(recorder.rows, warmup_s=0.05) == {
+    assert timeline.summarize(recorder.rows, warmup_s=0.05, counts_until_t=False) == {
         "kv_usage_max": 0.1,
         "waiting_p99": 0.0,
         "preemptions": 1,
         "adapters_waiting_max": 0,
     }
-    assert timeline.summarize(recorder.rows, warmup_s=1.0) == {}
+    assert timeline.summarize(recorder.rows, warmup_s=1.0, counts_until_t=False) == {}
 
 
 def test_waiting_counts_the_requests_deferred_for_a_slot_and_their_adapters_from_the_front_end():

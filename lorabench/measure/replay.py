@@ -157,6 +157,8 @@ async def replay(
             if progress is not None and records:
                 progress(len(records), sender.finished, None)
             await in_flight.drain(drain_timeout_s)
+        if timeline is not None:
+            await timeline.flush()
     finally:
         if timeline is not None:
             timeline.stop()

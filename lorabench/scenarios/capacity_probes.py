@@ -176,7 +176,7 @@ class Prober:
         # A probe the engine died in measured nothing: its requests would read as an overload.
         self.engine.check_alive()
         metrics, _ = replay_summary.summarize_online(records, **self.judged)
-        steps = timeline.summarize(self.engine.timeline.rows, block.warmup_s)
+        steps = timeline.summarize(self.engine.timeline.rows, block.warmup_s, self.engine.timeline.counts_until_t)
         self.timelines.append(list(self.engine.timeline.rows))
         measured = [r for r in records if r.scheduled_s >= block.warmup_s]
         found = capacity.Probe(

@@ -107,6 +107,9 @@ class _Clock:
         self.t0 = t0
         self.recorder.start(t0)
 
+    async def flush(self) -> None:
+        await self.recorder.flush()
+
     def stop(self) -> Any:
         return self.recorder.stop()
 

@@ -152,7 +152,7 @@ def replay_outcome(
 
 def _timeline_columns(ctx: Context, engine: Engine, case_id: str, warmup_s: float) -> tuple[dict, dict]:
     """The row's timeline columns; or none, and why in the case's extra_info and on the terminal."""
-    steps = timeline.summarize(engine.timeline.rows, warmup_s)
+    steps = timeline.summarize(engine.timeline.rows, warmup_s, engine.timeline.counts_until_t)
     if steps:
         return steps, {}
     why = engine.timeline.why_none or timeline.NO_STEPS

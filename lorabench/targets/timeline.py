@@ -107,6 +107,9 @@ class Recorder:
         if self.why_none is None:
             self._t0 = t0
 
+    async def flush(self) -> None:
+        """Nothing to do: every step was recorded as it happened."""
+
     def stop(self) -> list[TimelineRecord]:
         """Stop recording; the replay's records."""
         self._close()
@@ -208,25 +211,32 @@ def _vllm_logger_class(async_llm: type) -> type:
     return cls
 
 
-def summarize(rows: Sequence[TimelineRecord], warmup_s: float) -> dict[str, float | int]:
+def counted_after(rows: Sequence[TimelineRecord], warmup_s: float, counts_until_t: bool) -> list[TimelineRecord]:
+    """The records whose counts (preemptions, prefix queries) all come from ``warmup_s`` on. A
+    record whose counts run up to its t_s (an HTTP scrape's) counts from the one before it,
+    so the scrape that straddles the warm-up's end is left out."""
+    starts = [rows[i - 1].t_s if i else 0.0 for i in range(len(rows))] if counts_until_t else [r.t_s for r in rows]
+    return [r for r, start in zip(rows, starts) if start >= warmup_s]
+
+
+def summarize(rows: Sequence[TimelineRecord], warmup_s: float, counts_until_t: bool) -> dict[str, float | int]:
     """The online row's timeline columns, over the records from ``warmup_s`` on (as every
-    online statistic leaves the warm-up out); empty when there are none."""
+    online statistic leaves the warm-up out), the counts as ``counted_after`` keeps them;
+    empty when there are none."""
     kept = [r for r in rows if r.t_s >= warmup_s]
     if not kept:
         return {}
     return {
         "kv_usage_max": max(r.kv_usage for r in kept),
         "waiting_p99": percentile([float(r.waiting) for r in kept], 99),
-        "preemptions": sum(r.preemptions for r in kept),
+        "preemptions": sum(r.preemptions for r in counted_after(rows, warmup_s, counts_until_t)),
         "adapters_waiting_max": max(r.adapters_waiting for r in kept),
     }
 
 
 def prefix_hit_rate(rows: Sequence[TimelineRecord], warmup_s: float, counts_until_t: bool) -> float | None:
     """The engine's own prefix hit rate over what it counted from ``warmup_s`` on: prompt tokens
-    found cached over those queried (vLLM's counters); None where it counted no query. A
-    record whose counts run up to its t_s (an HTTP scrape's) counts from the one before it."""
-    starts = [rows[i - 1].t_s if i else 0.0 for i in range(len(rows))] if counts_until_t else [r.t_s for r in rows]
-    kept = [r for r, start in zip(rows, starts) if start >= warmup_s]
+    found cached over those queried (vLLM's counters); None where it counted no query."""
+    kept = counted_after(rows, warmup_s, counts_until_t)
     queries = sum(r.prefix_queries for r in kept)
     return sum(r.prefix_hits for r in kept) / queries if queries else None

@@ -30,6 +30,7 @@ from lorabench.results.records import TimelineRecord
 from lorabench.targets.clock import now
 from lorabench.targets.http.client import Client
 from lorabench.targets.http.metrics import COUNTERS, ServerState, server_state
+from lorabench.targets.timeline import OFF, recording_on
 
 PERIOD_S = 0.25
 GAUGES = (
@@ -94,16 +95,30 @@ class Scraper:
         self.rows: list[TimelineRecord] = []
         self._t0: float | None = None
         self._task: asyncio.Task | None = None
+        self._before: ServerState | None = None  # the last scrape's counters
 
     @property
     def recording(self) -> bool:
         return self._t0 is not None
 
     def start(self, t0: float) -> None:
-        """Scrape from now on, on the running loop, times in seconds since ``t0``."""
-        self.rows, self.why_none = [], None
-        self._t0 = t0
-        self._task = asyncio.get_running_loop().create_task(self._scrape())
+        """Scrape from now on, on the running loop, times in seconds since ``t0``; nothing
+        when recording is off (``LORABENCH_TIMELINE``), as in process."""
+        self.rows, self.why_none = [], None if recording_on() else OFF
+        if self.why_none is None:
+            self._t0 = t0
+            self._task = asyncio.get_running_loop().create_task(self._scrape())
+
+    async def flush(self) -> None:
+        """One last scrape at the replay's end: the counts since the last scheduled one (up
+        to PERIOD_S of tokens, preemptions and prefix queries) would be lost otherwise."""
+        if self._task is None:
+            return
+        self._task.cancel()
+        self._task = None
+        state = await self._get()
+        if self._t0 is not None and state is not None and state.running is not None:
+            self.rows.append(_record(self.clock() - self._t0, state, self._before, self.awaiting()))
 
     def stop(self) -> list[TimelineRecord]:
         if self._task is not None:
@@ -122,7 +137,7 @@ class Scraper:
         """One scrape every PERIOD_S, kept to its schedule; a scrape that fails is skipped, and
         a server whose metrics never answer or lack the gauges leaves the reason in why_none."""
         t0, due = self._t0, self.clock()
-        before = await self._get()
+        self._before = await self._get()
         while True:
             due += PERIOD_S
             await asyncio.sleep(max(0.0, due - self.clock()))
@@ -132,9 +147,10 @@ class Scraper:
                 continue
             if state.running is None:
                 self.why_none = NO_GAUGES
+                self._task = None  # nothing for flush to add either
                 return
-            self.rows.append(_record(self.clock() - t0, state, before, self.awaiting()))
-            self.why_none, before = None, state
+            self.rows.append(_record(self.clock() - t0, state, self._before, self.awaiting()))
+            self.why_none, self._before = None, state
 
 
 def _record(t_s: float, state: ServerState, before: ServerState | None, adapters_waiting: int) -> TimelineRecord:
