@@ -93,6 +93,32 @@ def test_a_weightless_model_folder_is_refused_before_any_engine(bench_dir, tiny_
     assert "engine builds" not in result.stdout.str() and "Traceback" not in result.stderr.str()
 
 
+def test_bad_compare_inputs_are_refused_before_the_run_not_after_it(bench_dir, tiny_config, tmp_path):
+    """A base that is not there, or a threshold that does not parse, was found only once every
+    case had run, and the session exited 0 with one summary line."""
+    base = tmp_path / "base.csv"
+    base.write_text("x\n")
+    args = ("--bench-config", str(tiny_config()), "--bench-compare", f"{base},{tmp_path / 'gone.csv'}")
+    result = bench_dir.runpytest(*args, "--bench-compare-threshold", "bogus", "--bench-compare-noise-from", "nowhere")
+    assert result.ret == 2
+    result.stderr.fnmatch_lines(
+        [
+            f"lorabench: --bench-compare {base},{tmp_path / 'gone.csv'}: {tmp_path / 'gone.csv'}: no such file*",
+            "lorabench: --bench-compare-noise-from nowhere: nowhere: no such file or folder*",
+            "lorabench: --bench-compare-threshold: --threshold 'bogus': expected a percentage*",
+        ]
+    )
+    assert "engine builds" not in result.stdout.str() and "Traceback" not in result.stderr.str()
+
+
+def test_each_path_of_an_ini_list_is_from_the_rootdir(bench_dir, tmp_path):
+    from lorabench.pytest_plugin import options
+
+    bench_dir.makeini("[pytest]\nbench_compare = bases/b1.csv,bases/b2.csv\n")
+    config = bench_dir.parseconfig()
+    assert options.value(config, "bench_compare") == f"{bench_dir.path}/bases/b1.csv,{bench_dir.path}/bases/b2.csv"
+
+
 def test_ini_twin_selects_the_config(bench_dir, tmp_path):
     (tmp_path / "broken.json").write_text("{")
     bench_dir.makeini(f"[pytest]\nbench_config = {tmp_path / 'broken.json'}\n")

@@ -176,8 +176,8 @@ def value(config: pytest.Config, name: str) -> Any:
         source = f"{config.inipath}: ini option {name} = {raw}"
         if raw in ("", []):
             return None
-        if o.path:
-            raw = str(config.rootpath / raw)
+        if o.path:  # each of A.csv,B.csv from the rootdir, as the ini file is read from anywhere below it
+            raw = ",".join(str(config.rootpath / part) for part in raw.split(","))
     if o.flag or o.repeat or o.convert is None:
         return raw
     try:

@@ -27,7 +27,7 @@ from lorabench.pytest_plugin import fleet_worker, hooks, options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE, device_skip, scenario_of
 from lorabench.pytest_plugin.fixtures import engine, lorabench  # noqa: F401 - pytest finds fixtures in the plugin's namespace
 from lorabench.pytest_plugin.session import STATE, BenchState
-from lorabench.pytest_plugin.session_end import finish_session
+from lorabench.pytest_plugin.session_end import compare_problems, finish_session
 from lorabench.pytest_plugin.terminal import say, summary_lines
 from lorabench.results.progress import RunProgress
 from lorabench.results.provenance import pair_from_env
@@ -68,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
         problems=problems,
     )
     options.checked(config, "bench_compare_alpha", problems)  # a bad value is refused now, not after the run
+    problems += compare_problems(config)
     options.checked(config, "bench_fleet", problems)
     options.checked(config, "bench_fleet_check_pairs", problems)
     problems += options.lone_fleet_options(config)

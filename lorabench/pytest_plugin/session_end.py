@@ -18,6 +18,29 @@ from lorabench.pytest_plugin import options
 from lorabench.pytest_plugin.session import STATE, BenchState
 
 
+def compare_problems(config: pytest.Config) -> list[str]:
+    """``--bench-compare``'s inputs, refused before any engine starts (not found after the
+    whole run): a base or noise-from path that is not there, a threshold that does not parse."""
+    problems: list[str] = []
+    if not options.checked(config, "bench_compare", problems):
+        return problems
+    for name in ("bench_compare", "bench_compare_noise_from"):
+        given = options.checked(config, name, problems) or ""
+        for part in (p for p in given.split(",") if p and not Path(p).exists()):
+            problems.append(
+                f"{options.OPTIONS[name].flag_name} {given}: {part}: no such file or folder: "
+                "give a result CSV of an earlier run, or A.csv,B.csv"
+            )
+    from lorabench.analysis.compare import CompareError
+    from lorabench.analysis.compare.analysis import parse_thresholds
+
+    try:
+        parse_thresholds(options.value(config, "bench_compare_threshold") or [])
+    except CompareError as exc:
+        problems.append(f"--bench-compare-threshold: {exc}")
+    return problems
+
+
 def finish_session(session: pytest.Session) -> None:
     config = session.config
     state = config.stash[STATE]
