@@ -117,6 +117,23 @@ async def _get(url, path):
         await client.close()
 
 
+@pytest.mark.realtime
+def test_a_server_that_does_not_say_its_kv_cache_leaves_it_blank_not_0(tmp_path, monkeypatch):
+    """``vllm serve --disable-log-stats`` has no vllm:cache_config_info: the rows said 0 KV
+    cache tokens, and the recommendation "0 KV cache tokens"."""
+    import dataclasses
+
+    from lorabench.targets.http import engine as http_engine
+
+    said = http_engine.server_state
+    monkeypatch.setattr(http_engine, "server_state", lambda text: dataclasses.replace(said(text), kv_cache_tokens=None))
+    path = write_config(tmp_path, adapters=3)
+    config = resolve_config(path, read_config_file(path), needs_lora=True)
+    with StandInServer(ADAPTERS) as server:
+        with HttpEngine(config, EngineSpec(True, 2, 8, 4), "remote", None, Target(URL, server.url)) as engine:
+            assert engine.kv_cache_tokens is None
+
+
 def test_adapters_are_discovered_from_v1_models(tmp_path):
     models = [{"id": "base", "parent": None}, {"id": "a0", "parent": "base"}, {"id": "x", "parent": "base"}]
     assert served_adapters(models) == ("base", {"a0", "x"})
@@ -173,6 +190,10 @@ def test_targets_parse_with_a_fix_for_bad_values():
     assert parse_target("http://h:8000/") == Target(URL, "http://h:8000")
     for bad, fix in (("srv", "inprocess, serve"), ("http://h:8000/v1", "server's root"), ("ftp://h", "http://")):
         with pytest.raises(ValueError, match=fix):
+            parse_target(bad)
+    # A port out of range, not a number or 0, and no host: refused, not built and failed as unreachable.
+    for bad in ("http://127.0.0.1:99999", "http://127.0.0.1:abc", "http://h:0", "http://:8000"):
+        with pytest.raises(ValueError, match="valid port|not a server's URL"):
             parse_target(bad)
 
 

@@ -116,7 +116,7 @@ def _peak_memory(builds: pd.DataFrame) -> float:
 
 def _memory(choice: Choice) -> str:
     """Its KV cache and peak memory, or what is not known of them: a server whose /metrics
-    gives no cache size leaves ``kv_cache_tokens`` 0."""
+    gives no cache size leaves ``kv_cache_tokens`` blank (nan here)."""
     kv = f"{choice.kv_cache_tokens:.0f} KV cache tokens" if choice.kv_cache_tokens > 0 else "KV cache not reported"
     if math.isnan(choice.peak_memory_mb):
         return f"{kv}, memory not measured (URL target: lorabench sees only its own client's)"

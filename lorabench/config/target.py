@@ -42,8 +42,14 @@ class Target:
 def check_url(url: str) -> str:
     """``url`` without a trailing slash; ``ValueError`` saying what a URL target looks like."""
     parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise ValueError(f"{url!r} is not a server's URL: write it as http://host:port")
+    try:
+        port = parsed.port  # urllib checks the port when it is read
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise ValueError(f"{url!r} has no valid port: write it as http://host:port, the port 1-65535")
     if parsed.path.rstrip("/"):
         raise ValueError(f"{url!r} has a path: give the server's root, http://host:port (lorabench adds /v1/...)")
     return url.rstrip("/")

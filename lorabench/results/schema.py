@@ -263,7 +263,8 @@ class ResultRow:
     # adapter; measured once per build before its first case (blank without LoRA).
     adapter_load_ms: float | None = _col(ENGINE, optional=True, by_engine=True)
     engine_build_s: float = _col(ENGINE)
-    kv_cache_tokens: int = _col(ENGINE)
+    # Blank where the engine does not say (a server without vllm:cache_config_info).
+    kv_cache_tokens: int | None = _col(ENGINE, optional=True, by_engine=True)
     # Graph mode as the engine's configuration reports it after the build, and the
     # compile and graph-capture times its log gives (blank where it logged none).
     compilation_mode: str = _col(ENGINE)

@@ -108,7 +108,7 @@ class HttpEngine(RuntimeLoras, Engine):
             await self._first_token(self.config.adapters[0])  # the server says its max_lora once it has served one
         status, text = await self.client.get("/metrics")
         state = server_state(text) if status == 200 else ServerState()
-        self.kv_cache_tokens = state.kv_cache_tokens or 0
+        self.kv_cache_tokens = state.kv_cache_tokens  # None: not reported, not 0
         self.server_block_size = state.block_size or 0
         if self.target == URL:
             self.server_lora = await self._server_lora()
