@@ -61,6 +61,8 @@ def test_failed_requests_are_counted_and_the_replay_goes_on(bench):
     result.assert_outcomes(passed=1)
     (row,) = rows.to_dict("records")
     assert row["failed"] == 2 and row["unfinished"] == 2 and row["slo_attainment"] < 1
+    # Why, on the terminal: the server's own error, not only a count in the row.
+    result.stdout.fnmatch_lines(["*trace *: 2 of * requests failed, the first: *answered 500*injected failure*"])
 
 
 @pytest.mark.realtime

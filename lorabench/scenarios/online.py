@@ -126,6 +126,7 @@ def replay_outcome(
         )
     if engine.failed_requests is not None:  # an HTTP target: the failed among the unfinished
         metrics["failed"] = sum(r.failed for r in records if r.scheduled_s >= slo.warmup_s)
+        notes.update(_failures_said(ctx, engine, case.id, records, metrics))
     lags = [r.send_lag_ms for r in records if r.scheduled_s >= slo.warmup_s]
     behind = replay_summary.client_behind(lags, slo.slo_ttft_ms)
     if behind:
@@ -148,6 +149,21 @@ def replay_outcome(
         extra_info={**metrics, **steps, **notes, "per_adapter": per_adapter, **(extra_info or {})},
         records={"timeline": list(engine.timeline.rows), "adapters": replay_summary.adapter_usage(records, **judged)},
     )
+
+
+def _failures_said(
+    ctx: Context, engine: Engine, case_id: str, records: list[replay.ReplayedRequest], metrics: dict[str, Any]
+) -> dict[str, str]:
+    """Where measured requests failed, how many and the server's first error of the replay,
+    on the terminal and in the case's extra_info: a count in the row alone said nothing of why."""
+    if not metrics["failed"]:
+        return {}
+    # The replay's failures are the engine's last ones, one per failed request (the warm-up's too).
+    ours = engine.failures[-sum(r.failed for r in records) :]
+    said = f"{metrics['failed']} of {metrics['num_requests']} requests failed, the first: {ours[0]}"
+    if ctx.progress:
+        ctx.progress(f"trace {case_id}: {said}")
+    return {"failed": said}
 
 
 def _timeline_columns(ctx: Context, engine: Engine, case_id: str, warmup_s: float) -> tuple[dict, dict]:
