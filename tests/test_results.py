@@ -77,3 +77,28 @@ def test_summary_table_has_a_line_per_case():
     text = format_summary([row(), row(batch_size=16, e2e_ms=12.25)])
     lines = text.splitlines()
     assert len(lines) == 4 and "e2e ms" in lines[0] and "12.2" in lines[3]
+
+
+def test_the_by_rank_medians_count_what_the_rows_latencies_count(tmp_path):
+    """Finished requests after the warm-up: a replay's aborted, failed or warm-up requests put
+    their partial TTFTs into the session's by-rank line and compare --by-rank, where the
+    row's own TTFT was blank (nothing finished)."""
+    from lorabench.analysis.compare import load_run
+    from lorabench.analysis.compare.load import rank_medians
+
+    writer = ResultWriter(tmp_path, None, "c0ffee00", dirty=False)
+    online = row(scenario="online", workload="trace", trace_warmup_s=1.0)
+    kept = sample(ttft_ms=10.0, arrival_s=2.0, finished=True)
+    left_out = [
+        sample(ttft_ms=900.0, arrival_s=2.5, finished=False),  # aborted at the drain
+        sample(ttft_ms=800.0, arrival_s=3.0, finished=False, failed=True),
+        sample(ttft_ms=700.0, arrival_s=0.5, finished=True),  # in the warm-up
+    ]
+    writer.append(online, [kept, *left_out])
+    writer.append(row(batch_size=4), [sample(ttft_ms=4.0)])  # a batch's samples say nothing of finishing
+    assert sorted(t for _, t, _ in writer.by_rank) == [4.0, 10.0]
+    medians = rank_medians(load_run([writer.path]))
+    assert medians["ttft_ms"].to_dict() == {
+        ("multilora", "loras2-rank16-cpu4", 8): 4.0,
+        ("online", "loras2-rank16-cpu4", 8): 10.0,
+    }

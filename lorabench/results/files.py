@@ -30,6 +30,7 @@ from lorabench.results.records import (
     TIMELINE_COLUMNS,
     DigestRecord,
     Sample,
+    counted_by_rank,
     digests_path_for,
     replays_path_for,
     samples_path_for,
@@ -155,7 +156,12 @@ class ResultWriter:
 
     def _append_samples(self, key: Mapping[str, Any], samples: Sequence[Sample]) -> None:
         append_rows(self.samples_path, SAMPLE_COLUMNS, [{**key, **asdict(s)} for s in samples], exclusive=False)
-        self.by_rank += [(s.adapter_rank, s.ttft_ms, s.decode_ms) for s in samples if s.adapter_rank is not None]
+        warmup_s = key.get("trace_warmup_s")
+        self.by_rank += [
+            (s.adapter_rank, s.ttft_ms, s.decode_ms)
+            for s in samples
+            if s.adapter_rank is not None and counted_by_rank(s.finished, s.arrival_s, warmup_s)
+        ]
 
     def append(
         self, row: ResultRow, samples: Sequence[Sample], records: Mapping[str, Sequence[Any]] | None = None

@@ -19,6 +19,7 @@ from lorabench.results.files import REPLAY_FILES, ResultsFileError, ResultWriter
 from lorabench.results.records import (
     DIGEST_COLUMNS,
     SAMPLE_COLUMNS,
+    counted_by_rank,
     digests_path_for,
     replays_path_for,
     samples_path_for,
@@ -94,7 +95,7 @@ def adopt(
     writer.by_rank += [
         (int(float(s["adapter_rank"])), float(s["ttft_ms"]), float(s["decode_ms"]))
         for s in samples
-        if s["adapter_rank"]
+        if s["adapter_rank"] and counted_by_rank(s["finished"], s["arrival_s"], s.get("trace_warmup_s"))
     ]
     digests = _read(digests_path_for(worker_csv), DIGEST_COLUMNS)
     _recheck_digests(rows, digests, reference)

@@ -153,6 +153,20 @@ class DigestRecord:
 
 
 # Enough to find a sample's case row: the run, the engine build and the case key.
+def counted_by_rank(finished: object, arrival_s: object, warmup_s: object) -> bool:
+    """Whether a sample counts in the by-rank medians (the session's line, ``compare
+    --by-rank``): as the row's own latencies, a request that finished (a batch's samples say
+    nothing: all did) and arrived after its case's warm-up. Values as read from a file too:
+    blank is "not said", "False" is false."""
+
+    def said(value: object) -> bool:
+        return value is not None and value == value and str(value) != ""  # nan: not said
+
+    if said(finished) and str(finished) in ("False", "0", "0.0"):
+        return False
+    return not (said(arrival_s) and said(warmup_s) and float(arrival_s) < float(warmup_s))  # type: ignore[arg-type]
+
+
 SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))
 SAMPLE_COLUMNS = SAMPLE_KEY + field_names(Sample)
 TIMELINE_FIELDS = field_names(TimelineRecord)

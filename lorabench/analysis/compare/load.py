@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from lorabench.analysis.cases import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
-from lorabench.results.records import digests_path_for, samples_path_for
+from lorabench.results.records import counted_by_rank, digests_path_for, samples_path_for
 from lorabench.results.schema import CASE_KEY, ENGINE_KEY, OLDER_FILES
 from lorabench.results.search_stops import BRACKETED
 
@@ -203,12 +203,16 @@ def beside(paths: list[Path], path_for: Callable[[Path], Path], run_ids: set[str
 
 def rank_medians(run: Run) -> pd.DataFrame:
     """Median TTFT and decode per engine configuration and adapter rank, over the LoRA
-    requests in the samples files beside the run's result files."""
+    requests in the samples files beside the run's result files (``counted_by_rank``'s)."""
     run_ids = set(run.all_rows["run_id"]) if "run_id" in run.all_rows else set()
     samples = beside(run.paths, samples_path_for, run_ids)
     if samples.empty or "adapter_rank" not in samples:
         return pd.DataFrame()
-    samples = samples[samples["adapter_rank"].notna()].copy()
+    columns = [
+        samples.get(c, pd.Series(None, index=samples.index)) for c in ("finished", "arrival_s", "trace_warmup_s")
+    ]
+    counted = [counted_by_rank(*values) for values in zip(*columns)]
+    samples = samples[samples["adapter_rank"].notna() & pd.Series(counted, index=samples.index, dtype=bool)].copy()
     samples["engine"] = samples["engine_id"].astype(str).str.replace(r"-build\d+$", "", regex=True)
     samples["adapter_rank"] = samples["adapter_rank"].astype(int)
     return samples.groupby(["scenario", "engine", "adapter_rank"])[["ttft_ms", "decode_ms"]].median()
