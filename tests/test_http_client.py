@@ -306,3 +306,31 @@ def test_a_replay_over_http_with_a_150k_token_prompt_finishes_and_measures_it(tm
             assert engine.failed_requests == 0
     assert [r.finished and not r.failed for r in records] == [True, True]
     assert all(len(r.token_times) == 2 and r.ttft_ms > 0 for r in records)
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_the_usage_count_corrects_the_tokens_whether_or_not_it_comes_with_the_finish(together):
+    """vLLM sends the usage in an event of its own; an OpenAI-compatible server may put it on
+    the finishing event: the count was ignored there, and a batch case failed "generated 3
+    tokens instead of 6" (chunks without token ids count one token each)."""
+    from lorabench.targets.http.client import Chunk
+    from lorabench.targets.http.outputs import HttpParams
+
+    finish = chunk_of({"choices": [{"text": "c", "finish_reason": "length"}]})
+    usage = chunk_of({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 6}})
+    first = [chunk_of({"choices": [{"text": t, "finish_reason": None}]}) for t in "ab"]
+    one_event = Chunk(token_ids=[], count=1, finished=True, prompt_tokens=3, completion_tokens=6)
+    events = [*first, one_event] if together else [*first, finish, usage]
+
+    class Replayed:
+        async def complete(self, *args):
+            for event in events:
+                yield event
+
+    engine = HttpEngine.__new__(HttpEngine)
+    engine.client, engine.failed_requests, engine.failures = Replayed(), 0, []
+
+    async def tokens():
+        return [out.outputs[0].token_ids async for out in engine._stream("a0", [1, 2, 3], HttpParams(6, False), None)]
+
+    assert sum(len(ids) for ids in asyncio.run(tokens())) == 6

@@ -214,10 +214,11 @@ class HttpEngine(RuntimeLoras, Engine):
                 cached = chunk.cached_tokens if chunk.cached_tokens is not None else cached
                 if chunk.finished:
                     held, held_at = ids, chunk.arrived
-                elif chunk.completion_tokens is not None and held is not None:
-                    held = corrected(held, chunk.completion_tokens - counted)
                 elif ids:
                     yield HttpOutput([Completion(ids)], False, timing, received_at=chunk.arrived)
+                # vLLM sends the usage in an event of its own; a server may send it with the finish.
+                if chunk.completion_tokens is not None and held is not None:
+                    held = corrected(held, chunk.completion_tokens - counted)
         except RequestFailed as exc:
             self.failed_requests += 1
             self.failures.append(str(exc))
