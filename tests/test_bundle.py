@@ -215,3 +215,18 @@ def test_a_quoted_credential_with_spaces_is_hidden_whole(quote):
     text = f"password: {quote}my long pass{quote}, next={quote}kept value{quote}"
     assert scrub_text(text) == f"password: {quote}(redacted){quote}, next={quote}kept value{quote}"
     assert scrub_text('{"Authorization": "Bearer abc def"}') == '{"Authorization": "(redacted)"}'
+
+
+def test_a_run_written_with_bench_output_bundles_its_logs(tmp_path, tiny_config, capsys):
+    """``--bench-output results/first.csv`` put its logs in results/<time>-<commit>.logs, and
+    its bundle had no engine log and no config (docs/npu.md's bundle did just that)."""
+    fixed = tmp_path / "results" / "first.csv"
+    writer = ResultWriter(tmp_path / "results", fixed, "abc12345", False)
+    writer.keep_config(tiny_config())
+    writer.append(make_row(), [make_sample()])
+    (writer.log_dir / "loras2-rank16-cpu4-build0.log").write_text("INFO engine started\n")
+    assert writer.log_dir == tmp_path / "results" / "first.logs"
+    assert main(["bundle", str(fixed), "--out", str(tmp_path / "b.tar.gz")]) == 0
+    names = members(tmp_path / "b.tar.gz")
+    assert any(n.endswith("loras2-rank16-cpu4-build0.log") for n in names), sorted(names)
+    assert "no engine logs" not in capsys.readouterr().out

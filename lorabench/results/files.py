@@ -103,9 +103,13 @@ class ResultWriter:
 
     @property
     def log_dir(self) -> Path:
-        """Where this run's engine processes write their output, one file per build."""
-        folder = self.fixed_path.parent if self.fixed_path is not None else self.results_dir
-        return folder / f"{self._stem}.logs"
+        """Where this run's engine processes write their output, one file per build:
+        ``<run>.logs`` beside the result file, where ``lorabench bundle`` looks. A fixed
+        file (``--bench-output``) that later runs append to keeps one logs folder, the
+        latest run's files written over those of the same names."""
+        if self.fixed_path is not None:
+            return self.fixed_path.with_suffix(".logs")
+        return self.results_dir / f"{self._stem}.logs"
 
     def keep_config(self, config_file: Path) -> None:
         """A copy of the config file as the run read it, and where it was, in the logs
