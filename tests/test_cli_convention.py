@@ -114,6 +114,29 @@ def test_an_output_path_that_cannot_be_written_is_bad_input(tmp_path, capsys, ar
     assert message.format(**names) in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["compare", "{run}", "{run}", "--noise-from", "{tmp}/gone"],
+            "--noise-from {tmp}/gone: no such file or folder",
+        ),
+        (["compare", "a", "b", "--results-dir", "{tmp}/gone"], "--results-dir {tmp}/gone: no such folder"),
+        (["trace", "generate", "--out", "{tmp}/no/t.jsonl", "-n", "2", "-R", "1"], "--out {tmp}/no/t.jsonl: No such"),
+        (["bisect", "--envs", "{tmp}/gone", "--out", "{tmp}/b"], "one interpreter or environment a line, oldest first"),
+        (["adapters", "generate", "--base", "{readme}", "--out", "{tmp}/a"], "give --base a model folder"),
+    ],
+)
+def test_a_bad_input_line_names_what_was_given_and_the_fix(tmp_path, capsys, args, message):
+    """A new user's: --noise-from said "1 result file there" of a file that did not exist, a
+    missing --results-dir said no run was in it, trace generate named its temporary file, and
+    two lines gave no fix."""
+    names = {"run": ROOT / "tests" / "data" / "default-run.csv", "readme": ROOT / "README.md", "tmp": tmp_path}
+    assert_bad_input(capsys, [arg.format(**names) for arg in args])
+    assert main([arg.format(**names) for arg in args]) == BAD_INPUT
+    assert message.format(**names) in capsys.readouterr().err
+
+
 def test_a_config_with_several_problems_is_one_line_each(tmp_path, capsys):
     """serve-command printed them under a heading, indented: one line each, as under pytest."""
     bad = tmp_path / "bad.json"

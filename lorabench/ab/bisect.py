@@ -76,7 +76,10 @@ def read_envs(path: Path) -> list[Env]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise ABError(f"--envs {path}: cannot be read ({exc.strerror})") from None
+        raise ABError(
+            f"--envs {path}: cannot be read ({exc.strerror}): give a text file of the chain, one interpreter or "
+            "environment a line, oldest first"
+        ) from None
     except UnicodeDecodeError:
         raise ABError(f"--envs {path}: not a text file: one interpreter or environment a line") from None
     envs = []

@@ -80,7 +80,10 @@ def _generate(args: argparse.Namespace) -> int:
     except _BadInput as exc:
         return _refuse(str(exc))
     except (KeyError, ValueError) as exc:
-        return _refuse(f"cannot generate adapters for {config}: {exc}")
+        return _refuse(
+            f"cannot generate adapters for {config}: {exc}: give --base a model folder with its config.json, "
+            "that config.json, or builtin:tiny-llama"
+        )
     except OSError as exc:
         return _refuse(f"--out {args.out}: {exc.strerror}: check the path and its permissions")
     print(f"wrote {len(adapters)} adapters and {Path(args.out) / 'adapters.json'}")

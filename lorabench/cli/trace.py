@@ -30,8 +30,11 @@ def _failed(action: str, message: str) -> int:
     return 2
 
 
-def _unwritable(exc: OSError) -> str:
-    return f"{exc.filename}: {exc.strerror}: check the path and its permissions"
+def _unwritable(out: str, exc: OSError) -> str:
+    """An OSError as one line: ``--out`` where the write of it failed (through a temporary
+    file beside it, whose name says nothing to the user), else the file it names."""
+    failed = exc.filename and Path(str(exc.filename)).parent == Path(out).parent
+    return f"{f'--out {out}' if failed else exc.filename}: {exc.strerror}: check the path and its permissions"
 
 
 class Renamed(argparse.Action):
@@ -87,7 +90,7 @@ def _trace_generate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _failed("generate", f"cannot generate the trace: {exc}")
     except OSError as exc:
-        return _failed("generate", _unwritable(exc))
+        return _failed("generate", _unwritable(args.out, exc))
     print(f"wrote {len(requests)} requests to {args.out}")
     return 0
 
@@ -164,7 +167,7 @@ def _trace_import(args: argparse.Namespace) -> int:
     except TraceInputError as exc:
         return _failed("import", str(exc))
     except OSError as exc:
-        return _failed("import", _unwritable(exc))
+        return _failed("import", _unwritable(args.out, exc))
     for line in import_warnings(imported.header):
         print(f"lorabench trace import: warning: {line}", file=sys.stderr)
     print(f"wrote {len(imported)} requests ({imported.rate:.3f} req/s over {imported.duration_s:g} s) to {args.out}")
@@ -202,8 +205,8 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     tstats.add_argument(
         "--block-size",
         type=int,
-        help="the engine's KV block size in tokens, for the prefix hit rate hash ids predict (vLLM's default on "
-        "GPUs is 16; its CPU backend's 128)",
+        help="the engine's KV block size in tokens, for the prefix hit rate hash ids predict (default: 16, vLLM's "
+        "on GPUs; its CPU backend's is 128)",
     )
     tstats.add_argument("--plot", metavar="FILE.png", help="also draw rate over time, lengths and adapter shares")
     tstats.set_defaults(func=_trace_stats)

@@ -158,6 +158,9 @@ def result_files(folder: Path) -> list[Path]:
 def load_noise_runs(text: str) -> Run:
     """``--noise-from``: a folder of runs of one commit, or ``A.csv,B.csv``; at least 2 runs."""
     paths = result_files(Path(text)) if Path(text).is_dir() else split_paths(text)
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise CompareError(f"--noise-from {text}: no such file or folder: {', '.join(missing)}")
     if len(paths) < 2:
         raise CompareError(
             f"--noise-from {text}: {len(paths)} result file there; the spread between runs needs at least 2 "
@@ -220,6 +223,8 @@ def rank_medians(run: Run) -> pd.DataFrame:
 
 def find_runs(results_dir: Path, commit_prefix: str, *, all_runs: bool = False) -> list[Path]:
     """The newest run (or every run) in ``results_dir`` whose commit starts with ``commit_prefix``."""
+    if not Path(results_dir).is_dir():
+        raise CompareError(f"--results-dir {results_dir}: no such folder; give the folder the runs were written to")
     found: list[tuple[str, Path]] = []
     for csv in result_files(results_dir):
         try:
