@@ -417,3 +417,14 @@ def test_a_url_target_that_does_not_answer_fails_and_a_bad_one_exits_2(full_card
         "lorabench doctor: --target http://h:1/v1: 'http://h:1/v1' has a path: give the server's root, "
         "http://host:port (lorabench adds /v1/...)\n"
     )
+
+
+def test_a_config_for_another_device_than_vllms_platform_fails():
+    """A copy of the default with "device": "cuda" on a host whose vLLM runs on the CPU: the
+    doctor said nothing would stop a run, and the run skipped every case and exited 0."""
+    from types import SimpleNamespace
+
+    (found,) = doctor.check_config_device("cuda", SimpleNamespace(vllm_platform="cpu"))
+    assert found.level == doctor.FAIL and "every case would be skipped" in found.text
+    assert not doctor.check_config_device("cpu", SimpleNamespace(vllm_platform="cpu"))
+    assert not doctor.check_config_device(None, SimpleNamespace(vllm_platform="cpu")), "no device: the host's"

@@ -198,6 +198,21 @@ def _existing(folder: Path) -> Path:
     return next((p for p in (folder, *folder.parents) if p.exists()), Path("/"))
 
 
+def check_config_device(device: str | None, host: Host) -> list[Finding]:
+    """A config for one device on a host whose vLLM runs another: every case of the run would
+    be skipped ("needs vLLM's cuda platform"), and the run would exit 0 having measured nothing."""
+    platform = host.vllm_platform
+    if device is None or not platform or platform == "none" or platform == device:
+        return []
+    return [
+        Finding(
+            FAIL,
+            f"the config's device is {device}, and this host's vLLM runs on {platform}: every case would be skipped",
+            f"install vLLM's {device} build here, or set the config's device to {platform}",
+        )
+    ]
+
+
 def check_config(path: Path | None, host: Host, target: Target | None = None) -> tuple[list[Finding], list[Path], Any]:
     """The config resolves (as the plugin would resolve it for ``target``), and its ranks suit the kernels;
     also the folders whose free space matters, and the config as resolved (None when it did not resolve)."""
@@ -252,6 +267,7 @@ def diagnose(host: Host, config: Path | None, target: Target | None = None) -> l
 
         return doctor_target.at_url(resolved, target) + config_found + check_disk(folders)
     found = check_stack(host) + (check_cann(host) if host.device_type == "npu" else [])
+    found += check_config_device(file.device if file is not None else None, host)
     env = {k: str(v) for k, v in file.env.items()} if file is not None else {}
     engine = (file.engine.model_extra or {}) if file is not None else {}
     engines = replace(host, environ={**host.environ, **env})
