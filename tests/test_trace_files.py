@@ -123,7 +123,7 @@ GENERATE = ["trace", "generate", "-R", "5", "--duration", "10"]
         (["-n", "2", "--rate", "inf"], "rate must be above 0 requests/s and finite, got inf"),
         (["-n", "2", "--adapters", "missing.json"], "--adapters: adapters file missing.json not found"),
         (["-n", "2", "--rate", "0.001", "--duration", "1"], "no request arrives in --duration 1 s at --rate 0.001"),
-        (["-n", "2", "--out", "no/such/folder/t.jsonl"], "no/such/folder/.t.jsonl."),
+        (["-n", "2", "--out", "no/such/folder/t.jsonl"], "--out no/such/folder/t.jsonl: No such file"),
     ],
 )
 def test_bad_generate_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, options, expected):
