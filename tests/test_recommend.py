@@ -48,6 +48,10 @@ def test_against_a_url_the_memory_is_said_not_measured():
         capacity_rows(TWO, [10.0], **url) + capacity_rows(EIGHT, [20.0], **url, kv_cache_tokens=0)
     )
     assert "KV cache not reported" in unreported[0] and "0 KV cache tokens" not in unreported[0]
+    blank = recommend.for_session(  # as rows now leave it: blank where the server does not say
+        capacity_rows(TWO, [10.0], **url) + capacity_rows(EIGHT, [20.0], **url, kv_cache_tokens=None)
+    )
+    assert "KV cache not reported" in blank[0] and "nan" not in blank[0]
     # A server lorabench started (serve) is in its process tree: its memory is measured.
     serve = {"target": "serve", "memory_source": "rss", "peak_memory_mb": 3730.0}
     line = recommend.for_session(capacity_rows(TWO, [10.0], **serve) + capacity_rows(EIGHT, [20.0], **serve))[0]

@@ -141,10 +141,11 @@ def _check_windows(
     """Each rate's window exists and fits the model; without rates, the trace from ``start`` on."""
     problems, windows = [], []
     for rate in rates:
-        if abs(rate * duration - round(rate * duration)) > WHOLE * rate * duration:
+        asked, sent = rate * duration, round(rate * duration)
+        if abs(asked - sent) > WHOLE * asked:
             problems.append(
-                f"{path}: field '{field}.rate' has bad value {rate:g}: over {duration:g} s it is {rate * duration:g} "
-                f"requests, and a replay sends {round(rate * duration)} ({round(rate * duration) / duration:g} req/s): "
+                f"{path}: field '{field}.rate' has bad value {rate:g}: over {duration:g} s it is {asked:g} "
+                f"requests, and a replay sends {sent} ({sent / duration:g} req/s): "
                 "pick a rate and duration whose product is a whole number of requests"
             )
             continue

@@ -152,7 +152,6 @@ class DigestRecord:
     base_digest: str
 
 
-# Enough to find a sample's case row: the run, the engine build and the case key.
 def counted_by_rank(finished: object, arrival_s: object, warmup_s: object) -> bool:
     """Whether a sample counts in the by-rank medians (the session's line, ``compare
     --by-rank``): as the row's own latencies, a request that finished (a batch's samples say
@@ -167,6 +166,7 @@ def counted_by_rank(finished: object, arrival_s: object, warmup_s: object) -> bo
     return not (said(arrival_s) and said(warmup_s) and float(arrival_s) < float(warmup_s))  # type: ignore[arg-type]
 
 
+# Enough to find a sample's case row: the run, the engine build and the case key.
 SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))
 SAMPLE_COLUMNS = SAMPLE_KEY + field_names(Sample)
 TIMELINE_FIELDS = field_names(TimelineRecord)
