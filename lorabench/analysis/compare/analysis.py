@@ -229,9 +229,19 @@ def _findings(
             xs, ys = logs[metric][key]
             p = _t_test(xs, ys, noise[metric])
             limit = per_metric.get(metric, threshold) * 100.0
-            change = (n - b) / b * 100.0
-            findings.append(Finding(case_of(key), metric, b, n, n / b, change, limit, (len(xs), len(ys)), p, None, ""))
+            ratio = _tested_ratio(xs, ys, b, n)
+            counts = (len(xs), len(ys))
+            findings.append(Finding(case_of(key), metric, b, n, ratio, (ratio - 1) * 100, limit, counts, p, None, ""))
     return findings
+
+
+def _tested_ratio(xs: np.ndarray, ys: np.ndarray, base: float, new: float) -> float:
+    """The change the t-test is on: the ratio of the draws' geometric means (their mean
+    logs), as an A/B session reports exp(mu). The arithmetic means' ratio can point the
+    other way where one side's builds spread widely (builds of 100, 100, 100 and 1000 ms
+    against four of 250: means 325 and 250, an "improvement", geometric means 178 and 250,
+    the regression the test finds), and a verdict's direction must be the one tested."""
+    return math.exp(float(ys.mean() - xs.mean())) if len(xs) and len(ys) else new / base
 
 
 def judge(findings: list[Finding], alpha: float) -> None:
