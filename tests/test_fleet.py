@@ -155,6 +155,30 @@ def test_a_killed_worker_loses_no_finished_row_and_a_configuration_killed_twice_
     assert len(cases["loras2-rank8-cpu4-build0"]) == 2 and len(cases["loras2-rank8-cpu4-build1"]) == 4
 
 
+@TWO_CORES
+def test_a_second_run_into_one_fixed_file_merges_its_own_rows_only(pytester):
+    """A fixed --bench-output keeps one logs folder: the second run's workers must not find
+    (and the driver merge again) the first run's rows and reports in their folders."""
+    config = _fleet_dir(pytester, engine={"max_loras": 1}, matrix={"builds": 1, "batch_sizes": [2]})
+    out = pytester.path / "out.csv"
+    for _ in range(2):
+        result = _fleet(pytester, config, "-k", "multilora", f"--bench-output={out}")
+        result.assert_outcomes(passed=2, deselected=2)
+    rows = pd.read_csv(out)
+    assert rows["run_id"].nunique() == 2 and len(rows) == 4
+    assert not rows.duplicated(["run_id", "engine_id", "test_id"]).any()
+
+
+@TWO_CORES
+def test_a_workers_session_takes_the_devices_of_the_ini_file(pytester):
+    """``bench_devices`` in the ini file reaches each worker's session too, without the
+    fleet's flags: the worker must not refuse it as an option given without a fleet."""
+    config = _fleet_dir(pytester, engine={"max_loras": 1}, matrix={"builds": 1, "batch_sizes": [2]})
+    pytester.makeini(f"[pytest]\nbench_devices = {CORES[0]},{CORES[1]}\n")
+    result = pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", "-k", "multilora")
+    result.assert_outcomes(passed=2, deselected=2)
+
+
 def test_devices_as_a_user_names_them():
     assert parse_devices("0,1,3", "npu") == [(0,), (1,), (3,)]
     assert parse_devices("0-3,4-7", "cpu") == [(0, 1, 2, 3), (4, 5, 6, 7)]
@@ -210,8 +234,24 @@ LOCAL = ["--bench-fleet", "local"]
         (["--bench-devices", "0"], "--bench-devices: only a fleet takes it; add --bench-fleet local (docs/fleet.md)"),
         (["--bench-fleet-check"], "--bench-fleet-check: only a fleet takes it; add --bench-fleet local*"),
         ([*LOCAL, "--bench-devices=0", "--bench-fleet-check"], "--bench-fleet-check: one worker (cpu 0) has no*"),
+        (["--bench-fleet", "ray://head"], "--bench-fleet ray://head: 'ray://head' is not a Ray client address: *"),
+        (
+            ["--bench-fleet", "auto", "--bench-devices=0"],
+            "--bench-devices: only --bench-fleet local takes it, not auto*",
+        ),
+        ([*LOCAL, "--bench-fleet-check-pairs", "2"], "--bench-fleet-check-pairs: only --bench-fleet-check takes it*"),
     ],
-    ids=["no-such-core", "not-a-device", "not-a-fleet", "devices-alone", "check-alone", "check-of-one"],
+    ids=[
+        "no-such-core",
+        "not-a-device",
+        "not-a-fleet",
+        "devices-alone",
+        "check-alone",
+        "check-of-one",
+        "ray-no-port",
+        "devices-on-ray",
+        "pairs-alone",
+    ],  # fmt: skip
 )
 def test_bad_fleet_input_is_one_line_and_exit_2_before_any_engine(pytester, args, said):
     config = _fleet_dir(pytester)

@@ -79,7 +79,9 @@ class FleetDriver:
             return None
         state = state_for_run(self.config)
         self.locations = {item.nodeid: item.location for item in session.items}
-        folder = state.writer.log_dir / "fleet"
+        # One folder per run: a fixed --bench-output keeps one logs folder across runs, and a
+        # worker's folder reused by a later run had the earlier run's rows and reports merged again.
+        folder = state.writer.log_dir / "fleet" / state.provenance["run_id"]
         invocation = self.config.invocation_params
         merged = InOrder(state.writer, self.tasks, self._lose)
         on = Callbacks(report=self._report, say=lambda line: say(self.config, line), ended=merged.end, lost=self._lose)
@@ -96,7 +98,8 @@ class FleetDriver:
             from lorabench.pytest_plugin.fleet_check import run_check  # scipy's statistics: imported for the check only
 
             pairs = options.value(self.config, "bench_fleet_check_pairs")
-            state.fleet = run_check(self.slots, self.tasks, launch, folder.with_name("fleet-check"), on.say, pairs)
+            checked = state.writer.log_dir / "fleet-check" / folder.name
+            state.fleet = run_check(self.slots, self.tasks, launch, checked, on.say, pairs)
             return True
         alone = "; one worker: one build after another (on the CPU, --bench-devices 0,1 makes two)"
         say(

@@ -44,8 +44,13 @@ def _pairs(text: str) -> int:
 def parse_fleet(text: str) -> str:
     """``local``, ``auto`` or ``ray://HOST:PORT``."""
     text = text.strip()
-    if text in (LOCAL, "auto") or text.startswith("ray://"):
+    if text in (LOCAL, "auto"):
         return text
+    if text.startswith("ray://"):
+        host, colon, port = text.removeprefix("ray://").rpartition(":")
+        if colon and host.strip("[]") and port.isdigit() and 0 < int(port) < 65536:
+            return text
+        raise ValueError(f"{text!r} is not a Ray client address: expected ray://HOST:PORT, such as ray://head:10001")
     raise ValueError("expected local, auto or a Ray address such as ray://head:10001")
 
 
@@ -206,8 +211,20 @@ def refuse(problems: list[str]) -> NoReturn:
 
 
 def lone_fleet_options(config: pytest.Config) -> list[str]:
-    """The fleet's options given without a fleet: each would be ignored, so each is refused."""
-    if config.getoption("bench_fleet") or config.getini("bench_fleet"):
+    """The fleet's options where they would be ignored, each refused: without a fleet; the
+    local fleet's devices with a Ray one (whose check ``fleet_driver`` refuses); the check's
+    pairs without the check. A fleet worker's session is the driver's, checked there: it
+    reads the user's ini file (a ``bench_devices`` there) without the fleet's flags."""
+    if config.getoption("bench_fleet_worker"):
         return []
-    alone = [OPTIONS[n].flag_name for n in ("bench_devices", "bench_fleet_check") if value(config, n)]
-    return [f"{flag}: only a fleet takes it; add --bench-fleet local (docs/fleet.md)" for flag in alone]
+    fleet = config.getoption("bench_fleet") or config.getini("bench_fleet")
+    if not fleet:
+        alone = [OPTIONS[n].flag_name for n in ("bench_devices", "bench_fleet_check") if value(config, n)]
+        found = [f"{flag}: only a fleet takes it; add --bench-fleet local (docs/fleet.md)" for flag in alone]
+    elif fleet != LOCAL and value(config, "bench_devices"):
+        found = [f"--bench-devices: only --bench-fleet local takes it, not {fleet}; Ray places the workers"]
+    else:
+        found = []
+    if config.getoption("bench_fleet_check_pairs") and not value(config, "bench_fleet_check"):
+        found.append("--bench-fleet-check-pairs: only --bench-fleet-check takes it; add that, or drop the pairs")
+    return found
