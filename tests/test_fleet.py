@@ -46,9 +46,11 @@ def pytest_lorabench_backend(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_teardown(item):
+    if not item.config.getoption("bench_fleet_worker"):
+        return
     engine = item.callspec.params["engine"].id
     marker = Path(item.config.rootpath) / f"killed-{{engine}}"
-    if item.config.getoption("bench_fleet_worker") and DIE.get(engine) == "teardown" and not marker.exists():
+    if DIE.get(engine) == "teardown" and not marker.exists():
         marker.touch()
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -177,6 +179,17 @@ def test_a_workers_session_takes_the_devices_of_the_ini_file(pytester):
     pytester.makeini(f"[pytest]\nbench_devices = {CORES[0]},{CORES[1]}\n")
     result = pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", "-k", "multilora")
     result.assert_outcomes(passed=2, deselected=2)
+
+
+@TWO_CORES
+def test_the_tests_beside_the_fleets_cases_run_in_the_driver(pytester):
+    """A selection that holds tests building no engine runs them too, as a session without
+    a fleet would: a failing one fails the session."""
+    config = _fleet_dir(pytester, engine={"max_loras": 1}, matrix={"builds": 1, "batch_sizes": [2]})
+    pytester.makepyfile(test_plain="def test_passes():\n    pass\n\n\ndef test_fails():\n    assert False\n")
+    result = _fleet(pytester, config, "-k", "multilora or plain")
+    result.assert_outcomes(passed=3, failed=1, deselected=2)
+    result.stdout.fnmatch_lines(["FAILED test_plain.py::test_fails*"])
 
 
 def test_devices_as_a_user_names_them():

@@ -114,7 +114,19 @@ class FleetDriver:
         finally:
             merged.flush(everything=True)
             state.fleet = self._summary(fleet.attempts, time.monotonic() - started, folder)
+        self._run_the_others(session)
         return True
+
+    def _run_the_others(self, session: pytest.Session) -> None:
+        """What the selection holds besides the fleet's cases (tests that build no engine,
+        cases skipped for this device) runs here, as pytest would run it: left out, a failing
+        test of the user's passed the session unseen."""
+        ours = {nodeid for task in self.tasks for nodeid in task.nodeids}
+        others = [item for item in session.items if item.nodeid not in ours]
+        for item, nextitem in zip(others, [*others[1:], None]):
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=nextitem)
+            if session.shouldfail or session.shouldstop:
+                break
 
     def _report(self, data: dict[str, Any]) -> None:
         hook = self.config.hook
