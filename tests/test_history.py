@@ -168,7 +168,7 @@ def test_a_reader_changes_no_database(tmp_path, capsys):
 
 
 def test_a_bad_build_number_and_a_row_still_being_written(tmp_path, capsys):
-    """A build that is no number is bad input naming the file; a last row cut short (its
+    """A build that is no number, or a row without its time, is bad input naming the file; a last row cut short (its
     session still writing) is left out, and the run grows when its file is added again."""
     (path,) = write_runs(tmp_path, 1)
     rows = pd.read_csv(path)
@@ -178,6 +178,10 @@ def test_a_bad_build_number_and_a_row_still_being_written(tmp_path, capsys):
     assert main(["history", "add", "--db", str(db), str(bad)]) == 2
     err = capsys.readouterr().err
     assert f"{bad}: column 'build' has bad value 'zz'" in err and len(err.strip().splitlines()) == 1, err
+    rows.assign(timestamp="").to_csv(bad, index=False)  # a blank time put the run first in every series
+    assert main(["history", "add", "--db", str(db), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: column 'timestamp' has bad value '': the ISO time" in err and len(err.strip().splitlines()) == 1
     whole = path.read_text()
     path.write_text(whole[: whole.rindex(",", 0, len(whole) - 40)])  # the last row torn mid-write
     assert main(["history", "add", "--db", str(db), str(path)]) == 0

@@ -15,6 +15,7 @@ import math
 import operator
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from lorabench.analysis.cases import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
@@ -122,7 +123,19 @@ class _Columns:
             # past the range is no regression, and a fall from it is one.
             metrics.pop("capacity_rps", None)
         run.rows.append((key, engine, _build(self._get(row, self.build)), metrics))
-        run.timestamp = max(run.timestamp, row[self.timestamp])
+        run.timestamp = max(run.timestamp, _timestamp(row[self.timestamp]))
+
+
+def _timestamp(text: str) -> str:
+    """A row's time, which orders the series: a blank or unreadable one put a run first."""
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise HistoryError(
+            f"column 'timestamp' has bad value {text!r}: the ISO time the row was written, such as "
+            "2026-11-28T02:00:00+00:00 (as lorabench writes it)"
+        ) from None
+    return text
 
 
 def _build(text: str) -> int:
