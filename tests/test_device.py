@@ -60,3 +60,14 @@ def test_a_rows_provenance_names_the_cpu_and_how_many_devices(tmp_path):
     info = provenance(tmp_path, Platform("npu", "Ascend 910B3", device_count=8), "m")
     assert info["cpu_model"] == cpu_name() and info["device_count"] == 8
     assert info["vllm_commit"] and info["vllm_ascend_commit"] == "unknown"
+
+
+def test_a_host_name_of_ones_own_replaces_a_containers(tmp_path, monkeypatch):
+    import socket
+
+    from lorabench.host.device import Platform
+    from lorabench.results.provenance import HOSTNAME_ENV, provenance
+
+    assert provenance(tmp_path, Platform("cpu", "x"), "m")["hostname"] == socket.gethostname()
+    monkeypatch.setenv(HOSTNAME_ENV, "nightly-npu-1")
+    assert provenance(tmp_path, Platform("cpu", "x"), "m")["hostname"] == "nightly-npu-1"

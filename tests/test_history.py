@@ -256,6 +256,39 @@ def test_a_store_two_hosts_add_to_judges_each_hosts_newest_run(tmp_path, capsys)
     assert len(failed) == 2 and all(" on host0 " in line and "threshold 5 %" in line for line in failed), out
 
 
+def test_a_retired_hosts_last_night_is_not_judged_again_every_night(tmp_path, capsys):
+    """Host A's last run changed an adapter's output and regressed; host B goes on for 14
+    nights more (runs 6 to 19, an hour apart from A's last by a day and more): only B is
+    judged, and A is said to be stale."""
+    paths = write_runs(tmp_path, 20, step_at=5, factor=1.5, seed=4)
+    for i, path in enumerate(paths):
+        rows = pd.read_csv(path).assign(hostname="hostA" if i < 6 else "hostB")
+        if i >= 6:  # host B never stepped
+            rows = rows.assign(ttft_ms=rows["ttft_ms"] / 1.5, vllm_version="0.32.0")
+        rows.assign(timestamp=f"2026-11-{1 + i:02d}T02:00:00Z").to_csv(path, index=False)
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    capsys.readouterr()
+    assert check(db, "--metric", "ttft_ms") == 0
+    out = capsys.readouterr().out
+    assert "STALE hostA (" in out and "run-005 is 14.0 days older" in out, out
+    assert "REGRESSION" not in out and "(run-019)" in out, out
+
+
+def test_a_host_name_that_changes_every_night_is_said_not_passed_in_silence(tmp_path, capsys):
+    """A container's host name, new on the last night: its run starts a series of one. The
+    gate cannot judge it, and says so, naming the fix."""
+    paths = write_runs(tmp_path, 14, step_at=8, factor=1.5, seed=5)
+    for i, path in enumerate(paths):
+        pd.read_csv(path).assign(hostname=f"pod-{i}" if i == 13 else "node").to_csv(path, index=False)
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    capsys.readouterr()
+    check(db, "--metric", "ttft_ms")
+    out = capsys.readouterr().out
+    assert "NEW MACHINE pod-13 (" in out and "set LORABENCH_HOSTNAME to one name" in out, out
+
+
 def test_two_servers_through_their_urls_are_two_machines_and_a_serve_targets_port_no_stack(tmp_path, capsys):
     paths = write_runs(tmp_path, 4)
     for i, path in enumerate(paths):

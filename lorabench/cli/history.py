@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change
@@ -18,8 +19,11 @@ from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, output_c
 from lorabench.analysis.history.runs import HistoryError
 from lorabench.analysis.history.series import Series, machine, ordered_runs, series
 from lorabench.analysis.history.store import StoredRun, add_runs, connect, run_digests
+from lorabench.results.provenance import HOSTNAME_ENV
 
 DEFAULT_METRICS = ("ttft_ms", "decode_ms", "e2e_ms")
+# A machine whose newest run is this much older than the store's newest is no longer judged.
+STALE_AFTER = timedelta(hours=24)
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -135,6 +139,10 @@ def _check(args: argparse.Namespace) -> int:
     runs, found = _series(args, list(METRICS))
     # Each machine's newest run is judged: a store several hosts add to holds series of each.
     by_machine = _by_machine(runs)
+    stale = _stale(by_machine)
+    by_machine = {host: runs_of for host, runs_of in by_machine.items() if host not in stale}
+    found = [s for s in found if machine(s.runs[-1]) in by_machine]
+    _new_machines(by_machine)
     newest = {host: runs_of[-1] for host, runs_of in by_machine.items()}
     judged = [s for s in found if s.runs[-1].run_id == newest[machine(s.runs[-1])].run_id]
     newest_of = {s.case: newest[machine(s.runs[-1])].run_id for s in found}
@@ -164,6 +172,44 @@ def _check(args: argparse.Namespace) -> int:
         f"figure(s) blank in it; {outputs}"
     )
     return 1 if failed or changed or missing or unmeasured else 0
+
+
+def _stale(by_machine: dict[str, list[StoredRun]]) -> list[str]:
+    """The machines whose newest run is over ``STALE_AFTER`` older than the store's newest,
+    each said and left unjudged: a retired host's last night would fail (or pass) the gate
+    every night after it."""
+    when = {host: _time(runs_of[-1]) for host, runs_of in by_machine.items()}
+    known = [t for t in when.values() if t is not None]
+    latest = max(known, default=None)
+    stale = [host for host, t in when.items() if t is not None and latest - t > STALE_AFTER]
+    for host in stale:
+        days = (latest - when[host]).total_seconds() / 86400
+        print(
+            f"STALE {host}: its newest run {by_machine[host][-1].run_id} is {days:.1f} days older than the store's "
+            "newest, so it is not judged (a retired host, or one whose runs stopped reaching the store)"
+        )
+    return stale
+
+
+def _time(run: StoredRun) -> datetime | None:
+    try:
+        return datetime.fromisoformat(run.timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None  # a run stored before timestamps were checked: judged as before
+
+
+def _new_machines(by_machine: dict[str, list[StoredRun]]) -> None:
+    """Say which machines have too few runs to judge while others have enough: a host name
+    that changes every run (a container's) starts a new series each night, and its gate
+    would pass every night in silence."""
+    enough = [host for host, runs_of in by_machine.items() if len(runs_of) >= 2 * MIN_SIZE]
+    for host, runs_of in by_machine.items():
+        if enough and len(runs_of) < 2 * MIN_SIZE:
+            print(
+                f"NEW MACHINE {host}: {len(runs_of)} run(s), under the {2 * MIN_SIZE} a change point needs, so "
+                f"nothing of it is judged; the store's longer series are of {', '.join(enough)}. A host name that "
+                f"changes every run starts a new series each time: set {HOSTNAME_ENV} to one name (docs/history.md)"
+            )
 
 
 def _by_machine(runs: list[StoredRun]) -> dict[str, list[StoredRun]]:

@@ -43,6 +43,10 @@ def git_state(root: Path) -> tuple[str, bool]:
     return commit, bool(status.strip())
 
 
+# The host name rows carry, where the system's is not a stable one (docs/history.md).
+HOSTNAME_ENV = "LORABENCH_HOSTNAME"
+
+
 def provenance(root: Path, platform: Platform, model: str) -> dict[str, Any]:
     commit, dirty = git_state(root)
     versions = stack_versions()
@@ -51,7 +55,8 @@ def provenance(root: Path, platform: Platform, model: str) -> dict[str, Any]:
         "run_id": f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%fZ}-{os.getpid()}",
         "git_commit": commit,
         "git_dirty": dirty,
-        "hostname": socket.gethostname(),
+        # A container's name changes every run; the history keeps one series per host name.
+        "hostname": os.environ.get(HOSTNAME_ENV) or socket.gethostname(),
         "device_type": platform.device_type,
         "device_name": platform.device_name,
         **versions,
