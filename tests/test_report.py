@@ -37,6 +37,8 @@ def test_two_runs_side_by_side_and_the_same_input_gives_the_same_files(tmp_path)
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     page = (first / "index.html").read_text()
     assert "e905ef9a #1" in page and "e905ef9a #2" in page, "runs of one commit are told apart"
+    # 12 batch and 2 online cases, 4 builds each: cases, not rows.
+    assert "<tr><th>cases</th><td>14</td><td>14</td></tr>" in page
 
 
 def test_residency_sweep_and_overhead_panels_appear_with_their_rows(tmp_path):

@@ -5,6 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lorabench.analysis.report import figures
+from lorabench.analysis.report.runs import load_runs
 from lorabench.analysis.report.trace_figures import replayed_trace
 from lorabench.cli import main as cli
 from lorabench.results.records import SAMPLE_COLUMNS, SAMPLE_KEY, samples_path_for
@@ -75,3 +77,27 @@ def test_the_trace_is_rebuilt_from_the_samples():
     _, no_duration = replayed_trace(pd.Series(dtype=object), samples.assign(finished="True"))
     assert len(no_duration) == 7
     assert np.isclose(replayed_trace(pd.Series(dtype=object), samples)[0].duration_s, 3.0)
+
+
+def test_the_latency_cdfs_draw_each_trace_apart_and_leave_out_its_warm_up(tmp_path):
+    """One configuration replayed two traces (skew at 4/s, TTFT 30 ms; uniform at 8/s, 60 ms),
+    each with its first 2 s a warm-up whose requests took 5 s: two curves, neither holding a
+    warm-up request, as the rows' own percentiles hold none (docs/metrics.md)."""
+    rows = pd.read_csv(DATA / "default-run.csv").loc[[48]]
+    rows = pd.concat([rows, rows.assign(trace_suite="uniform", trace_rate=8.0)])
+    path = tmp_path / "run.csv"
+    rows.to_csv(path, index=False)
+    samples = pd.DataFrame(
+        [s for (_, row), ttft in zip(rows.iterrows(), (30.0, 60.0)) for s in case_samples(row, 12, ttft_ms=ttft)]
+    ).assign(trace_warmup_s=2.0)
+    samples.loc[samples["arrival_s"] < 2.0, "ttft_ms"] = 5000.0
+    samples.reindex(columns=SAMPLE_COLUMNS).to_csv(samples_path_for(path), index=False)
+
+    fig = figures.online_latency_cdfs(load_runs([path]))
+    curves = {line.get_label(): line.get_xdata() for line in fig.axes[0].get_lines()}
+    assert len(curves) == 2, list(curves)
+    skew, uniform = (
+        next(x for label, x in curves.items() if label.endswith(t)) for t in ("skew at 4.0/s", "uniform at 8.0/s")
+    )
+    # 12 requests a trace: 4 in the warm-up, the last unfinished.
+    assert list(skew) == [30.0] * 7 and list(uniform) == [60.0] * 7

@@ -125,8 +125,8 @@ def _page(title: str, runs: Sequence[ReportRun], sections: list[str]) -> str:
 def _first(run: ReportRun, column: str) -> str:
     if column == "file":
         return str(run.path)
-    if column == "cases":
-        return str(len(run.rows))
+    if column == "cases":  # a case's builds are rows of their own: cases are their keys
+        return str(run.rows["_key"].nunique())
     if column == "builds":
         return str(run.rows["build"].nunique()) if "build" in run.rows else ""
     values = sorted({str(v) for v in run.rows[column].dropna()}) if column in run.rows else []

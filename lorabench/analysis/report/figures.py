@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from lorabench.analysis.report.runs import ReportRun
+from lorabench.results.records import counted_by_rank
 
 STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
 LATENCIES = (("e2e_ms", "batch e2e (ms)"), ("ttft_ms_p50", "TTFT p50 (ms)"), ("decode_ms_p50", "decode p50 (ms/token)"))
@@ -93,15 +94,39 @@ def lora_overhead(runs: Sequence[ReportRun]) -> Any | None:
     return fig
 
 
+def online_requests(run: ReportRun) -> pd.DataFrame:
+    """The online requests a row's latencies are over: finished, and sent after their
+    trace's warm-up (``counted_by_rank``'s rule, docs/metrics.md)."""
+    if run.samples.empty:
+        return pd.DataFrame()
+    frame = run.samples[run.samples["scenario"] == "online"]
+    columns = [frame.get(c, pd.Series(None, index=frame.index)) for c in ("finished", "arrival_s", "trace_warmup_s")]
+    return frame[[counted_by_rank(*values) for values in zip(*columns)]]
+
+
+def _traces(frame: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """Each engine's requests of each trace it replayed (suite and rate), and a label:
+    two traces of one configuration are two curves, not one mixing both loads."""
+    if frame.empty:
+        return []
+    by = [c for c in ("engine", "trace_suite", "trace_rate") if c in frame]
+    found = []
+    for values, requests in frame.groupby([frame[c].fillna("").astype(str) for c in by], sort=True):
+        named = dict(zip(by, values))
+        suite, rate = named.get("trace_suite", ""), named.get("trace_rate", "")
+        found.append((named["engine"], f"{suite} at {rate}/s" if rate else suite, requests))
+    return found
+
+
 def online_latency_cdfs(runs: Sequence[ReportRun]) -> Any | None:
-    frames = [r.samples[r.samples["scenario"] == "online"] if not r.samples.empty else pd.DataFrame() for r in runs]
-    frames = [f[f["finished"].astype(str).str.lower() == "true"] if not f.empty else f for f in frames]
+    frames = [online_requests(r) for r in runs]
     if all(f.empty for f in frames):
         return None
     colors, plt = colors_for(runs, [f for f in frames if not f.empty]), pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for r, (run, frame) in enumerate(zip(runs, frames)):
-        for engine, requests in frame.groupby("engine") if not frame.empty else ():
+    curve = 0
+    for run, frame in zip(runs, frames):
+        for engine, trace, requests in _traces(frame):
             for ax, metric in zip(axes, ("ttft_ms", "decode_ms")):
                 values = np.sort(requests[metric].dropna().to_numpy(dtype=float))
                 ax.step(
@@ -109,14 +134,15 @@ def online_latency_cdfs(runs: Sequence[ReportRun]) -> Any | None:
                     np.arange(1, len(values) + 1) / len(values),
                     where="post",
                     color=colors[engine],
-                    linestyle=STYLES[r % len(STYLES)][0],
-                    label=f"{run.label} {engine}",
+                    linestyle=STYLES[curve % len(STYLES)][0],
+                    label=f"{run.label} {engine} {trace}".strip(),
                 )
+            curve += 1
     for ax, title in zip(axes, ("TTFT (ms)", "TPOT: time per output token after the first (ms)")):
         ax.set_xlabel(title)
-        ax.set_ylabel("share of finished requests")
+        ax.set_ylabel("share of counted requests")
         ax.grid(alpha=0.3)
-    axes[0].set_title("online traces: TTFT")
+    axes[0].set_title("online traces: TTFT (finished, after the warm-up)")
     axes[1].set_title("online traces: TPOT")
     axes[1].legend(fontsize=7)
     fig.tight_layout()
