@@ -20,6 +20,7 @@ from lorabench.analysis.report import capacity_figures, write_report
 from lorabench.analysis.report.runs import ReportRun
 from lorabench.config import ConfigError, read_config_file, resolve_config
 from lorabench.measure import capacity
+from lorabench.results import search_stops
 from lorabench.results.records import replays_path_for, samples_path_for
 from lorabench.results.schema import COLUMNS
 from lorabench.targets.standin import Costs, StandIn, write_config
@@ -353,6 +354,26 @@ def test_shapes_sharing_a_name_get_panels_of_their_own():
     figure = capacity_figures.capacity_by_configuration([run])
     assert [ax.get_title().split(" (")[0] for ax in figure.axes] == ["s", "s"]
     assert [ax.patches[0].get_height() for ax in figure.axes] == [10.0, 6.0]
+
+
+def test_the_figure_draws_no_capacity_where_the_search_gave_no_verdict_and_marks_a_bound():
+    """As the recommendation reads them: a search whose client fell behind has no capacity
+    (its last passing rate is no SLO edge), one above its range a lower bound only."""
+    rows = [
+        *capacity_rows({"max_loras": 2}, [4.0]),
+        *capacity_rows({"max_loras": 8}, [6.0], search_stop=f"{search_stops.BEHIND}: 40 % of requests sent late"),
+        *capacity_rows({"max_loras": 16}, [9.0], search_stop=capacity.ABOVE_RANGE),
+    ]
+    frame = pd.DataFrame([asdict(r) for r in rows])
+    frame = frame.assign(engine=frame["max_loras"].map(lambda n: f"loras{n}-rank16-cpu4"))
+    run = ReportRun("run", Path("x.csv"), frame, *(pd.DataFrame() for _ in range(4)))
+    (ax,) = capacity_figures.capacity_by_configuration([run]).axes
+    bars = {tick.get_text(): bar for tick, bar in zip(ax.get_xticklabels(), ax.patches)}
+    two, eight, sixteen = (bars[f"loras{n}-rank16-cpu4"] for n in (2, 8, 16))
+    assert two.get_height() == 4.0 and np.isnan(eight.get_height()) and sixteen.get_height() == 9.0
+    assert (two.get_hatch(), eight.get_hatch(), sixteen.get_hatch()) == (None, None, "//")
+    ticks = {tick.get_text(): x for tick, x in zip(ax.get_xticklabels(), ax.get_xticks())}
+    assert [(t.get_text(), t.get_position()[0]) for t in ax.texts] == [("no verdict", ticks["loras8-rank16-cpu4"])]
 
 
 @pytest.mark.engine

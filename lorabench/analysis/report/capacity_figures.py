@@ -14,6 +14,7 @@ import pandas as pd
 from lorabench.analysis.recommend import shapes
 from lorabench.analysis.report.figures import STYLES, colors_for, pyplot, spread
 from lorabench.analysis.report.runs import ReportRun
+from lorabench.results.search_stops import BELOW_RANGE, BRACKETED, NO_VERDICT
 
 
 def _panels(frames: Sequence[pd.DataFrame]) -> list[str]:
@@ -73,15 +74,35 @@ def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:
             ax = axes[panels.index(label)][0]
             engines = sorted(shape["engine"].unique())
             x = np.arange(len(engines)) + r * 0.8 / len(runs)
-            cases = [shape[shape["engine"] == e].fillna({"capacity_rps": 0.0}) for e in engines]
+            cases = [_judged(shape[shape["engine"] == e]) for e in engines]
             y, lo, hi = (np.array(v, dtype=float) for v in zip(*(spread(c, "capacity_rps") for c in cases)))
-            ax.bar(x, y, 0.8 / len(runs), yerr=np.vstack([lo, hi]), capsize=3, label=run.label)
+            bars = ax.bar(x, y, 0.8 / len(runs), yerr=np.vstack([lo, hi]), capsize=3, label=run.label)
             ax.scatter(x, [c["capacity_over_rps"].min() for c in cases], marker="_", s=200, color="black")
+            for bar, at, case in zip(bars, x, cases):
+                if case["capacity_rps"].isna().all():
+                    ax.text(at, 0, "no verdict", rotation=90, ha="center", va="bottom", fontsize=8)
+                elif case["_bound"].any():
+                    bar.set_hatch("//")
             ax.set_xticks(np.arange(len(engines)))
             ax.set_xticklabels(engines, fontsize=8)
     for ax, label in zip(axes[:, 0], panels):
         ax.set_ylabel("requests/s within the SLOs")
-        ax.set_title(f"{label} (tick: lowest failing rate)", fontsize=9)
+        ax.set_title(
+            f"{label} (tick: lowest failing rate; hatched: a lower bound, the search not bracketed)", fontsize=9
+        )
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _judged(case: pd.DataFrame) -> pd.DataFrame:
+    """A configuration's builds as the recommendation reads them (docs/capacity.md): a
+    search below its range at 0, one whose probes decided nothing (failed requests, the
+    client behind) blank, and ``_bound`` where the capacity is a bound only (above the
+    range, or stopped by a limit before it bracketed)."""
+    stops = case.get("search_stop", pd.Series("", index=case.index)).fillna("").astype(str)
+    no_verdict = stops.str.startswith(NO_VERDICT)
+    judged = case.fillna({"capacity_rps": 0.0})
+    judged["capacity_rps"] = judged["capacity_rps"].where(~no_verdict)
+    judged["_bound"] = ~no_verdict & ~stops.isin([BRACKETED, BELOW_RANGE, ""])  # "": a file before the column
+    return judged
