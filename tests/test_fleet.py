@@ -9,7 +9,6 @@ import json
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -287,11 +286,14 @@ def test_an_engine_wider_than_the_fleet_is_refused(pytester):
 
 class _FakeFleet:
     """A fleet that 'runs' its tasks by writing the probe's rows: ``e2e_ms`` 100 alone and
-    ``100 * slowdown`` beside, times the host's drift at that moment."""
+    ``100 * slowdown`` beside, times the host's drift at that moment. Every copy runs from
+    t=0 to 10 on one node, the probe's cases measured at 1-2 and 3-4, but a copy ``gone``
+    names, which ends at the time it gives."""
 
-    def __init__(self, tasks, folder, slowdown, drift, order):
+    def __init__(self, tasks, folder, slowdown, drift, order, gone=None):
         self.tasks, self.folder, self.slowdown, self.drift, self.order = tasks, folder, slowdown, drift, order
         self.on = Callbacks(report=None, say=None, ended=None, lost=None)
+        self.gone, self.attempts = gone or {}, []
 
     def run(self):
         side = dict(self.tasks[0].env)[ROLE_ENV]
@@ -302,7 +304,12 @@ class _FakeFleet:
             folder.mkdir(parents=True)
             rows = pd.DataFrame({"test_id": ["a", "b"], "e2e_ms": [100 * factor, 50 * factor], "decode_ms_p50": None})
             rows.to_csv(folder / "rows.csv", index=False)
-            self.on.ended(SimpleNamespace(task=task, folder=folder), [])
+            ended = self.gone.get(task.copy, 10.0)
+            attempt = Attempt(task, f"cpu {task.copy}", folder, None, 0.0, node="n", ended=ended)
+            attempt.windows = {"a": (1.0, 2.0), "b": (3.0, 4.0)}
+            self.attempts.append(attempt)
+        for attempt in self.attempts:
+            self.on.ended(attempt, True)
 
 
 @pytest.mark.parametrize(
@@ -330,6 +337,26 @@ def test_the_check_alternates_alone_and_beside_and_judges_the_interval(tmp_path,
     assert lines[0].startswith(f"fleet check: e-build0 beside 3 other workers / alone, e2e_ms: {ratio}")
     assert fnmatch.fnmatch(lines[-1], f"fleet check: {said}"), lines
     assert len(lines) == 2  # decode_ms_p50 measured on neither side: no line
+
+
+def test_a_case_measured_after_a_neighbour_ended_is_not_counted_as_beside(tmp_path):
+    """Case b (its rows 1.3 times slower beside, as a) ran after copy 2 ended: only a is
+    compared, and the check says why b is left out. With copy 2 gone before a too, no pair
+    has a ratio: nothing is told, not "comparable"."""
+    tasks, three, said = [Task("e-build0", ("a", "b"))], [Slot("cpu", ((i,),)) for i in range(3)], []
+
+    def check(gone, slowdown):
+        def launch(slots, copies, folder):
+            return _FakeFleet(copies, folder, slowdown, iter([1.0] * 6), [], gone=gone)
+
+        return run_check(three, tasks, launch, tmp_path / str(gone[2]), said.append, pairs=2)
+
+    lines = check({2: 2.5}, 1.3)
+    assert "e2e_ms: 1.300x" in lines[0] and "NOT COMPARABLE" in lines[-1]
+    assert sum("1 case(s) of e-build0 measured while not every neighbour ran" in line for line in said) == 2
+    said.clear()
+    lines = check({2: 0.5}, 1.0)
+    assert lines == ["fleet check: e-build0: no latency measured on both sides; nothing to tell"], lines
 
 
 def test_an_interval_needs_two_pairs():

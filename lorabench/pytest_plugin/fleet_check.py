@@ -4,6 +4,7 @@ folders, out of any run: they measure the node, not the configuration."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -38,7 +39,12 @@ def run_check(
         measured = {}
         for side, used, copies in order if pair % 2 == 0 else order[::-1]:
             say(f"fleet check: pair {pair + 1} of {pairs}, {probe.engine_id} {side}")
-            measured[side] = _phase(launch(used, copies, folder / f"pair{pair + 1}-{side}"))
+            measured[side], lonely = _phase(launch(used, copies, folder / f"pair{pair + 1}-{side}"), len(copies) - 1)
+            if lonely:
+                say(
+                    f"fleet check: pair {pair + 1}: {lonely} case(s) of {probe.engine_id} measured while not every "
+                    "neighbour ran (one died, or had not started or had ended): left out of the pair"
+                )
         for metric in METRICS:
             ratio = pair_ratio(measured["alone"].get(metric, {}), measured["beside"].get(metric, {}))
             if ratio is not None:
@@ -47,20 +53,35 @@ def run_check(
     return lines(probe.engine_id, len(slots) - 1, verdicts, on_the_cpu=slots[0].device_type == "cpu")
 
 
-def _phase(fleet: Fleet) -> dict[str, dict[str, float]]:
-    """Run one side; the probe's (copy 0's) latencies by metric and case."""
-    measured: dict[str, dict[str, float]] = {}
+def _phase(fleet: Fleet, neighbours: int) -> tuple[dict[str, dict[str, float]], int]:
+    """Run one side; the probe's (copy 0's) latencies by metric and case, and how many of
+    its cases were left out: beside, a case counts only if each of the ``neighbours`` other
+    copies ran on the node while it was measured (a copy that died, and its retry that ran
+    after, would have it measured alone and called "beside")."""
+    probes: list[Attempt] = []
 
-    def ended(attempt: Attempt, neighbours: list[str]) -> None:
-        path = attempt.folder / ROWS_FILE
-        if attempt.task.copy or not path.is_file():
-            return
-        rows = pd.read_csv(path)
+    def ended(attempt: Attempt, final: bool) -> None:
+        if not attempt.task.copy and (attempt.folder / ROWS_FILE).is_file():
+            probes.append(attempt)
+
+    fleet.on = Callbacks(report=lambda data: None, say=fleet.on.say, ended=ended, lost=fleet.on.lost)
+    fleet.run()
+    measured: dict[str, dict[str, float]] = {}
+    lonely = 0
+    for attempt in probes:
+        rows = pd.read_csv(attempt.folder / ROWS_FILE)
+        crowded = [_beside_all(attempt, fleet.attempts, case, neighbours) for case in rows["test_id"]]
+        lonely += crowded.count(False)
+        rows = rows[crowded]
         for metric in METRICS:
             if metric in rows:
                 kept = rows.dropna(subset=[metric])
                 measured.setdefault(metric, {}).update(zip(kept["test_id"], kept[metric]))
+    return measured, lonely
 
-    fleet.on = Callbacks(report=lambda data: None, say=fleet.on.say, ended=ended, lost=fleet.on.lost)
-    fleet.run()
-    return measured
+
+def _beside_all(probe: Attempt, attempts: Sequence[Attempt], case: str, neighbours: int) -> bool:
+    """Whether every other copy (1 .. ``neighbours``) ran beside ``probe`` while ``case`` was measured."""
+    start, stop = probe.windows.get(case, (probe.started, probe.ended or time.time()))
+    beside = {a.task.copy for a in attempts if a.task.copy and probe.beside(a, start, stop)}
+    return beside >= set(range(1, neighbours + 1))
