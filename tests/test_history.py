@@ -609,6 +609,24 @@ def test_a_capacity_that_is_only_a_bound_is_no_point_and_the_gate_says_it_is_bla
     assert "(7 runs;" in capsys.readouterr().out  # the bound is not the 8th point
 
 
+def test_a_churn_ratio_left_blank_for_want_of_a_request_during_a_load_is_not_a_failure(tmp_path, capsys):
+    """A churn build whose trace sent no request while an adapter loaded has no
+    ttft_load_ratio (docs/compare.md): a night like that is not NOT MEASURED; a blank
+    load_ms_p50 (no load timed) still is."""
+    db = tmp_path / "h.db"
+    paths = write_runs(tmp_path, 8)
+    for i, path in enumerate(paths):
+        rows = pd.read_csv(path).assign(ttft_load_ratio=None if i == 7 else 1.5, load_ms_p50=None if i == 7 else 9.0)
+        rows.to_csv(path, index=False)
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    capsys.readouterr()
+    assert check(db, "--metric", "ttft_ms", "--metric", "ttft_load_ratio") == 0
+    assert "NOT MEASURED" not in capsys.readouterr().out
+    assert check(db, "--metric", "ttft_ms", "--metric", "ttft_load_ratio", "--metric", "load_ms_p50") == 1
+    blank = [line for line in capsys.readouterr().out.splitlines() if line.startswith("NOT MEASURED")]
+    assert len(blank) == 2 and all(" load_ms_p50: " in line for line in blank), blank
+
+
 def test_a_capacity_past_the_top_of_its_range_is_no_regression_and_a_fall_from_it_is(tmp_path, capsys):
     """A search that passed its max_rate found a capacity of at least that: an improvement
     that must not fail the gate; a series that falls from there to a bracketed capacity does."""

@@ -14,6 +14,9 @@ from lorabench.results.schema import CASE_KEY, COMPARED, OPTIONAL_COLUMNS
 METRICS = COMPARED
 # What every lorabench result file has had.
 CORE_METRICS = ("ttft_ms", "prefill_ms", "decode_ms", "e2e_ms", "output_tokens_per_s")
+# Metrics a build that measured all it should can leave blank: no request of its trace was
+# sent while an adapter loaded, so it has no TTFT during loads to divide (docs/compare.md).
+OCCASIONAL = ("ttft_load_ratio",)
 # A search's max_rate bounds what it can find, not what it measures: searches under
 # different ones are matched, and where one stopped at its max_rate the capacity is judged
 # as the bound it is (compare.capacity).

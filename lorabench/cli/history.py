@@ -128,7 +128,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from lorabench.analysis.cases import METRICS
+    from lorabench.analysis.cases import METRICS, OCCASIONAL
     from lorabench.analysis.compare import CompareError, parse_thresholds
 
     given = [*_config_thresholds(args.config), *args.threshold]  # the command line's last: they win
@@ -150,7 +150,7 @@ def _check(args: argparse.Namespace) -> int:
     for case in missing:
         print(f"MISSING {case}: measured before, not in the newest run {newest_of[case]} (did it fail?)")
     cases, judged_ids = {s.case for s in judged}, {id(s) for s in judged}
-    unmeasured = [s for s in found if s.case in cases and id(s) not in judged_ids]
+    unmeasured = [s for s in found if s.case in cases and id(s) not in judged_ids and s.metric not in OCCASIONAL]
     for s in unmeasured:
         print(
             f"NOT MEASURED {s.case} {s.metric}: measured before (last in run {s.runs[-1].run_id}), blank in the "
