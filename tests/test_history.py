@@ -4,6 +4,7 @@ planted in a series comes out as a change point at its run, with the stacks eith
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -440,6 +441,11 @@ def test_the_dashboard_is_one_offline_page_with_each_build_the_change_and_the_st
     assert "http" not in page.replace("http-equiv", "")  # nothing fetched from a network
     assert page.count("<figure ") == 2 and page.count("<circle ") == 2 * 12 * 2  # 2 cases, 12 runs, 2 builds
     assert page.count("change at run 7:") == 2 and page.count("vllm_version 0.32.0 → 0.33.0") == 2
+    # A change found at its run for certain: the band it may lie in is the line, not a run wide.
+    band = re.search(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"[^>]*><title>change somewhere in runs 7-7', page)
+    line = re.search(r'<line x1="([\d.]+)"[^>]*><title>change at run 7:', page)
+    left, width, at = float(band[1]), float(band[2]), float(line[1])
+    assert left <= at <= left + width and width <= 2.0, (left, width, at)
     assert 'data-scenario="multilora"' in page and '<select id="config"' in page
 
 

@@ -3,8 +3,9 @@
 add: put result files' runs in the store (again: nothing changes). show: each case's metric
 over the runs, in order, with its change points. report: the same as one static page.
 check: the nightly gate, exit status 1 when the newest run lies after a change point that
-made a metric worse beyond its threshold, or an adapter's output changed in it.
-Exit status 0: done, nothing found; 1: a regression (check); 2: bad input.
+made a metric worse beyond its threshold, an adapter's output changed in it, or it lacks a
+case or a figure earlier runs had (MISSING, NOT MEASURED).
+Exit status 0: done, nothing found; 1: a finding (check); 2: bad input.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     _add_selection(show, f"a result column to follow; repeat for more (default: {', '.join(DEFAULT_METRICS)})")
     show.set_defaults(run=_show)
     check = actions.add_parser(
-        "check", help="the nightly gate: exit status 1 when the newest run lies after a regression beyond its threshold"
+        "check",
+        help="the nightly gate: exit status 1 when the newest run lies after a regression beyond its threshold, "
+        "changed an adapter's output, or lacks a case or a figure earlier runs had",
     )
     _add_selection(check, "a result column to judge; repeat for more (default: every compared column)")
     check.add_argument(

@@ -56,9 +56,9 @@ def _svg(s: Series) -> str:
         return HEIGHT - PAD + (v - low) / (high - low) * (2 * PAD - HEIGHT)
 
     parts = []
-    for c in s.changes:  # the runs a change may lie between, then where it was found
+    for c in s.changes:  # the splits a change may lie at (before run first .. before run last), then the one found
         parts.append(
-            f'<rect x="{x(c.first - 0.5):.1f}" y="{PAD / 2}" width="{x(c.last) - x(c.first - 1):.1f}" '
+            f'<rect x="{x(c.first - 0.5):.1f}" y="{PAD / 2}" width="{max(x(c.last - 0.5) - x(c.first - 0.5), 2):.1f}" '
             f'height="{HEIGHT - 1.5 * PAD}" fill="#fde2c4">'
             f"<title>change somewhere in runs {c.first}-{c.last}</title></rect>"
         )
