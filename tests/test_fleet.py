@@ -15,7 +15,15 @@ import pytest
 
 from lorabench.analysis.compare.load import keyed
 from lorabench.fleet.check import ROLE_ENV, verdict
-from lorabench.fleet.devices import CPUS_ENV, DeviceError, Slot, default_devices, parse_devices, slots
+from lorabench.fleet.devices import (
+    CPUS_ENV,
+    DeviceError,
+    Slot,
+    chosen_devices,
+    default_devices,
+    parse_devices,
+    slots,
+)
 from lorabench.fleet.local import LocalFleet
 from lorabench.fleet.tasks import Attempt, Callbacks, Task, worker_command
 from lorabench.pytest_plugin.fleet_check import run_check
@@ -201,6 +209,15 @@ def test_devices_as_a_user_names_them():
     assert cpu.label == "cpu 0-3,6+8" and cpu.env() == {CPUS_ENV: "0,1,2,3,6,8"}
     assert Slot("npu", ((4,), (5,))).env() == {"ASCEND_RT_VISIBLE_DEVICES": "4,5"}
     assert Slot("cuda", ((2,),)).env() == {"CUDA_VISIBLE_DEVICES": "2"}
+
+
+def test_named_accelerators_are_taken_where_no_tool_lists_them(monkeypatch):
+    """A container without npu-smi: the devices named are used as named; unnamed, the
+    refusal says to name them, which then works."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert chosen_devices("0,1", "npu") == [(0,), (1,)]
+    with pytest.raises(DeviceError, match="cannot list the npu devices .*name them with --bench-devices 0,1"):
+        chosen_devices(None, "npu")
 
 
 def test_engines_of_several_devices_take_them_in_groups_and_too_few_is_refused():

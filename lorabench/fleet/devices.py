@@ -121,7 +121,10 @@ def chosen_devices(text: str | None, device_type: str) -> list[tuple[int, ...]]:
     if not text:
         return default_devices(device_type)
     devices = parse_devices(text, device_type)
-    have = {i for d in available(device_type) for i in d}
+    try:
+        have = {i for d in available(device_type) for i in d}
+    except DeviceError:
+        return devices  # no npu-smi / nvidia-smi here (a container without it): the user named them
     missing = sorted({i for d in devices for i in d} - have)
     if missing:
         what = "cores this process may run on" if device_type == "cpu" else f"visible {device_type} devices"
