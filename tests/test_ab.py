@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lorabench.ab import record as record_module
 from lorabench.ab import runner
 from lorabench.ab.plan import BASE, NEW, ABError, alternation
 from lorabench.analysis.compare import IMPROVED, REGRESSED, compare_pairs
@@ -209,10 +210,14 @@ def run_ab(*args):
             "--bench-fleet=local: lorabench ab runs both sides of a pair",
         ),
         ({"--out": str(ROOT / "README.md")}, [], "README.md: a file is there; give a folder"),
+        ({"--out": "/proc/self/nope"}, [], "--out /proc/self/nope: cannot be made"),
+        ({"--threshold": "5x"}, [], "--threshold '5x': expected a percentage"),
+        ({"--alpha": "1.5"}, [], "--alpha 1.5: a significance level lies between 0 and 1"),
     ],
 )
-def test_bad_input_exits_2_before_any_turn(tmp_path, options, selection, message):
-    given = {"--base-python": sys.executable, "--new-python": sys.executable, "--out": tmp_path / "ab", **options}
+def test_bad_input_exits_2_before_any_turn(tmp_path, fake_python, options, selection, message):
+    # The stand-in interpreter: where a check is missing, its turns are quick, not real engines.
+    given = {"--base-python": fake_python, "--new-python": fake_python, "--out": tmp_path / "ab", **options}
     done = run_ab(*(part for pair in given.items() for part in pair), "--", *selection)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "ab" / "logs").exists()
@@ -365,6 +370,18 @@ def test_resume_refuses_a_different_session(tmp_path, one_pair_session, options,
     assert sorted(pair_files(out / NEW)) == [0]
 
 
+def test_resume_refuses_a_config_changed_since(tmp_path, one_pair_session):
+    """The same config path, other contents (its sha256 in the record differs): its pairs
+    would mix two matrices."""
+    fake_python, session = one_pair_session
+    out = shutil.copytree(session, tmp_path / "ab")
+    record = json.loads((out / "ab.json").read_text())
+    (out / "ab.json").write_text(json.dumps({**record, "config_sha256": "0" * 64}))
+    done = run_ab(*ab_args(fake_python, out, 2, "--resume"))
+    assert done.returncode == 2 and "changed since the session in" in done.stderr, done.stderr
+    assert sorted(pair_files(out / NEW)) == [0]
+
+
 def test_resume_needs_a_session(tmp_path, fake_python):
     done = run_ab(*ab_args(fake_python, tmp_path / "ab", 2, "--resume"))
     assert done.returncode == 2 and "holds no A/B session (no ab.json); leave out --resume" in done.stderr
@@ -419,7 +436,7 @@ def test_the_session_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatc
     run = lambda: runner._run_turns({BASE: None, NEW: None}, ["bench"], tmp_path / "c.json", out, 2, record)  # noqa: E731
     if failure == "crash while writing":
         # Text that cannot be encoded: the write fails once the file is open, as a crash would.
-        monkeypatch.setattr(runner, "json", SimpleNamespace(dumps=lambda *args, **kwargs: '{"turns": [\udc80'))
+        monkeypatch.setattr(record_module, "json", SimpleNamespace(dumps=lambda *args, **kwargs: '{"turns": [\udc80'))
         with pytest.raises(UnicodeEncodeError):
             run()
     else:
@@ -427,7 +444,7 @@ def test_the_session_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatc
         def full(fd):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(runner.os, "fsync", full)
+        monkeypatch.setattr(record_module.os, "fsync", full)
         with pytest.raises(ABError, match=r"ab.json: cannot write the session record \(.*No space left on device\); "):
             run()
     assert (out / "ab.json").read_text() == previous

@@ -64,13 +64,16 @@ def test_a_first_or_last_that_cannot_run_stops_the_search():
     assert search(5, skip={15})[0] == "last skipped"
 
 
-def chain_of_fake_interpreters(folder, count, slow_from, slowdown=1.3):
+def chain_of_fake_interpreters(folder, count, slow_from, slowdown=1.3, crashing=()):
+    """A chain of the stand-in interpreter, slower from ``slow_from`` on; those in
+    ``crashing`` fail their first turn (an environment that cannot build an engine)."""
     fake = write_fake_python(folder)
     lines = []
     for i in range(count):
         wrapper = folder / f"env{i}"
         scale = slowdown if i >= slow_from else 1.0
-        wrapper.write_text(f'#!/bin/sh\nFAKE_SCALE={scale} exec "{fake}" "$@"\n')
+        crash = "FAKE_FAIL_PAIR=0 " if i in crashing else ""
+        wrapper.write_text(f'#!/bin/sh\nFAKE_SCALE={scale} {crash}exec "{fake}" "$@"\n')
         wrapper.chmod(0o755)
         lines.append(f"{wrapper} nightly-{i}")
     envs = folder / "envs.txt"
@@ -91,6 +94,46 @@ def test_a_chain_of_interpreters_is_bisected_through_real_ab_sessions_and_resume
     assert " 0 regressed, " not in (out / "step-001" / "comparison.txt").read_text()  # its evidence, kept
     again = subprocess.run([*command, "--resume", "--", "bench"], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 1 and "against" not in again.stderr, again.stderr  # no session ran again
+
+
+def test_an_environment_whose_turn_fails_is_skipped_not_called_slower(tmp_path):
+    """nightly-1 crashes (ab exits 1 for that: a finding of its own); nightly-2 is slower.
+    The crash is no slowdown: the answer is the range of both, nightly-1 marked skipped."""
+    envs, out = chain_of_fake_interpreters(tmp_path, 3, slow_from=2, crashing={1}), tmp_path / "bisect"
+    command = [sys.executable, "-m", "lorabench", "bisect", "--envs", str(envs), "--out", str(out), "--pairs", "2"]
+    done = subprocess.run([*command, "--", "bench"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "first slower environment: one of nightly-1, nightly-2 (skipped: could not run)" in done.stdout, done.stdout
+    assert json.loads((out / "bisect.json").read_text())["verdicts"] == {"0": GOOD, "2": BAD, "1": SKIP}
+
+
+@pytest.mark.parametrize(
+    "option, says",
+    [
+        (["--threshold", "5x"], "--threshold '5x': expected a percentage"),
+        (["--alpha", "2"], "--alpha 2.0: a significance level lies between 0 and 1"),
+        (["--pairs", "0"], "--pairs 0: run at least 1 pair"),
+        (["--config", "nope.json"], "--config nope.json: no such file"),
+    ],
+)
+def test_bad_input_is_refused_before_any_step(tmp_path, capsys, option, says):
+    from lorabench.cli.main import main
+
+    envs = chain_of_fake_interpreters(tmp_path, 3, slow_from=1)
+    assert main(["bisect", "--envs", str(envs), "--out", str(tmp_path / "b"), *option, "--", "bench"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "b" / "step-000").exists()
+
+
+def test_a_mistyped_interpreter_in_the_chain_is_bad_input(tmp_path, capsys):
+    from lorabench.cli.main import main
+
+    envs = chain_of_fake_interpreters(tmp_path, 3, slow_from=1)
+    envs.write_text(envs.read_text().replace("env1 ", "envl "))
+    assert main(["bisect", "--envs", str(envs), "--out", str(tmp_path / "b"), "--", "bench"]) == 2
+    err = capsys.readouterr().err
+    assert "envl (nightly-1): no such interpreter; fix its line" in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lorabench.ab.plan import ABError
-from lorabench.ab.runner import DEFAULT_PAIRS
+from lorabench.ab.plan import NEW, ABError, check_comparison, check_selection
+from lorabench.ab.runner import DEFAULT_PAIRS, FAILED_SIDE
 from lorabench.analysis.compare.options import add_compare_arguments
 from lorabench.analysis.history.gate import GATE_THRESHOLD
 
@@ -162,6 +162,11 @@ def _start(args: argparse.Namespace) -> tuple[Bisection, Path]:
     if out.exists() and not out.is_dir():
         raise ABError(f"--out {args.out}: a file is there; give a folder for the steps")
     state = Bisection(read_envs(Path(args.envs)))
+    check_selection(args.pytest_args, args.pairs, args.config)
+    check_comparison(args.threshold, args.alpha)
+    for env in state.envs:
+        if not Path(env.python).is_file():
+            raise ABError(f"--envs {args.envs}: {env.python} ({env.label}): no such interpreter; fix its line")
     record = out / "bisect.json"
     if args.resume:
         if not record.is_file():
@@ -193,12 +198,22 @@ def _session(args: argparse.Namespace, state: Bisection, out: Path) -> Callable[
             status = subprocess.run([*command, "--", *args.pytest_args], stdout=log, stderr=log).returncode
         if status not in _VERDICTS:  # killed (out of memory?), crashed: not a verdict to keep
             raise ABError(f"{state.envs[i].label}'s session ended with status {status}: see {log.name}; then --resume")
-        verdict = _VERDICTS[status]
+        verdict = SKIP if _new_side_failed(folder) else _VERDICTS[status]
         state.verdicts[i] = verdict
         _record(out, state)
         return verdict
 
     return verdict_of
+
+
+def _new_side_failed(folder: Path) -> bool:
+    """Whether the step's session stopped because the environment's own turn failed (it
+    crashed, could not build an engine): ``ab`` exits 1 for that, a finding of its own, but
+    an environment that cannot run is skipped here, not called slower."""
+    try:
+        return json.loads((folder / "ab.json").read_text(encoding="utf-8")).get(FAILED_SIDE) == NEW
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def main(args: argparse.Namespace) -> int:

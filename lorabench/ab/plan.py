@@ -89,6 +89,22 @@ def check_selection(pytest_args: list[str], pairs: int, config: str) -> Path:
     return path
 
 
+def check_comparison(thresholds: list[str], alpha: float) -> None:
+    """The comparison's options, checked before the first turn: a bad one found after the
+    session had cost all its turns (or, in bisect, every step, each recorded as skipped)."""
+    from lorabench.analysis.compare import CompareError, parse_thresholds
+    from lorabench.analysis.compare.options import parse_alpha
+
+    try:
+        parse_thresholds(thresholds)
+    except CompareError as exc:
+        raise ABError(str(exc)) from None
+    try:
+        parse_alpha(str(alpha))
+    except ValueError as exc:
+        raise ABError(f"--alpha {alpha}: {exc}") from None
+
+
 def pytest_command(side: Side, pytest_args: list[str], config: Path, output: Path) -> list[str]:
     """One turn: the selection, with each engine configuration built once, into ``output``."""
     return [

@@ -13,13 +13,12 @@ pairs stay, a pair left half done runs again whole, so its two turns stay back t
 from __future__ import annotations
 
 import argparse
-import json
+import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,10 +28,12 @@ from lorabench.ab.plan import (
     ABError,
     Side,
     alternation,
+    check_comparison,
     check_selection,
     make_side,
     pytest_command,
 )
+from lorabench.ab.record import finished_turns, write_record
 from lorabench.analysis.compare.options import add_compare_arguments
 from lorabench.results.progress import duration
 from lorabench.results.provenance import PAIR_ENV
@@ -48,6 +49,10 @@ class TurnFailed(Exception):
     def __init__(self, message: str, side: str) -> None:
         super().__init__(message)
         self.side = side
+
+
+# The side whose turn failed and stopped the session, in its record (``ab.json``).
+FAILED_SIDE = "failed_side"
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +87,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     pytest_args = _selection(args.pytest_args)
     record = {"pytest_args": pytest_args, "config": str(config), "pairs": args.pairs, "turns": []}
+    record["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()
     record["sides"] = {
         s.name: {"python": str(s.python), "dir": str(s.folder), "env": s.env, "versions": versions[s.name]}
         for s in sides.values()
@@ -90,13 +96,15 @@ def main(args: argparse.Namespace) -> int:
         print(f"lorabench ab: {name}: {side.python} in {side.folder}: {versions[name]}", file=sys.stderr)
     try:
         if args.resume:
-            record["turns"] = _finished_turns(out, record)
+            record["turns"] = finished_turns(out, record)
         _run_turns(sides, pytest_args, config, out, args.pairs, record)
     except ABError as exc:
         print(f"lorabench ab: {exc}", file=sys.stderr)
         return 2
     except TurnFailed as exc:
         print(f"lorabench ab: {exc}; comparing the pairs finished before it{RESUME_HINT}", file=sys.stderr)
+        # What bisect reads: a side that could not run is no slower side.
+        write_record(out / "ab.json", {**record, FAILED_SIDE: exc.side})
         return _after_failed_turn(exc.side, _compare(out, args))
     except KeyboardInterrupt:
         print(f"lorabench ab: interrupted; comparing the pairs finished before it{RESUME_HINT}", file=sys.stderr)
@@ -129,6 +137,7 @@ def _prepare(args: argparse.Namespace) -> tuple[dict[str, Side], Path, Path]:
         for name in (BASE, NEW)
     }
     config = check_selection(_selection(args.pytest_args), args.pairs, args.config)
+    check_comparison(args.threshold, args.alpha)
     out = Path(args.out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise ABError(f"--out {args.out}: a file is there; give a folder for the session's results")
@@ -139,48 +148,11 @@ def _prepare(args: argparse.Namespace) -> tuple[dict[str, Side], Path, Path]:
             f"--out {args.out}: holds an earlier A/B session's results; add --resume to continue it, "
             "or give a new folder"
         )
-    return sides, config, out
-
-
-def _finished_turns(out: Path, record: dict) -> list[dict]:
-    """The turns of the complete pairs of the session in ``out``, which must have run the
-    same sides, versions, config and selection as ``record``. A pair left half done moves
-    to ``superseded/``, so that it runs again with its two turns back to back."""
-    earlier = _read_record(out / "ab.json")
-    for key in ("config", "pytest_args"):
-        if earlier.get(key) != record[key]:
-            raise ABError(f"--resume: {key} is {record[key]!r}, the session in {out} ran {earlier.get(key)!r}")
-    for name, now in record["sides"].items():
-        for key, value in now.items():
-            then = earlier.get("sides", {}).get(name, {}).get(key)
-            if then != value:
-                raise ABError(f"--resume: the {name} side's {key} is {value!r}, the session in {out} had {then!r}")
-    sides_done: dict[int, set[str]] = {}
-    for turn in earlier.get("turns", []):
-        sides_done.setdefault(turn["pair"], set()).add(turn["side"])
-    complete = {pair for pair, done in sides_done.items() if done == {BASE, NEW}}
-    superseded = out / "superseded" / time.strftime("%Y%m%dT%H%M%S")
-    for name in (BASE, NEW):
-        for path in (out / name).glob("pair-[0-9][0-9][0-9].*"):
-            if int(path.name[5:8]) not in complete:
-                (superseded / name).mkdir(parents=True, exist_ok=True)
-                path.rename(superseded / name / path.name)
-    print(f"lorabench ab: resuming {out}: {len(complete)} complete pairs kept", file=sys.stderr)
-    return [turn for turn in earlier.get("turns", []) if turn["pair"] in complete]
-
-
-def _read_record(path: Path) -> dict:
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        turns = record.get("turns", []) if isinstance(record, dict) else None
-        if not isinstance(turns, list) or not all(isinstance(t, dict) and {"pair", "side"} <= t.keys() for t in turns):
-            raise ValueError("no list of turns with their pair and side")
-        sides = record.get("sides", {})
-        if not isinstance(sides, dict) or not all(isinstance(s, dict) for s in sides.values()):
-            raise ValueError("its sides are not records")
-    except (OSError, ValueError) as exc:
-        raise ABError(f"--resume: {path}: not a session record ({exc}); start again with a new --out") from None
-    return record
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ABError(f"--out {args.out}: cannot be made ({exc.strerror}); give a folder you can write") from None
+    return sides, config, out
 
 
 def _versions(sides: dict[str, Side]) -> dict[str, str]:
@@ -220,36 +192,10 @@ def _run_turns(
         seconds = _run_turn(sides[name], pair, pytest_args, config, out)
         spent += seconds
         record["turns"].append({"pair": pair, "side": name, "seconds": round(seconds, 1)})
-        _write_record(out / "ab.json", record)
+        write_record(out / "ab.json", record)
         left = spent / number * (len(turns) - number)
         where = f"turn {number}/{len(turns)}: pair {pair} {name}"
         print(f"lorabench ab: {where}, {seconds:.0f} s; about {duration(left)} to go", file=sys.stderr)
-
-
-def _write_record(path: Path, record: dict) -> None:
-    """Replace the session record whole or not at all: ``--resume`` reads it, so a crash or
-    a full disk while writing must leave the previous record, never half of a new one."""
-    try:
-        _replace_whole(path, json.dumps(record, indent=2))
-    except OSError as exc:
-        raise ABError(
-            f"{path}: cannot write the session record ({exc}); the previous one is kept: "
-            "mend that, then continue with --resume"
-        ) from None
-
-
-def _replace_whole(path: Path, text: str) -> None:
-    """A temporary file beside ``path``, on disk before it takes the name."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as sink:
-            sink.write(text)
-            sink.flush()
-            os.fsync(sink.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _run_turn(side: Side, pair: int, pytest_args: list[str], config: Path, out: Path) -> float:
