@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from lorabench.ab.bisect import BAD, GOOD, SKIP, Bisection, Env, bisect
+from lorabench.ab.bisect import BAD, GOOD, SKIP, UNCLEAR, Bisection, Env, bisect
 from tests.helpers import ROOT
 from tests.test_ab import write_fake_python
 
@@ -60,8 +60,8 @@ def test_a_resumed_search_runs_only_the_steps_it_lacks():
 
 
 def test_a_first_or_last_that_cannot_run_stops_the_search():
-    assert search(None, skip={0})[0] == "first skipped"
-    assert search(5, skip={15})[0] == "last skipped"
+    assert search(None, skip={0})[0] == "first skip"
+    assert search(5, skip={15})[0] == "last skip"
 
 
 def chain_of_fake_interpreters(folder, count, slow_from, slowdown=1.3, crashing=()):
@@ -103,8 +103,20 @@ def test_an_environment_whose_turn_fails_is_skipped_not_called_slower(tmp_path):
     command = [sys.executable, "-m", "lorabench", "bisect", "--envs", str(envs), "--out", str(out), "--pairs", "2"]
     done = subprocess.run([*command, "--", "bench"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "first slower environment: one of nightly-1, nightly-2 (skipped: could not run)" in done.stdout, done.stdout
+    assert "first slower environment: one of nightly-1 (skip), nightly-2 (those between not told)" in done.stdout
     assert json.loads((out / "bisect.json").read_text())["verdicts"] == {"0": GOOD, "2": BAD, "1": SKIP}
+
+
+def test_a_step_whose_pairs_could_not_show_its_change_is_no_answer(tmp_path):
+    """One pair a step: the last environment's 30 % is past the threshold but untestable
+    ("too few builds"), and ab exits 0. That is no "no slowdown": the bisection says it
+    cannot tell, exit 2."""
+    envs, out = chain_of_fake_interpreters(tmp_path, 3, slow_from=1), tmp_path / "bisect"
+    command = [sys.executable, "-m", "lorabench", "bisect", "--envs", str(envs), "--out", str(out), "--pairs", "1"]
+    done = subprocess.run([*command, "--", "bench"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "no slowdown" not in done.stdout, done.stdout + done.stderr
+    assert "nightly-2 has changes past the threshold that its pairs could not show either way" in done.stderr
+    assert json.loads((out / "bisect.json").read_text())["verdicts"]["2"] == UNCLEAR
 
 
 @pytest.mark.parametrize(

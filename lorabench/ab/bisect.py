@@ -23,11 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorabench.ab.plan import NEW, ABError, check_comparison, check_selection
-from lorabench.ab.runner import DEFAULT_PAIRS, FAILED_SIDE
+from lorabench.ab.runner import DEFAULT_PAIRS, FAILED_SIDE, UNTESTED
 from lorabench.analysis.compare.options import add_compare_arguments
 from lorabench.analysis.history.gate import GATE_THRESHOLD
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
+# Not slower as far as the step's pairs could show, with changes past the threshold they could
+# not show either way (not significant, too few pairs): taken as a skip, not as good.
+UNCLEAR = "unclear"
 _VERDICTS = {0: GOOD, 1: BAD, 2: SKIP}
 
 
@@ -97,14 +100,14 @@ def read_envs(path: Path) -> list[Env]:
 def bisect(state: Bisection, verdict_of: Callable[[int], str], say: Callable[[str], None]) -> str:
     """Run the search on ``state``; ``verdict_of(i)`` runs environment i against the first.
     Returns why it stopped: ``found``, ``range`` (skips left more than one), ``no slowdown``,
-    ``noisy``, ``first skipped`` or ``last skipped``."""
+    ``noisy``, ``first skip``, ``last skip``, ``first unclear`` or ``last unclear``."""
     last = len(state.envs) - 1
     for i, needed, stop in ((0, GOOD, "noisy"), (last, BAD, "no slowdown")):
         if i not in state.verdicts:
             state.verdicts[i] = verdict_of(i)
             say(_step_line(state, i))
-        if state.verdicts[i] == SKIP:
-            return "last skipped" if i else "first skipped"
+        if state.verdicts[i] in (SKIP, UNCLEAR):
+            return f"{'last' if i else 'first'} {state.verdicts[i]}"
         if state.verdicts[i] != needed:
             return stop
     while (step := state.next_step()) is not None:
@@ -198,7 +201,7 @@ def _session(args: argparse.Namespace, state: Bisection, out: Path) -> Callable[
             status = subprocess.run([*command, "--", *args.pytest_args], stdout=log, stderr=log).returncode
         if status not in _VERDICTS:  # killed (out of memory?), crashed: not a verdict to keep
             raise ABError(f"{state.envs[i].label}'s session ended with status {status}: see {log.name}; then --resume")
-        verdict = SKIP if _new_side_failed(folder) else _VERDICTS[status]
+        verdict = _verdict(folder, status)
         state.verdicts[i] = verdict
         _record(out, state)
         return verdict
@@ -206,14 +209,22 @@ def _session(args: argparse.Namespace, state: Bisection, out: Path) -> Callable[
     return verdict_of
 
 
-def _new_side_failed(folder: Path) -> bool:
-    """Whether the step's session stopped because the environment's own turn failed (it
-    crashed, could not build an engine): ``ab`` exits 1 for that, a finding of its own, but
-    an environment that cannot run is skipped here, not called slower."""
+def _verdict(folder: Path, status: int) -> str:
+    """The step's verdict from its ``ab`` session's status and record. An environment whose
+    own turn failed (it crashed, could not build an engine) is skipped, not called slower:
+    ``ab`` exits 1 for that, a finding of its own. A session that found nothing, but changes
+    past the threshold that its pairs could not show, is unclear, not good."""
     try:
-        return json.loads((folder / "ab.json").read_text(encoding="utf-8")).get(FAILED_SIDE) == NEW
-    except (OSError, ValueError, AttributeError):
-        return False
+        record = json.loads((folder / "ab.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = {}
+    if not isinstance(record, dict):
+        record = {}
+    if record.get(FAILED_SIDE) == NEW:
+        return SKIP
+    if status == 0 and record.get(UNTESTED):
+        return UNCLEAR
+    return _VERDICTS[status]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -232,17 +243,24 @@ def main(args: argparse.Namespace) -> int:
     if stop == "no slowdown":
         print(f"no slowdown: {envs[-1].label} is not slower than {envs[0].label} (steps in {out})")
         return 0
-    if stop in ("noisy", "first skipped", "last skipped"):
-        which = envs[-1 if stop == "last skipped" else 0].label
-        why = "called slower than itself: raise --pairs" if stop == "noisy" else "could not run: see its step's log"
-        print(f"lorabench bisect: {which} {why} ({out})", file=sys.stderr)
+    if stop not in ("found", "range"):
+        which = envs[-1 if stop.startswith("last") else 0].label
+        print(f"lorabench bisect: {which} {_ENDS[stop.split()[-1]]} ({out})", file=sys.stderr)
         return 2
     good, bad = state.bounds()
-    skipped = [envs[i].label for i in range(good + 1, bad)]
+    between = [f"{envs[i].label} ({state.verdicts[i]})" for i in range(good + 1, bad)]
     if stop == "found":
         print(f"first slower environment: {envs[bad].label} (after {envs[good].label}), {len(state.verdicts)} sessions")
     else:
-        print(f"first slower environment: one of {', '.join([*skipped, envs[bad].label])} (skipped: could not run)")
+        print(f"first slower environment: one of {', '.join([*between, envs[bad].label])} (those between not told)")
     for i in sorted(state.verdicts):
         print(f"  {envs[i].label}: {state.verdicts[i]} ({out / f'step-{i:03d}' / 'comparison.txt'})")
     return 1
+
+
+# Why a search stopped at an end of the chain (the first against itself, the last against the first).
+_ENDS = {
+    "noisy": "called slower than itself: raise --pairs",
+    SKIP: "could not run: see its step's log",
+    UNCLEAR: "has changes past the threshold that its pairs could not show either way: raise --pairs",
+}

@@ -83,3 +83,9 @@ def _replace_whole(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def note(out: Path, **fields: object) -> None:
+    """Add ``fields`` to the session's record (what the comparison found, for bisect)."""
+    path = out / "ab.json"
+    write_record(path, {**read_record(path), **fields})

@@ -33,7 +33,7 @@ from lorabench.ab.plan import (
     make_side,
     pytest_command,
 )
-from lorabench.ab.record import finished_turns, write_record
+from lorabench.ab.record import finished_turns, note, write_record
 from lorabench.analysis.compare.options import add_compare_arguments
 from lorabench.results.progress import duration
 from lorabench.results.provenance import PAIR_ENV
@@ -53,6 +53,8 @@ class TurnFailed(Exception):
 
 # The side whose turn failed and stopped the session, in its record (``ab.json``).
 FAILED_SIDE = "failed_side"
+# How many case-metrics passed the threshold without being shown (not significant, too few pairs).
+UNTESTED = "past_threshold_untested"
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -243,7 +245,14 @@ def _last_line(log: Path) -> str:
 
 
 def _compare(out: Path, args: argparse.Namespace) -> int:
-    from lorabench.analysis.compare import CompareError, compare_pairs, parse_thresholds, render_text
+    from lorabench.analysis.compare import (
+        NOT_SIGNIFICANT,
+        TOO_FEW,
+        CompareError,
+        compare_pairs,
+        parse_thresholds,
+        render_text,
+    )
     from lorabench.analysis.show import show_comparison
 
     try:
@@ -252,6 +261,10 @@ def _compare(out: Path, args: argparse.Namespace) -> int:
     except CompareError as exc:
         print(f"lorabench ab: nothing to compare: {exc}", file=sys.stderr)
         return 2
+    # What bisect reads: a step with changes past the threshold that the pairs could not show
+    # is no "not slower".
+    untested = sum(f.verdict in (NOT_SIGNIFICANT, TOO_FEW) for f in result.findings)
+    note(out, **{UNTESTED: untested})
     (out / "comparison.txt").write_text(render_text(result) + "\n", encoding="utf-8")
     print(f"lorabench ab: comparison of {len(result.base.paths)} pairs in {out / 'comparison.txt'}", file=sys.stderr)
     return show_comparison(result, args.format)
