@@ -148,6 +148,26 @@ def test_only_complete_pairs_count_and_pairs_are_found_by_their_column(tmp_path)
     assert len(result.base.paths) == len(result.new.paths) == 3
 
 
+def test_a_case_blank_in_some_pairs_is_compared_on_the_others_and_said():
+    """The new side's e2e blank in pairs 1 and 3 of 6: each case is compared on pairs 0, 2,
+    4 and 5, its base mean over those too (not over all 6), and the header says so."""
+    sides = session_rows(6, factor=1.25)
+    for pair in (1, 3):
+        sides[NEW][pair]["e2e_ms"] = np.nan
+    runs = [load_run([pair_file(Path(s), p) for p in sorted(t)], [t[p] for p in sorted(t)]) for s, t in sides.items()]
+    result = compare_paired_runs(*runs, pair_order(*runs), threshold=0.1, alpha=0.05)
+    (warning,) = [w for w in result.warnings if w.startswith("e2e_ms: ")]
+    assert "case(s) not measured on both sides in every one of the 6 pairs" in warning
+    cases = sides[BASE][0].index[sides[BASE][0]["e2e_ms"].notna()]
+    used, every = (
+        {r: np.mean([sides[BASE][p].at[r, "e2e_ms"] for p in ps]) for r in cases} for ps in ((0, 2, 4, 5), range(6))
+    )
+    e2e = [f.base for f in result.findings if f.metric == "e2e_ms"]
+    assert len(e2e) == len(cases)
+    assert all(any(math.isclose(b, m) for m in used.values()) for b in e2e)
+    assert not any(math.isclose(b, m) for b in e2e for m in every.values())
+
+
 def test_two_pairs_test_only_large_changes_and_say_so_one_pair_tests_nothing(tmp_path, capsys):
     base, new = write_session(tmp_path / "two", 2, factor=3.0)
     assert cli.main(["compare", str(base), str(new)]) == 1, "a threefold slowdown stands out even on 1 df"

@@ -146,7 +146,7 @@ def compare_paired_runs(
     """``compare_pairs`` on pairs loaded already: run ``i`` of each side is pair ``i``, run
     in the order ``order[i]`` (``pair_order``)."""
     common, metrics = shared_cases(base, new, alpha)
-    findings, fits = [], {m: [] for m in metrics}
+    findings, fits, partial = [], {m: [] for m in metrics}, {m: 0 for m in metrics}
     run_logs = {m: (case_run_means(base, m), case_run_means(new, m)) for m in metrics}
     for key in common:
         for metric in metrics:
@@ -155,13 +155,14 @@ def compare_paired_runs(
             if not len(pairs):
                 continue
             b, n = b[in_b], n[in_n]
+            partial[metric] += len(pairs) < len(order)
             fit = fit_pairs(n - b, order[pairs])
             if fit is not None:
                 fits[metric].append(fit)
             p = None if fit is None else fit.p_value
             ratio = math.exp(fit.estimate if fit else float(n.mean() - b.mean()))
             limit = (per_metric or {}).get(metric, threshold) * 100.0
-            means = (float(base.rows.at[key, metric]), float(new.rows.at[key, metric]))
+            means = (float(np.exp(b).mean()), float(np.exp(n).mean()))  # over the pairs compared, as the ratio
             counts = (len(pairs), len(pairs))
             findings.append(Finding(case_of(key), metric, *means, ratio, (ratio - 1) * 100, limit, counts, p, None, ""))
     judge(findings, alpha)
@@ -171,8 +172,14 @@ def compare_paired_runs(
     result.only_new = [case_of(k) for k in new.rows.index if k not in base.rows.index]
     result.detectable_pct = detectable(noise, sum(f.p_value is not None for f in findings), alpha)
     result.notes = [_order_note(order)]
-    if len(order) < 3:
+    if len(order) < 4:
         result.warnings.append(_few_pairs_warning(len(order)))
+    result.warnings += [
+        f"{metric}: {count} case(s) not measured on both sides in every one of the {len(order)} pairs; each is "
+        "compared on the pairs that measured it on both (a side that failed to measure it now and then?)"
+        for metric, count in partial.items()
+        if count
+    ]
     return result
 
 
@@ -180,7 +187,7 @@ def _few_pairs_warning(pairs: int) -> str:
     if pairs < 2:
         return f"only {pairs} complete pair: nothing can be tested; run 6 pairs (lorabench ab's default)"
     return (
-        "only 2 complete pairs: each case-metric is tested on 1 degree of freedom, so only a change far "
+        f"only {pairs} complete pairs: each case-metric is tested on 1 degree of freedom, so only a change far "
         "above the noise is flagged; run 6 pairs (lorabench ab's default)"
     )
 
