@@ -257,6 +257,26 @@ def test_a_store_two_hosts_add_to_judges_each_hosts_newest_run(tmp_path, capsys)
     assert len(failed) == 2 and all(" on host0 " in line and "threshold 5 %" in line for line in failed), out
 
 
+def test_the_newest_nights_far_off_their_level_are_said_before_a_change_point_can_be(tmp_path, capsys):
+    """12 nights, the last two 3 times slower: too few after it for a change point, so no
+    night fails yet, but the check says so rather than a bare "no regression". The same
+    nights without the step (2 % noise) say nothing."""
+    for step, said in ((10, True), (None, False)):
+        folder = tmp_path / str(step)
+        folder.mkdir()
+        paths = write_runs(folder, 12, step_at=step, factor=3.0, seed=6)
+        db = folder / "h.db"
+        main(["history", "add", "--db", str(db), *map(str, paths)])
+        capsys.readouterr()
+        assert check(db, "--metric", "ttft_ms") == 0
+        out = capsys.readouterr().out
+        lines = [line for line in out.splitlines() if line.startswith("UNCONFIRMED")]
+        assert len(lines) == (2 if said else 0), out  # both cases
+        if said:
+            assert all("newest run run-011 is 2" in line and "% worse than its level" in line for line in lines)
+            assert "no regression (2 unconfirmed)" in out
+
+
 def test_a_retired_hosts_last_night_is_not_judged_again_every_night(tmp_path, capsys):
     """Host A's last run changed an adapter's output and regressed; host B goes on for 14
     nights more (runs 6 to 19, an hour apart from A's last by a day and more): only B is

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change
-from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, output_changes, regressions
+from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, output_changes, regressions, unconfirmed
 from lorabench.analysis.history.runs import HistoryError
 from lorabench.analysis.history.series import Series, machine, ordered_runs, series
 from lorabench.analysis.history.store import StoredRun, add_runs, connect, run_digests
@@ -162,8 +162,16 @@ def _check(args: argparse.Namespace) -> int:
     failed = regressions(judged, threshold, per_metric)
     for r in failed:
         print(_regression_line(r, len(judged)))
+    watch = unconfirmed(judged, threshold, per_metric, failed)
+    for u in watch:
+        print(
+            f"UNCONFIRMED {u.series.case} {u.series.metric}: the newest run {u.series.runs[-1].run_id} is "
+            f"{100 * u.worse:.1f} % worse than its level ({u.level:.3f} -> {u.newest:.3f}) and than every run of "
+            f"it; a change point needs {MIN_SIZE} runs after it, so no night fails for it yet: watch the next ones"
+        )
     changed = [line for runs_of in by_machine.values() for line in _output_changes(args.db, runs_of)]
     verdict = f"{len(failed)} regressed" if failed else "no regression"
+    verdict += f" ({len(watch)} unconfirmed)" if watch else ""
     outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
     newest_runs = ", ".join(r.run_id for r in newest.values())
     # A change point needs MIN_SIZE runs each side: a shorter series passes because it cannot fail.

@@ -91,6 +91,35 @@ def regressions(found: Sequence[Series], threshold: float, per_metric: dict[str,
     return out
 
 
+@dataclass(frozen=True)
+class Unconfirmed:
+    series: Series
+    level: float  # the median of the level the newest run ends
+    newest: float
+    worse: float
+
+
+def unconfirmed(
+    found: Sequence[Series], threshold: float, per_metric: dict[str, float], flagged: Sequence[Regression]
+) -> list[Unconfirmed]:
+    """Series whose newest run is worse than the level it ends beyond the threshold, and
+    beyond every run of that level, with no regression found: a change point needs
+    ``MIN_SIZE`` runs after it, so one or two such nights cannot fail the gate, and are said
+    instead (the level: the runs since the last change point, but the newest two)."""
+    out = []
+    named = {id(r.series) for r in flagged}
+    for s in (s for s in found if id(s) not in named):
+        level = s.medians[(s.changes[-1].position if s.changes else 0) : -2]
+        if len(level) < MIN_SIZE:
+            continue
+        newest, typical = float(s.medians[-1]), float(np.median(level))
+        worse = worse_by(s.metric, typical, newest)
+        beyond = newest < level.min() if METRICS[s.metric] else newest > level.max()
+        if worse > per_metric.get(s.metric, threshold) and beyond:
+            out.append(Unconfirmed(s, typical, newest, worse))
+    return out
+
+
 def output_changes(
     newest: dict[tuple[str, str, str], str], before: dict[tuple[str, str, str], str]
 ) -> list[tuple[tuple[str, str, str], str, str]]:
