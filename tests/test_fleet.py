@@ -199,6 +199,27 @@ def test_the_tests_beside_the_fleets_cases_run_in_the_driver(pytester):
     result.stdout.fnmatch_lines(["FAILED test_plain.py::test_fails*"])
 
 
+@TWO_CORES
+def test_with_x_the_first_failure_stops_the_fleet_and_reports_nothing_it_did_not_run(pytester):
+    """-x: the first failed case (a planted one of build 0) stops the session, as without a
+    fleet; the cases no worker ran are not reported failed."""
+    config = _fleet_dir(pytester, engine={"max_loras": 1}, matrix={"batch_sizes": [2, 4]})
+    conftest = pytester.path / "conftest.py"
+    conftest.write_text(
+        conftest.read_text()
+        + "\n\ndef pytest_runtest_call(item):\n"
+        + "    if item.config.getoption('bench_fleet_worker') and item.name.endswith('build0-distinct-bs2]'):\n"
+        + "        raise AssertionError('planted')\n"
+    )
+    result = _fleet(pytester, config, "-k", "multilora", "-x")
+    assert result.ret == 1
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] == 1 and outcomes.get("passed", 0) < 7, outcomes
+    result.stdout.fnmatch_lines(["*cases not run: the session stopped", "fleet: stopped: stopping after 1 failures"])
+    result.stdout.fnmatch_lines(["*_ test_multilora?loras1-rank8-cpu4-build0-distinct-bs2? _*", "E * planted"])
+    assert "cases not run: its worker" not in result.stdout.str()
+
+
 def test_devices_as_a_user_names_them():
     assert parse_devices("0,1,3", "npu") == [(0,), (1,), (3,)]
     assert parse_devices("0-3,4-7", "cpu") == [(0, 1, 2, 3), (4, 5, 6, 7)]

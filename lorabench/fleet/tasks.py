@@ -104,6 +104,11 @@ class Attempt:
             return set()
 
 
+class Halted(Exception):
+    """The session stopped the fleet (pytest's -x or --maxfail): the workers are stopped as
+    by Ctrl-C, their finished rows kept, and no case left is retried or reported lost."""
+
+
 @dataclass
 class Callbacks:
     """What the driver does with what the workers say: a report (pytest's serialized form),
@@ -125,6 +130,8 @@ class Fleet:
         self.running: list[Attempt] = []
         self.columns: dict[str, Any] = {}  # the run's own columns, the same on every worker's rows
         self.stopping = False  # stopped by Ctrl-C or SIGTERM: nothing is retried or reported lost
+        # Whether the session is to stop now (pytest's -x or --maxfail reached, on the reports sent).
+        self.halt: Callable[[], bool] = lambda: False
 
     def run(self) -> list[Attempt]:
         """Run every task; on Ctrl-C or SIGTERM the workers are stopped as a user's Ctrl-C
@@ -138,6 +145,8 @@ class Fleet:
                     self.end(attempt)
                 for attempt in self.running:
                     self.read_reports(attempt)
+                if self.halt():
+                    raise Halted
                 if time.monotonic() - last_status >= STATUS_EVERY_S:
                     self.on.say(self.status())
                     last_status = time.monotonic()
@@ -201,16 +210,19 @@ class Fleet:
         took = f"{attempt.ended - attempt.started:.1f} s"
         said = _last_line(attempt.folder / LOG_FILE)
         reason = f"its worker on {attempt.where} {exit_words(attempt.code)} after {took}{said}"
-        again = bool(left) and not self.stopping and attempt.task.attempt < ATTEMPTS and attempt.code != STOPPED_ITSELF
+        stopped = self.stopping or self.halt()
+        again = bool(left) and not stopped and attempt.task.attempt < ATTEMPTS and attempt.code != STOPPED_ITSELF
         self.on.ended(attempt, not again)
         if not left:
             counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(attempt.counts.items()))
             self.on.say(f"fleet: {attempt.where} finished {attempt.task.engine_id} in {took}: {counts or 'no cases'}")
+        elif stopped:
+            self.on.say(f"fleet: {attempt.task.engine_id}: {len(left)} cases not run: the session stopped")
         elif again:
             self.on.say(f"fleet: {attempt.task.engine_id}: {reason}; {len(left)} unfinished cases queued again")
             retry = replace(attempt.task, nodeids=left, attempt=attempt.task.attempt + 1, died_on=attempt.where)
             self.queue.insert(0, retry)
-        elif not self.stopping:
+        else:
             self.on.lost(replace(attempt.task, nodeids=left), reason)
 
     def status(self) -> str:

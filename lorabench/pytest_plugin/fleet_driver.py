@@ -20,7 +20,7 @@ from lorabench.fleet import ray_cluster
 from lorabench.fleet.devices import DeviceError, Slot, chosen_devices, slots
 from lorabench.fleet.local import LocalFleet
 from lorabench.fleet.merging import InOrder
-from lorabench.fleet.tasks import LOG_FILE, Attempt, Callbacks, Fleet, Task, worker_command
+from lorabench.fleet.tasks import LOG_FILE, Attempt, Callbacks, Fleet, Halted, Task, worker_command
 from lorabench.pytest_plugin import options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE
 from lorabench.pytest_plugin.fixtures import state_for_run
@@ -109,12 +109,16 @@ class FleetDriver:
         )
         started = time.monotonic()
         fleet = launch(self.slots, self.tasks, folder)
+        fleet.halt = lambda: bool(session.shouldfail or session.shouldstop)
         try:
             fleet.run()
+        except Halted:
+            say(self.config, f"fleet: stopped: {session.shouldfail or session.shouldstop}")
         finally:
             merged.flush(everything=True)
             state.fleet = self._summary(fleet.attempts, time.monotonic() - started, folder)
-        self._run_the_others(session)
+        if not fleet.halt():
+            self._run_the_others(session)
         return True
 
     def _run_the_others(self, session: pytest.Session) -> None:
