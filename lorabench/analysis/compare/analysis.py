@@ -236,11 +236,10 @@ def _findings(
 
 
 def _tested_ratio(xs: np.ndarray, ys: np.ndarray, base: float, new: float) -> float:
-    """The change the t-test is on: the ratio of the draws' geometric means (their mean
-    logs), as an A/B session reports exp(mu). The arithmetic means' ratio can point the
-    other way where one side's builds spread widely (builds of 100, 100, 100 and 1000 ms
-    against four of 250: means 325 and 250, an "improvement", geometric means 178 and 250,
-    the regression the test finds), and a verdict's direction must be the one tested."""
+    """The change the t-test is on, the ratio of the draws' geometric means, as an A/B
+    session's exp(mu): the arithmetic means' can point the other way where one side's builds
+    spread widely (docs/compare.md#output-and-exit-status), and a verdict's direction must be
+    the one tested."""
     return math.exp(float(ys.mean() - xs.mean())) if len(xs) and len(ys) else new / base
 
 
