@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorabench.ab.plan import NEW, ABError, check_comparison, check_selection
+from lorabench.ab.record import read_record
 from lorabench.ab.runner import DEFAULT_PAIRS, FAILED_SIDE, UNTESTED
 from lorabench.analysis.compare.options import add_compare_arguments
 from lorabench.analysis.history.gate import GATE_THRESHOLD
@@ -215,11 +216,9 @@ def _verdict(folder: Path, status: int) -> str:
     ``ab`` exits 1 for that, a finding of its own. A session that found nothing, but changes
     past the threshold that its pairs could not show, is unclear, not good."""
     try:
-        record = json.loads((folder / "ab.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        record = {}
-    if not isinstance(record, dict):
-        record = {}
+        record = read_record(folder / "ab.json")
+    except ABError:
+        record = {}  # no session record (it stopped before its first turn): the status alone
     if record.get(FAILED_SIDE) == NEW:
         return SKIP
     if status == 0 and record.get(UNTESTED):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change
 from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, output_changes, regressions, unconfirmed
-from lorabench.analysis.history.runs import HistoryError
+from lorabench.analysis.history.runs import HistoryError, parse_time
 from lorabench.analysis.history.series import Series, machine, ordered_runs, series
 from lorabench.analysis.history.store import StoredRun, add_runs, connect, run_digests
 from lorabench.results.provenance import HOSTNAME_ENV
@@ -204,7 +204,7 @@ def _stale(by_machine: dict[str, list[StoredRun]]) -> list[str]:
 
 def _time(run: StoredRun) -> datetime | None:
     try:
-        return datetime.fromisoformat(run.timestamp.replace("Z", "+00:00"))
+        return parse_time(run.timestamp)
     except ValueError:
         return None  # a run stored before timestamps were checked: judged as before
 

@@ -229,18 +229,18 @@ def _findings(
             xs, ys = logs[metric][key]
             p = _t_test(xs, ys, noise[metric])
             limit = per_metric.get(metric, threshold) * 100.0
-            ratio = _tested_ratio(xs, ys, b, n)
+            ratio = _tested_ratio(xs, ys)
             counts = (len(xs), len(ys))
             findings.append(Finding(case_of(key), metric, b, n, ratio, (ratio - 1) * 100, limit, counts, p, None, ""))
     return findings
 
 
-def _tested_ratio(xs: np.ndarray, ys: np.ndarray, base: float, new: float) -> float:
+def _tested_ratio(xs: np.ndarray, ys: np.ndarray) -> float:
     """The change the t-test is on, the ratio of the draws' geometric means, as an A/B
     session's exp(mu): the arithmetic means' can point the other way where one side's builds
     spread widely (docs/compare.md#output-and-exit-status), and a verdict's direction must be
     the one tested."""
-    return math.exp(float(ys.mean() - xs.mean())) if len(xs) and len(ys) else new / base
+    return math.exp(float(ys.mean() - xs.mean()))  # both measured (above 0) on some draw: _findings
 
 
 def judge(findings: list[Finding], alpha: float) -> None:

@@ -126,10 +126,15 @@ class _Columns:
         run.timestamp = max(run.timestamp, _timestamp(row[self.timestamp]))
 
 
+def parse_time(text: str) -> datetime:
+    """A row's ISO time as lorabench writes it (``...Z``); ValueError where it is none."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def _timestamp(text: str) -> str:
     """A row's time, which orders the series: a blank or unreadable one put a run first."""
     try:
-        datetime.fromisoformat(text.replace("Z", "+00:00"))
+        parse_time(text)
     except ValueError:
         raise HistoryError(
             f"column 'timestamp' has bad value {text!r}: the ISO time the row was written, such as "
