@@ -149,6 +149,29 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
         gc.freeze()
 
 
+# vLLM's CPU platform runs its model worker in a process of its own, spawned by the engine
+# core, unless VLLM_ENABLE_V1_MULTIPROCESSING is 0 (vllm/platforms/cpu.py); then the worker
+# runs inside the engine core. Each build of the engine tier is then one interpreter that
+# imports vLLM fewer: 2098 s against 2596 s for the tier on the AMD EPYC host
+# (docs/lab/2026-11-measurements.md). What the tests check of lorabench (rows, verdicts,
+# files, failures, the fleet's pinning) does not depend on where the worker runs; the tests
+# that check vLLM's own process layout, or run a user's page literally, carry the
+# `vllm_processes` marker and get vLLM's default. A value set in the environment is kept.
+WORKER_IN_ENGINE_CORE = "VLLM_ENABLE_V1_MULTIPROCESSING"
+_USERS_MULTIPROCESSING = os.environ.get(WORKER_IN_ENGINE_CORE)
+os.environ.setdefault(WORKER_IN_ENGINE_CORE, "0")
+
+
+@pytest.fixture(autouse=True)
+def _vllm_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's default process layout (a spawned worker) for a test marked ``vllm_processes``."""
+    if request.node.get_closest_marker("vllm_processes"):
+        if _USERS_MULTIPROCESSING is None:
+            monkeypatch.delenv(WORKER_IN_ENGINE_CORE)
+        else:
+            monkeypatch.setenv(WORKER_IN_ENGINE_CORE, _USERS_MULTIPROCESSING)
+
+
 @pytest.fixture(autouse=True)
 def _user_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep in-process pytester runs on the user's cache: under pytester's HOME they would

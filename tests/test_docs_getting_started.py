@@ -134,6 +134,7 @@ def test_cpu_page_quick_blocks(checkout: tuple[Path, dict[str, str]]) -> None:
 
 
 @pytest.mark.engine
+@pytest.mark.vllm_processes  # the page as a user runs it, in vLLM's default
 def test_cpu_page_first_run(checkout: tuple[Path, dict[str, str]]) -> None:
     """Every block that can run on the CPU, in the page's order: the smoke run and its page too."""
     repo, env = checkout

@@ -28,6 +28,7 @@ def _alive(procs):
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 @pytest.mark.engine
+@pytest.mark.vllm_processes  # every process of vLLM's own layout gone after the kill
 def test_interrupted_run_keeps_every_finished_row(tmp_path, tiny_config, sig):
     path = tiny_config(
         engine={"max_loras": 2},
@@ -165,6 +166,7 @@ def _refuse_loras1():
 
 
 @pytest.mark.engine
+@pytest.mark.vllm_processes  # a dead engine core's spawned worker is reaped too
 def test_a_failed_or_dead_engine_fails_only_its_own_cases(pytester, tiny_config, tmp_path):
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
     pytester.makeconftest(FAILING_CONFTEST)

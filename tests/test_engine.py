@@ -18,6 +18,7 @@ def thread_cpus(process: psutil.Process) -> set[frozenset[int]]:
     return {frozenset(os.sched_getaffinity(t.id)) for t in process.threads()}
 
 
+@pytest.mark.vllm_processes  # vLLM's own layout: a spawned worker
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 or more cores to keep apart")
 def test_engine_core_and_front_end_stay_off_the_workers_cores(tiny_config):
     """vLLM binds its CPU worker to some cores; lorabench keeps this process and the
