@@ -156,9 +156,9 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 # (docs/lab/2026-11-measurements.md). What the tests check of lorabench (rows, verdicts,
 # files, failures, the fleet's pinning) does not depend on where the worker runs; the tests
 # that check vLLM's own process layout, or run a user's page literally, carry the
-# `vllm_processes` marker and get vLLM's default. A value set in the environment is kept.
+# `vllm_processes` marker and get vLLM's default. A value set in the environment is kept
+# for the others.
 WORKER_IN_ENGINE_CORE = "VLLM_ENABLE_V1_MULTIPROCESSING"
-_USERS_MULTIPROCESSING = os.environ.get(WORKER_IN_ENGINE_CORE)
 os.environ.setdefault(WORKER_IN_ENGINE_CORE, "0")
 
 
@@ -166,10 +166,7 @@ os.environ.setdefault(WORKER_IN_ENGINE_CORE, "0")
 def _vllm_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM's default process layout (a spawned worker) for a test marked ``vllm_processes``."""
     if request.node.get_closest_marker("vllm_processes"):
-        if _USERS_MULTIPROCESSING is None:
-            monkeypatch.delenv(WORKER_IN_ENGINE_CORE)
-        else:
-            monkeypatch.setenv(WORKER_IN_ENGINE_CORE, _USERS_MULTIPROCESSING)
+        monkeypatch.delenv(WORKER_IN_ENGINE_CORE, raising=False)
 
 
 @pytest.fixture(autouse=True)
