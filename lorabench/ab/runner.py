@@ -110,7 +110,18 @@ def main(args: argparse.Namespace) -> int:
         return _after_failed_turn(exc.side, _compare(out, args))
     except KeyboardInterrupt:
         print(f"lorabench ab: interrupted; comparing the pairs finished before it{RESUME_HINT}", file=sys.stderr)
+        return _after_interrupt(_compare(out, args))
     return _compare(out, args)
+
+
+def _after_interrupt(status: int) -> int:
+    """A session stopped by hand is no verdict (2, as pytest's own interrupted session): its
+    pairs are fewer than asked, so "nothing found" (0) would pass a script's check on what
+    was never measured. What the finished pairs did find still stands (1)."""
+    if status != 1:
+        print("lorabench ab: interrupted: no verdict (exit 2)", file=sys.stderr)
+        return 2
+    return status
 
 
 def _after_failed_turn(side: str, status: int) -> int:
