@@ -221,6 +221,33 @@ def test_provenance_differences_are_warned(tmp_path, capsys):
     assert "WARNING: vllm_version differs:" in out
 
 
+def keep_config(csv, config):
+    (csv.with_suffix(".logs")).mkdir(exist_ok=True)
+    (csv.with_suffix(".logs") / "config.json").write_text(json.dumps(config))
+
+
+def test_settings_the_runs_were_configured_apart_in_are_named_and_where_to_nothing(tmp_path, capsys):
+    """Settings outside the case key (max_num_seqs, warm-up rounds, the KV cache's size)
+    move every latency: a comparison names each that differs, and none that cannot
+    change a figure (where results went, comments)."""
+    base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
+    config = json.loads((ROOT / "config" / "common.json").read_text())
+    keep_config(base, config)
+    run_cli(base, new)
+    assert "configs differ" not in capsys.readouterr().out, "one side kept no config: nothing to say"
+    keep_config(new, {**config, "results_dir": "elsewhere", "//": "another comment"})
+    run_cli(base, new)
+    assert "configs differ" not in capsys.readouterr().out
+    engine = {**config["engine"], "max_num_seqs": 256}
+    matrix = {**config["matrix"], "warmup_rounds": 0}
+    keep_config(new, {**config, "engine": engine, "matrix": matrix, "env": {}})
+    assert run_cli(base, new) == 0, "a warning, not a finding"
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "configs differ" in line]
+    assert line.startswith("WARNING: ") and line.endswith(
+        'engine.max_num_seqs: 16 -> 256; env.VLLM_CPU_KVCACHE_SPACE: "1" -> -; matrix.warmup_rounds: 1 -> 0'
+    )
+
+
 def test_a_side_that_ran_beside_neighbours_in_a_fleet_is_warned_once(tmp_path, capsys):
     base, new = copy_run(tmp_path, "base"), copy_run(tmp_path, "new")
     run_cli(base, new)

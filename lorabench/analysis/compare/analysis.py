@@ -50,6 +50,7 @@ from lorabench.analysis.compare.noise import (
     side_draws,
     t_sf,
 )
+from lorabench.analysis.compare.settings import setting_differences
 from lorabench.results.schema import STACK_COLUMNS
 
 PROVENANCE_CHECKED = STACK_COLUMNS
@@ -269,6 +270,9 @@ def _warnings(base: Run, new: Run, findings: list[Finding]) -> list[str]:
     for column in PROVENANCE_CHECKED:
         if column in base.rows and column in new.rows and base.provenance(column) != new.provenance(column):
             warnings.append(f"{column} differs: {base.provenance(column) or '-'} -> {new.provenance(column) or '-'}")
+    differences = setting_differences(base.paths, new.paths)
+    if differences:
+        warnings.append(f"the runs' configs differ, so a change may be the settings': {'; '.join(differences)}")
     beside = {name: _ran_beside(side) for name, side in (("base", base), ("new", new))}
     if beside["base"] != beside["new"]:
         crowded = "base" if beside["base"] else "new"
