@@ -247,3 +247,26 @@ def test_an_adapter_added_while_every_cached_one_serves_evicts_the_oldest_cached
     assert added and running
     assert cached == {2, 3}, "the oldest cached adapter (a) made room for c"
     assert slots == [2, 3], "a left its slot with its cache entry, and c took it"
+
+
+def test_a_cases_adapters_already_cached_are_not_evicted_by_loading_the_rest():
+    """The cache holds a4-a15 (the last 12 of 16, as a build's preparation leaves it) and a
+    trace needs a0-a7: loading a0-a3 evicts the 4 oldest. vLLM's add_lora of a cached adapter
+    only makes it the most recent, so lorabench adds a4-a7 first and they stay cached."""
+    from pathlib import Path
+
+    from lorabench.load.adapters import Adapter
+    from lorabench.targets.engine_adapters import AdapterCache
+
+    loop = asyncio.new_event_loop()
+    cache = AdapterCache()
+    cache.llm = StandInLLM(Costs(), EngineSpec(True, 2, 16, 12), 16, {})
+    cache.run, cache._lora_ids = loop.run_until_complete, {f"a{i}": i + 1 for i in range(16)}
+    adapters = [Adapter(f"a{i}", Path(f"/a{i}")) for i in range(16)]
+    try:
+        cache.load_adapters(adapters[4:])
+        assert cache.cached_adapters() == {f"a{i}" for i in range(4, 16)}
+        cache.load_adapters(adapters[:8])
+        assert cache.cached_adapters() == {f"a{i}" for i in (*range(8), *range(12, 16))}
+    finally:
+        loop.close()

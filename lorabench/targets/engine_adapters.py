@@ -26,17 +26,21 @@ class AdapterCache:
         return LoRARequest(adapter.name, self._lora_ids[adapter.name], str(adapter.path))
 
     def load_adapters(self, adapters: Sequence[Adapter]) -> None:
-        """Load the adapters not yet in the engine's CPU cache, before a case's timing starts.
+        """Put a case's adapters in the engine's CPU cache before its timing starts.
 
-        Moving an adapter from the CPU cache into one of the ``max_loras`` slots still
-        happens while serving; that is part of multi-LoRA cost and stays in the timings.
+        The cached ones are added first: vLLM's ``add_lora`` of an adapter it holds only
+        makes it the most recent (``LRUCacheWorkerLoRAManager.add_adapter``), so the
+        missing ones' loads then evict other adapters, not the case's own. Left alone, a
+        cached adapter could be the oldest and be evicted here, and loaded from disk again
+        inside the timing. Moving an adapter from the CPU cache into one of the
+        ``max_loras`` slots still happens while serving; that is part of multi-LoRA cost
+        and stays in the timings.
         """
         if not adapters:
             return
         resident = self.run(self.llm.list_loras())
-        for adapter in adapters:
-            if self._lora_ids[adapter.name] not in resident:
-                self.run(self.llm.add_lora(self.lora_request(adapter)))
+        for adapter in sorted(adapters, key=lambda a: self._lora_ids[a.name] not in resident):
+            self.run(self.llm.add_lora(self.lora_request(adapter)))
 
     def add_adapter(self, adapter: Adapter) -> float:
         """Seconds to load ``adapter`` from disk into the CPU cache, nothing else timed:
