@@ -159,6 +159,10 @@ def test_stats_of_an_imported_trace_and_its_plot(tmp_path, capsys):
     assert "rate over time (0.5 s buckets, req/s): min 0, median 0, max 6" in text
     assert "adapter shares: adapter-0" in text and "input lengths: p50" in text
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    assert cli.main(["trace", "stats", str(out), "--plot", str(tmp_path / "no-such-folder" / "t.png")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"--plot {tmp_path / 'no-such-folder' / 't.png'}: No such file or directory" in line
 
 
 class _Arrivals:

@@ -30,11 +30,11 @@ def _failed(action: str, message: str) -> int:
     return 2
 
 
-def _unwritable(out: str, exc: OSError) -> str:
-    """An OSError as one line: ``--out`` where the write of it failed (through a temporary
-    file beside it, whose name says nothing to the user), else the file it names."""
+def _unwritable(out: str, exc: OSError, option: str = "--out") -> str:
+    """An OSError as one line: ``option`` (``--out``) where the write of it failed (through a
+    temporary file beside it, whose name says nothing to the user), else the file it names."""
     failed = exc.filename and Path(str(exc.filename)).parent == Path(out).parent
-    return f"{f'--out {out}' if failed else exc.filename}: {exc.strerror}: check the path and its permissions"
+    return f"{f'{option} {out}' if failed else exc.filename}: {exc.strerror}: check the path and its permissions"
 
 
 class Renamed(argparse.Action):
@@ -112,7 +112,7 @@ def _trace_stats(args: argparse.Namespace) -> int:
         try:
             print(f"plot: {draw_trace(loaded, Path(args.plot), title=Path(args.file).name)}")
         except OSError as exc:
-            return _failed("stats", _unwritable(exc))
+            return _failed("stats", _unwritable(args.plot, exc, "--plot"))
     return 0
 
 
