@@ -117,6 +117,17 @@ def test_json_syntax_error_names_line_and_column(tmp_path):
     assert f"{path}:4:3: invalid JSON" in message
 
 
+def test_a_config_or_prompts_file_that_is_not_utf8_is_one_line_with_the_fix(tiny_config, tmp_path):
+    """An editor's UTF-16 save is bad input said in one line, not a decoding traceback."""
+    path = tmp_path / "utf16.json"
+    path.write_text('{"model": "x"}', encoding="utf-16")
+    assert problems_of(path) == f"{path}: not UTF-8 text (byte 0): save it as UTF-8 JSON"
+    config = tiny_config()
+    prompts = config.parent / json.loads(config.read_text())["prompts"]
+    prompts.write_bytes(b'["caf\xe9"]')
+    assert problems_of(config) == f"{prompts}: not UTF-8 text (byte 5): save it as UTF-8 JSON"
+
+
 def test_unknown_key_suggests_the_closest(tiny_config):
     message = problems_of(tiny_config(matrix={"batch_size": [2]}))
     assert "unknown key 'matrix.batch_size'" in message and "did you mean 'batch_sizes'?" in message

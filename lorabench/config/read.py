@@ -84,6 +84,8 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ConfigError([f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}"]) from None
+    except UnicodeDecodeError as exc:  # a file saved as UTF-16 by an editor, or not text at all
+        raise ConfigError([f"{path}: not UTF-8 text (byte {exc.start}): save it as UTF-8 JSON"]) from None
 
 
 def read_config_file(path: Path) -> ConfigFile:
