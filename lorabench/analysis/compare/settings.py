@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lorabench.config.read import COMMENT_PREFIX
 from lorabench.results.files import CONFIG_COPY
 
 # Where the run's files went and comments: no bearing on what was measured.
@@ -27,7 +28,7 @@ def _flat(value: Any, prefix: str = "") -> dict[str, str]:
         return {prefix: json.dumps(value, sort_keys=True)}
     flat: dict[str, str] = {}
     for key, item in value.items():
-        if key.startswith("//") or (not prefix and key in _IGNORED):
+        if key.startswith(COMMENT_PREFIX) or (not prefix and key in _IGNORED):
             continue
         flat.update(_flat(item, f"{prefix}.{key}" if prefix else key))
     return flat
