@@ -370,3 +370,21 @@ def test_online_replay_on_the_real_cpu_engine(replay_session):
     assert len(samples) == len(expected) and samples["finished"].all()
     assert samples["output_tokens"].tolist() == [r.output_len for r in expected]
     assert samples["adapter"].tolist() == [r.adapter for r in expected]
+
+
+def test_compare_names_the_setting_two_real_sessions_ran_apart_in(bench_dir, tmp_path, capsys):
+    """End to end: each session keeps its config beside its result file, and compare reads
+    both and names the one engine setting the second changed."""
+    from lorabench.cli import main as cli
+    from lorabench.targets.standin import write_config
+
+    runs = []
+    for name, seqs in (("base", 16), ("new", 32)):
+        config = write_config(tmp_path / name, engine={"max_num_seqs": seqs})
+        assert bench_dir.runpytest("--bench-config", str(config), "-k", "no_lora", "-p", "no:cacheprovider").ret == 0
+        (csv,) = result_files(tmp_path / name / "results")
+        runs.append(str(csv))
+    capsys.readouterr()
+    cli.main(["compare", *runs])
+    out = capsys.readouterr().out
+    assert "WARNING: the runs' configs differ, so a change may be the settings': engine.max_num_seqs: 16 -> 32" in out
