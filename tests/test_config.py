@@ -165,8 +165,14 @@ def test_unknown_key_suggests_the_closest(tiny_config):
         ({"model": "no/such/model"}, "field 'model': directory"),
         ({"prompts": "missing.json"}, "field 'prompts': "),
         ({"adapters": "missing.json"}, "adapters file"),
-        ({"adapters": {"generate": {"count": 2, "ranks": [32]}}}, "has rank 32, above engine.max_lora_rank=16"),
         ({"device": "tpu"}, "field 'device' has bad value 'tpu'"),
+        # Lax types are bad values too: true is not batch size 1, nor "4" the number 4.
+        ({"matrix": {"batch_sizes": [True, 8]}}, "field 'matrix.batch_sizes[0]' has bad value True"),
+        ({"matrix": {"rounds": "4"}}, "field 'matrix.rounds' has bad value '4'"),
+        ({"matrix": {"seed": -1}}, "field 'matrix.seed' has bad value -1"),
+        ({"env": {"VLLM_CPU_KVCACHE_SPACE": [1]}}, "field 'env.VLLM_CPU_KVCACHE_SPACE' has bad value [1]"),
+        ({"matrix": {"skew_alpha": float("inf")}}, "field 'matrix.skew_alpha' has bad value inf"),
+        ({"engine": {"max_model_len": "256"}}, "field 'engine.max_model_len' has bad value '256': give a whole number"),
     ],
 )
 def test_bad_values_are_named_with_file_field_and_value(tiny_config, override, expected):
@@ -174,6 +180,32 @@ def test_bad_values_are_named_with_file_field_and_value(tiny_config, override, e
     message = problems_of(path)
     assert expected in message
     assert str(path.resolve()) in message or str(path) in message
+
+
+@pytest.mark.parametrize(
+    ("generate", "expected"),
+    [
+        (
+            {"ranks": [8, 100000]},
+            "field 'adapters.generate.ranks' has bad value 100000: it is above engine.max_lora_rank=16",
+        ),
+        ({"ranks": [8, 8]}, "field 'adapters.generate.ranks' has bad value [8, 8]: 8 listed more than once"),
+        (
+            {"target_modules": ["q_proj", "qkv"]},
+            "field 'adapters.generate.target_modules': unknown target modules ['qkv']",
+        ),
+        ({"target_modules": ["q_proj", "q_proj"]}, '"q_proj" listed more than once'),
+        ({"seed": -1}, "field 'adapters.generate.seed' has bad value -1"),
+    ],
+)
+def test_generated_adapters_are_checked_before_any_is_written(tiny_config, generate, expected):
+    """Ranks [8, 100000] wrote 11 GB of adapters before the rank check read them back."""
+    path = tiny_config(adapters={"generate": {"count": 2, **generate}})
+    folder = builtin.cache_dir() / "adapters"
+    before = set(folder.iterdir()) if folder.is_dir() else set()
+    message = problems_of(path)
+    assert expected in message and message.count("\n") == 0, message
+    assert (set(folder.iterdir()) if folder.is_dir() else set()) == before, "nothing generated for a refused config"
 
 
 def test_missing_required_field(tmp_path):
@@ -263,6 +295,12 @@ def test_online_suites_are_a_cross_product_with_readable_ids(tiny_config):
         ({"input_range": [64, 8]}, "low 64 is above high 8"),
         ({"input_range": [8, 121]}, "the longest request, 129 tokens, exceeds engine.max_model_len = 128"),
         ({"rate": [0]}, "field 'online.suites[0].rate[0]' has bad value 0"),
+        ({"rate": [2, 2.0]}, "field 'online.suites[0].rate' has bad value [2, 2.0]: 2.0 listed more than once"),
+        ({"rate": [float("nan")]}, "field 'online.suites[0].rate[0]' has bad value nan"),
+        (
+            {"num_adapters": [2, 2]},
+            "field 'online.suites[0].num_adapters' has bad value [2, 2]: 2 listed more than once",
+        ),
         ({"duration": 1}, "'online.warmup_s' has bad value 1.0: it leaves nothing of suite 's'"),
         ({"lengths": "pareto"}, "field 'online.suites[0].lengths' has bad value 'pareto'"),
         ({"name": "has space"}, "field 'online.suites[0].name' has bad value 'has space'"),

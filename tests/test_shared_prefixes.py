@@ -242,7 +242,7 @@ def test_over_http_the_usage_says_what_was_cached_and_each_replay_is_salted_apar
 @pytest.mark.parametrize(
     ("matrix", "expected"),
     [
-        ({"shared_prefix_len": 8}, "'matrix.shared_prefix_len' has bad value 8: Value error, a shared prefix is of"),
+        ({"shared_prefix_len": 8}, "'matrix.shared_prefix_len' has bad value 8: a shared prefix is of"),
         ({"input_len": 32, "shared_prefix_len": 32}, "needs one of its own after the prefix: give 31 or less"),
         ({"input_len": 32, "shared_prefix_share": 0}, "'matrix.shared_prefix_share' has bad value 0"),
     ],

@@ -39,8 +39,8 @@ def problems(path: Path) -> str:
     [
         ({"trace": "t.jsonl", "rate": [1], "alpha": [0.5]}, "field 'online.suites[0].alpha' has bad value [0.5]"),
         ({"trace": "t.jsonl", "rate": [1], "num_adapters": [2]}, "leave this synthetic-trace field out"),
-        ({"name": "s", "rate": [1]}, "field 'online.suites[0].num_adapters' has bad value None: Value error, a synth"),
-        ({**SYNTHETIC, "start": 3}, "field 'online.suites[0].start' has bad value 3: Value error, 'start' is where"),
+        ({"name": "s", "rate": [1]}, "field 'online.suites[0].num_adapters' has bad value None: a synth"),
+        ({**SYNTHETIC, "start": 3}, "field 'online.suites[0].start' has bad value 3: 'start' is where"),
     ],
 )
 def test_a_suite_is_synthetic_or_imported_never_both(tiny_config, suite, expected):

@@ -43,8 +43,8 @@ def _loc(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif not part.isidentifier() or part in _UNION_TAGS or part[0].isupper():
-            continue  # pydantic's name for a union member, not a field
+        elif not part.isidentifier() or part in _UNION_TAGS or (part[0].isupper() and not part.isupper()):
+            continue  # pydantic's name for a union member (a model's CamelCase name), not a field
         else:
             out += f".{part}" if out else part
     return out
@@ -76,7 +76,9 @@ def _describe(error: dict[str, Any], file: Path) -> str:
         return f"{file}: unknown key '{field}': {hint} (or prefix it with '//' to keep it as a comment)"
     if error["type"] == "missing":
         return f"{file}: missing required field '{field}': add it (see config/common.json for an example)"
-    return f"{file}: field '{field}' has bad value {error.get('input')!r}: {error['msg']}"
+    # A validator's own ValueError reads as its message, without pydantic's "Value error, ".
+    msg = error["msg"].removeprefix("Value error, ")
+    return f"{file}: field '{field}' has bad value {error.get('input')!r}: {msg}"
 
 
 def read_json(path: Path) -> Any:
@@ -97,7 +99,9 @@ def read_config_file(path: Path) -> ConfigFile:
     if not isinstance(raw, dict):
         raise ConfigError([f"{path}: the top level must be a JSON object, got {type(raw).__name__}"])
     try:
-        parsed = ConfigFile.model_validate(_strip_comments(raw))
+        # Strict, as JSON: true is not the number 1, nor "4" the number 4 (lax pydantic took
+        # both), while a JSON array still fills a tuple and a string a path.
+        parsed = ConfigFile.model_validate_json(json.dumps(_strip_comments(raw)), strict=True)
     except ValidationError as exc:
         # A value that matches no member of a union is reported once per member; keep the first.
         first = {_loc(tuple(e["loc"])): e for e in reversed(exc.errors())}
@@ -111,11 +115,20 @@ def read_config_file(path: Path) -> ConfigFile:
     return parsed
 
 
+# vLLM's arguments that lorabench reads itself, each a count: "256" failed inside lorabench.
+COUNTS_READ = ("max_model_len", "max_num_seqs", "tensor_parallel_size", "pipeline_parallel_size")
+
+
 def _check_engine_args(parsed: ConfigFile, path: Path) -> list[str]:
     problems = []
+    extra = parsed.engine.model_extra or {}
     for key, why in RESERVED_ENGINE_KEYS.items():
-        if key in (parsed.engine.model_extra or {}):
+        if key in extra:
             problems.append(f"{path}: field 'engine.{key}' cannot be set here: {why}")
+    for key in COUNTS_READ:
+        value = extra.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            problems.append(f"{path}: field 'engine.{key}' has bad value {value!r}: give a whole number, 1 or more")
     for spec in engine_specs(parsed, with_lora_off=False):
         if spec.max_cpu_loras < spec.max_loras:
             problems.append(

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lorabench.config.expand import BenchConfig, as_list, shape_of
+from lorabench.config.generated import check_generation
 from lorabench.config.read import ConfigError, check_against_vllm, read_json
 from lorabench.config.schema import ConfigFile, GeneratedAdapters
 from lorabench.config.trace_sections import Churn
@@ -92,6 +93,8 @@ def _adapters_and_sections(
 ) -> tuple[list[Adapter], list[str]]:
     """The adapters, with the problems of what depends on them added to ``problems``; and
     the warnings of sections this selection does not run."""
+    if not problems:  # a usable model: what would be generated for it is checked before it is
+        problems += check_generation(path, parsed, model)
     generated_later = isinstance(parsed.adapters, GeneratedAdapters) and bool(problems)
     adapters = _adapters(path, parsed, model, prompts, problems)
     by_section: dict[str, list[str]] = {}

@@ -21,7 +21,7 @@ from pydantic import (
     field_validator,
 )
 
-from lorabench.config.strict import Strict, unique
+from lorabench.config.strict import Seed, Strict, unique
 from lorabench.config.target import check_url
 from lorabench.config.trace_sections import Capacity, Churn, Online
 from lorabench.results.graph import GRAPH_KEYS
@@ -87,7 +87,7 @@ class Matrix(Strict):
     # code settle at speeds that differ more than rounds within one build do, and
     # `lorabench compare` needs at least two a side to tell that noise from a change.
     builds: PositiveInt = 2
-    seed: int = 0
+    seed: Seed = 0
     # The Zipf exponent of the skewed workload (Punica's default).
     skew_alpha: PositiveFloat = 1.5
     # The share of base-model requests (no adapter) in a mixed batch.
@@ -120,7 +120,12 @@ class DummyAdapterSpec(Strict):
     count: PositiveInt = 8
     ranks: list[PositiveInt] = Field(default=[8, 16], min_length=1)
     target_modules: list[str] = Field(default=["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
-    seed: int = 0
+    seed: Seed = 0
+
+    @field_validator("ranks", "target_modules")
+    @classmethod
+    def _no_repeats(cls, value: Any) -> Any:
+        return unique(value, "the adapters would be named, or would adapt a module, twice")
 
 
 class GeneratedAdapters(Strict):

@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from lorabench.config.strict import Strict, unique
+from lorabench.config.strict import Seed, Strict, unique
 
 # What describes a synthetic trace: a suite that replays a trace file sets none of it.
 SYNTHETIC_FIELDS = ("num_adapters", "alpha", "cv", "input_range", "output_range", "lengths", "seed")
@@ -53,12 +53,17 @@ class TraceShape(Strict):
     input_range: tuple[PositiveInt, PositiveInt] = (8, 64)
     output_range: tuple[PositiveInt, PositiveInt] = (8, 64)
     lengths: Literal["uniform", "longtail"] = "uniform"
-    seed: int = 0
+    seed: Seed = 0
     # Seconds into an imported trace where the replay starts.
     start: NonNegativeFloat = 0.0
     # Whether the replay turns an imported trace's hash ids into shared prefixes
     # (docs/online.md#shared-prefixes): null where it has them, true insists, false ignores them.
     shared_prefixes: bool | None = None
+
+    @field_validator("num_adapters", "alpha", "cv")
+    @classmethod
+    def _no_repeats(cls, value: Any) -> Any:
+        return unique(value)
 
     @field_validator("input_range", "output_range")
     @classmethod
@@ -105,6 +110,11 @@ class OnlineSuite(TraceShape):
 
     rate: list[PositiveFloat] = Field(min_length=1)
     duration: PositiveFloat = 300.0
+
+    @field_validator("rate")
+    @classmethod
+    def _no_repeated_rate(cls, value: Any) -> Any:
+        return unique(value)
 
 
 class Online(Strict):

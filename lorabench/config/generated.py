@@ -1,0 +1,37 @@
+"""A config's generated adapters (``adapters.generate``), checked before any is written: a
+rank above ``engine.max_lora_rank`` found only by reading the written adapters back had
+already cost the disk (ranks [8, 100000] wrote 11 GB before the config was refused), and a
+module the model does not have failed inside the generator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lorabench.config.expand import as_list
+from lorabench.config.schema import ConfigFile, GeneratedAdapters
+from lorabench.load.adapters import module_shapes
+
+
+def check_generation(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
+    """The problems of ``adapters.generate`` for ``model``; none for adapters from a file."""
+    if not isinstance(parsed.adapters, GeneratedAdapters):
+        return []
+    spec, problems = parsed.adapters.generate, []
+    largest = min(as_list(parsed.engine.max_lora_rank))
+    over = [rank for rank in spec.ranks if rank > largest]
+    if over:
+        problems.append(
+            f"{path}: field 'adapters.generate.ranks' has bad value {over[0]}: it is above "
+            f"engine.max_lora_rank={largest}: lower the rank to {largest} or less, or raise max_lora_rank"
+        )
+    try:
+        module_shapes(json.loads((model / "config.json").read_text()), spec.target_modules)
+    except ValueError as exc:
+        problems.append(f"{path}: field 'adapters.generate.target_modules': {exc}")
+    except KeyError as exc:
+        problems.append(
+            f"{path}: field 'adapters.generate': {model / 'config.json'} has no {exc}, which generated "
+            "adapters are shaped by: list adapters from a file instead"
+        )
+    return problems
