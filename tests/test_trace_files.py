@@ -134,6 +134,29 @@ def test_bad_generate_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "t.jsonl").exists()
 
 
+@pytest.mark.parametrize(
+    ("line", "change", "expected"),
+    [
+        (3, {"arrival_s": float("nan")}, "line 3: arrival_s nan is not a time of 0 s or later"),
+        (3, {"arrival_s": -1.0}, "line 3: arrival_s -1.0 is not a time of 0 s or later"),
+        (4, {"arrival_s": 0.0}, "line 4: arrival_s 0.0 is earlier than the request above it"),
+        (2, {"input_len": 0}, "line 2: input_len 0 is not a number of tokens above 0"),
+        (5, {"output_len": -3}, "line 5: output_len -3 is not a number of tokens above 0"),
+        (1, {"params": {"duration": 0}}, "the header's duration 0.0 is not a number of seconds above 0"),
+    ],
+)
+def test_a_trace_with_figures_no_replay_can_use_is_one_line_and_exit_2(tmp_path, capsys, line, change, expected):
+    """An edited file, or one another tool wrote: trace stats crashed on these, a replay sent them."""
+    path = tmp_path / "t.jsonl"
+    assert cli.main([*GENERATE, "-n", "2", "--out", str(path)]) == 0
+    lines = path.read_text().splitlines()
+    lines[line - 1] = json.dumps({**json.loads(lines[line - 1]), **change})
+    path.write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert cli.main(["trace", "stats", str(path)]) == 2
+    assert f"t.jsonl: not a readable lorabench trace (ValueError: {expected})" in one_line(capsys, "stats")
+
+
 def test_an_unreadable_trace_is_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "bad.jsonl").write_text("{}\n")
     assert cli.main(["trace", "stats", str(tmp_path / "bad.jsonl")]) == 2

@@ -130,10 +130,30 @@ def _block_tokens(header: dict[str, Any]) -> bool:
     return True
 
 
+def _check_figures(duration: float, lines: array, arrival: array, inputs: array, outputs: array) -> None:
+    """Figures no replay can use, the first one named by its line: an edited file, or one
+    another tool wrote (a backwards or NaN arrival, a length of 0 tokens crashed ``trace
+    stats`` or went to the engine)."""
+    if not (np.isfinite(duration) and duration > 0):
+        raise ValueError(f"the header's duration {duration!r} is not a number of seconds above 0")
+    times = np.frombuffer(arrival, dtype=np.float64)
+    checks = (
+        ("arrival_s", times, ~np.isfinite(times) | (times < 0), "is not a time of 0 s or later"),
+        ("arrival_s", times, np.diff(times, prepend=0.0) < 0, "is earlier than the request above it"),
+        ("input_len", np.frombuffer(inputs, dtype=np.int64), None, "is not a number of tokens above 0"),
+        ("output_len", np.frombuffer(outputs, dtype=np.int64), None, "is not a number of tokens above 0"),
+    )
+    for field, values, bad, why in checks:
+        bad = values < 1 if bad is None else bad
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"line {lines[i]}: {field} {values[i].item()!r} {why}")
+
+
 def load(path: Path) -> TraceData:
     """Read a trace file of either version; a bad line is named by its number."""
     path = Path(path)
-    arrival, adapter, inputs, outputs = array("d"), array("i"), array("q"), array("q")
+    arrival, adapter, inputs, outputs, lines = array("d"), array("i"), array("q"), array("q"), array("q")
     ids: list[list[int]] = []
     number = 1
     try:
@@ -146,6 +166,7 @@ def load(path: Path) -> TraceData:
                 number += 1
                 if line.strip():
                     r = json.loads(line)
+                    lines.append(number)
                     arrival.append(r["arrival_s"])
                     adapter.append(index[r["adapter"]])
                     inputs.append(r["input_len"])
@@ -153,6 +174,8 @@ def load(path: Path) -> TraceData:
                     if hashed:
                         ids.append(_id_list(r["hash_ids"]))
         hash_ids = HashIds.from_lists(ids) if hashed else None
+        number = 1  # the figures' own checks name their line
+        _check_figures(duration, lines, arrival, inputs, outputs)
     except (OSError, KeyError, TypeError, ValueError) as exc:
         where = f"line {number}: " if number > 1 else ""
         raise ValueError(
