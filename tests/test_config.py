@@ -208,6 +208,15 @@ def test_generated_adapters_are_checked_before_any_is_written(tiny_config, gener
     assert (set(folder.iterdir()) if folder.is_dir() else set()) == before, "nothing generated for a refused config"
 
 
+def test_a_churn_suite_is_checked_as_an_online_one_before_any_engine(tiny_config):
+    """A missing trace file or requests too long for the model: found after the engine built."""
+    suites = [{"name": "c", "trace": "missing.jsonl", "rate": [2], "duration": 3}]
+    suites += [{"name": "d", "num_adapters": [2], "rate": [2], "duration": 3, "input_range": [8, 200]}]
+    message = problems_of(tiny_config(churn={"suites": suites, "adapters": 1}))
+    assert "field 'churn.suites[0].trace': " in message and "missing.jsonl: not a readable lorabench trace" in message
+    assert "field 'churn.suites[1].input_range': the longest request, 264 tokens, exceeds engine.max_model_len" in message
+
+
 def test_missing_required_field(tmp_path):
     path = write_json(tmp_path / "c.json", {"model": "builtin:tiny-llama", "prompts": "p.json"})
     message = problems_of(path)

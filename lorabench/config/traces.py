@@ -39,7 +39,7 @@ def length_limit(parsed: ConfigFile, model: Path) -> Limit:
 
 def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) -> dict[str, list[str]]:
     """The problems of the sections that replay traces, by the scenario that runs each."""
-    found: dict[str, list[str]] = {"online": [], "capacity": []}
+    found: dict[str, list[str]] = {"online": [], "capacity": [], "churn": []}
     if parsed.online is not None:
         for i, suite in enumerate(parsed.online.suites):
             field = f"online.suites[{i}]"
@@ -49,6 +49,10 @@ def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) 
                     f"{path}: field 'online.warmup_s' has bad value {parsed.online.warmup_s}: it leaves nothing of "
                     f"suite '{suite.name}' ({suite.duration:g} s) to measure"
                 )
+    if parsed.churn is not None:  # its working set is the first adapters; the churn ones come after
+        for i, suite in enumerate(parsed.churn.suites):
+            field = f"churn.suites[{i}]"
+            found["churn"] += _check_shape(path, field, suite, configured, limit, suite.rate, suite.duration)
     block = parsed.capacity
     if block is not None:
         for i, shape in enumerate(block.shapes):
