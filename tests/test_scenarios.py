@@ -67,6 +67,9 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     assert (rows[rows.scenario == "working_set"]["prefix_hit_rate"] == 0).all()
     assert (batch["engine_id"] == "loras1-rank16-cpu2-pc-build0").all()
     assert batch.at["skewed", "num_adapters"] == 3, "batch 4 at alpha 1.5: groups of 2, 1, 1"
+    # Three adapters one at a time (max_loras 1) through a cache of two: vLLM's worker loaded
+    # each from disk in the measured round; the mixed case's two fit, and none loaded.
+    assert batch["timed_adapter_loads"].to_dict() == {"skewed": 3, "mixed": 0}
     assert batch.at["mixed", "base_share"] == 0.5 and batch.at["mixed", "base_ttft_ms"] > 0
     assert pd.isna(batch.at["skewed", "base_ttft_ms"])
 
@@ -110,6 +113,8 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
 
     sweep = rows[rows.scenario == "working_set"].set_index("working_set")
     assert sweep["load_share"].to_dict() == {1: 0.0, 2: 0.0, 3: 1.0}, "past max_cpu_loras=2 every request loads"
+    # Counted in vLLM's worker (lorabench's worker extension): one load a wave of one past the cache.
+    assert sweep["timed_adapter_loads"].to_dict() == {1: 0, 2: 0, 3: 3}
     assert (sweep["output_tokens_per_s"] > 0).all()
 
     assert rows["digest_mismatches"].eq(0).all(), "the same adapter answers the same everywhere"

@@ -109,6 +109,28 @@ def test_load_share_follows_the_lru_arithmetic(standin):
     assert by_size.at[6, "ttft_ms"] > by_size.at[4, "ttft_ms"] + 2 - TIMER_MS
 
 
+def test_working_set_loads_are_the_loads_the_engine_did(standin):
+    """W 5 over a cache of 4, in waves of 2: each wave's second adapter is cached, but the
+    oldest there, and the first one's load evicts it before its turn (vLLM loads a step's
+    adapters one at a time, each load evicting the oldest), so every wave loads both. The
+    cache's list before each wave said one."""
+    disk = 20
+    _, rows, _ = standin(
+        Costs(disk_load_ms=disk),
+        "-k",
+        "working_set",
+        adapters=5,
+        engine={"max_loras": 2, "max_cpu_loras": 4},
+        working_set={"sizes": [4, 5], "cycles": 2, "min_requests": 4},
+    )
+    by_size = rows.set_index("working_set")
+    assert by_size.at[5, "timed_adapter_loads"] == 10 and by_size.at[5, "load_share"] == 1.0
+    assert by_size.at[4, "timed_adapter_loads"] == 0
+    # Ground truth: the injected cost of two loads in every wave, and nothing else, apart.
+    assert by_size.at[5, "e2e_ms"] - by_size.at[4, "e2e_ms"] == pytest.approx(2 * disk, abs=2 * TIMER_MS)
+
+
+@pytest.mark.realtime
 @pytest.mark.realtime
 def test_a_late_sender_shows_in_send_lag(standin):
     online = {"warmup_s": 0, "suites": [{"num_adapters": [2], "rate": [100], "duration": 0.15, "output_range": [2, 4]}]}

@@ -190,10 +190,10 @@ class ResultRow:
     # Residency: a tier's request's TTFT less that of the same request sent again right
     # after (its adapter then in a slot), median over pairs: the tier's cost, free of drift.
     tier_extra_ttft_ms: float | None = _col(METRIC, optional=True)
-    # Working sets: the share of timed requests whose adapter was not in vLLM's CPU cache (list_loras).
+    # Working sets: timed_adapter_loads per timed request.
     load_share: float | None = _col(METRIC, optional=True, engine_only=True)
-    # Requests in the case's timed span whose adapter was not in vLLM's CPU cache when sent
-    # (by list_loras, read outside the timing): each of them loaded its adapter from disk.
+    # Adapters loaded from disk in the case's timed span, counted in vLLM's worker
+    # (lorabench.targets.vllm_worker; batch and working-set rows) or known by construction.
     timed_adapter_loads: int | None = _col(METRIC, optional=True, engine_only=True)
 
     num_requests: int | None = _col(ONLINE, optional=True)

@@ -1,9 +1,9 @@
 """A batch sent at once, timed over warm-up and measured rounds: the no-LoRA and multi-LoRA cases.
 
 Order matters for honest numbers: the batch is built and its adapters are loaded before
-the first round, so neither is inside any timed region. Before each round, outside its
-timing, vLLM's own list of cached adapters says how many of the round's adapters will
-have to come from disk anyway (``timed_adapter_loads``; 0 when they fit the CPU cache).
+the first round, so neither is inside any timed region. Around each round, outside its
+timing, vLLM's worker says how many adapters it loaded from disk in it anyway
+(``timed_adapter_loads``, ``Engine.disk_loads``; 0 when they fit the CPU cache).
 """
 
 from __future__ import annotations
@@ -102,16 +102,16 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
     m = ctx.config.matrix
     batch = _batch(ctx, engine, batch_size, workload)
     adapters, salt = [r.adapter for r in batch.requests], engine.cold_salt()
-    # Per round: (seconds, outputs, adapters it had to load from disk).
-    raw: list[tuple[float, list[Any], int]] = []
+    # Per round: (seconds, outputs, adapters vLLM loaded from disk in it; None uncounted).
+    raw: list[tuple[float, list[Any], int | None]] = []
 
     def one_round() -> None:
         prompts, salted = round_inputs(batch, len(raw), salt)
-        cached = engine.cached_adapters() if batch.adapters else set()
-        loads = sum(a.name not in cached for a in batch.adapters)
+        before = engine.disk_loads()
         start = engine.loop.time()
         outputs = engine.generate(prompts, adapters, m.output_len, cache_salt=salted)
-        raw.append((engine.loop.time() - start, outputs, loads))
+        elapsed = engine.loop.time() - start
+        raw.append((elapsed, outputs, None if before is None else engine.disk_loads() - before))
 
     engine.load_adapters(batch.adapters)
     ctx.time(one_round, rounds=m.rounds, warmup_rounds=m.warmup_rounds)
@@ -133,7 +133,8 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
     samples = [s for rnd in measured for s in rnd.requests]
     if workload is not None:
         baseline = baseline_e2e_ms(ctx, engine, batch)
-        loads = sum(n for _, _, n in kept)
+        counts = [n for _, _, n in kept]
+        loads = None if None in counts else sum(counts)
         fields.update(baseline_e2e_ms=baseline, lora_overhead=metrics["e2e_ms"] / baseline, timed_adapter_loads=loads)
     if workload == "mixed":
         fields.update(split_by_adapter(samples))

@@ -4,18 +4,18 @@ so the cliffs at ``max_loras`` (adapters that share a step) and at ``max_cpu_lor
 
 The engine starts each size cold (every adapter removed), serves the W adapters once,
 untimed, then sends the timed requests in waves of ``max_loras`` (request i uses adapter
-i mod W), one wave after the other. Before each wave, vLLM's own list of cached adapters
-(``list_loras``, outside the timing) says which of the wave's requests have to load
-their adapter from disk: ``load_share`` is their share of all timed requests, and
-``timed_adapter_loads`` the loads (an adapter two requests of a wave share loads once). Below
-``max_cpu_loras`` it is 0; past it, the cache evicts each adapter before its next turn.
+i mod W), one wave after the other. ``timed_adapter_loads`` is the adapters vLLM's worker
+loaded from disk during the waves, counted in the worker (``Engine.disk_loads``, read
+outside the timing), and ``load_share`` those loads per timed request. Not a prediction
+from the cache's list before a wave: vLLM loads a step's adapters in a set's order, and a
+load may evict one of the wave's own cached adapters before its turn, to be loaded again.
 
 Over HTTP nothing lists or empties the engine's cache, and the sweep needs neither: it starts
 from whatever the cache holds, and the untimed pass over the W adapters leaves them in the
 cache and the slots as a cold start would (an LRU keeps the last used; what was there before
 is older, and goes first). The timed waves still load from disk in their requests past
-``max_cpu_loras``; ``load_share`` and ``timed_adapter_loads``, which count that from vLLM's
-list, stay blank (``schema.ENGINE_ONLY``), and so does the runtime LoRA API: not needed.
+``max_cpu_loras``; ``load_share`` and ``timed_adapter_loads``, which the worker counts,
+stay blank (``schema.ENGINE_ONLY``), and so does the runtime LoRA API: not needed.
 """
 
 from __future__ import annotations
@@ -63,10 +63,9 @@ class WorkingSet(Scenario):
         rounds: list[RoundSample] = []
         # vLLM's list of cached adapters: in process only (over HTTP nothing lists it).
         listed = engine.target == INPROCESS
-        missing = loads = 0
+        loads: list[int] = []
 
         def measure() -> None:
-            nonlocal missing, loads
             by_name = {a.name: a for a in ctx.config.adapters}
             for name in engine.cached_adapters() if listed else ():
                 engine.remove_adapter(by_name[name])
@@ -75,15 +74,14 @@ class WorkingSet(Scenario):
                 engine.generate(prompts[: len(chunk)], chunk, 2)
             for w, first in enumerate(range(working_set, working_set + count, wave)):
                 adapters = [pool[i % working_set] for i in range(first, first + wave)]
-                if listed:
-                    cached = engine.cached_adapters()
-                    missing += sum(a.name not in cached for a in adapters)
-                    loads += len({a.name for a in adapters} - cached)
+                before = engine.disk_loads()
                 rounds.append(_timed_wave(engine, w, prompts, adapters, sweep.output_len))
+                if before is not None:
+                    loads.append(engine.disk_loads() - before)
 
         ctx.time(measure)
         metrics = summarize(rounds)
-        counted = {"load_share": missing / count, "timed_adapter_loads": loads} if listed else {}
+        counted = {"load_share": sum(loads) / count, "timed_adapter_loads": sum(loads)} if loads else {}
         fields: dict[str, Any] = {
             "workload": "cycle",
             "working_set": working_set,
@@ -97,7 +95,7 @@ class WorkingSet(Scenario):
             **metrics,
         }
         samples = [s for r in rounds for s in r.requests]
-        share = {"load_share": counted["load_share"]} if listed else {}
+        share = {"load_share": counted["load_share"]} if counted else {}
         return Outcome(fields, samples, extra_info={**metrics, **share})
 
 

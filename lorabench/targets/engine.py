@@ -31,6 +31,7 @@ from lorabench.host import processes
 from lorabench.host.device import Platform, detect_platform
 from lorabench.host.memory import ACCELERATORS, PeakMemory
 from lorabench.results import graph
+from lorabench.targets import vllm_worker
 from lorabench.targets.clock import now
 from lorabench.targets.engine_adapters import AdapterCache
 from lorabench.targets.engine_requests import Requests
@@ -174,7 +175,11 @@ class Engine(AdapterCache, Requests):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(**self.config.llm_kwargs(self.spec))
+        kwargs = self.config.llm_kwargs(self.spec)
+        if self.spec.enable_lora:  # counts the adapters vLLM loads, unless the config brings its own
+            kwargs.setdefault("worker_extension_cls", vllm_worker.QUALNAME)
+        self.counts_disk_loads = kwargs.get("worker_extension_cls") == vllm_worker.QUALNAME
+        args = AsyncEngineArgs(**kwargs)
         return AsyncLLM.from_engine_args(args, **self.timeline.vllm_kwargs(AsyncLLM))
 
     def _failure(self, exc: Exception) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lorabench.load.adapters import Adapter
+from lorabench.targets.vllm_worker import DISK_LOADS
 
 
 class AdapterCache:
@@ -17,6 +18,8 @@ class AdapterCache:
     llm: Any
     run: Callable[[Any], Any]
     _lora_ids: dict[str, int]
+    # Whether vLLM's worker runs lorabench's extension that counts its loads (set at the build).
+    counts_disk_loads = False
 
     def lora_request(self, adapter: Adapter | None) -> Any:
         if adapter is None:
@@ -59,6 +62,14 @@ class AdapterCache:
         """The adapters in the engine's CPU cache, by vLLM's own list (``list_loras``)."""
         ids = self.run(self.llm.list_loras())
         return {name for name, i in self._lora_ids.items() if i in ids}
+
+    def disk_loads(self) -> int | None:
+        """Adapters vLLM's worker has loaded from disk so far (``add_lora`` and serving alike),
+        counted in the worker as it loads them (``lorabench.targets.vllm_worker``); read it
+        before and after what it should count. None where the worker does not count."""
+        if not self.counts_disk_loads:
+            return None
+        return self.run(self.llm.collective_rpc(DISK_LOADS))[0]
 
     def register(self, adapter: Adapter) -> None:
         """Give an adapter the config does not list a LoRA id of its own (the next free one)."""

@@ -289,6 +289,10 @@ class HttpEngine(RuntimeLoras, Engine):
         that need it stay blank on HTTP targets (``schema.ENGINE_ONLY``)."""
         return set()
 
+    def disk_loads(self) -> None:
+        """Unknown to a client too: the server's worker counts nothing a client can read."""
+        return None
+
     def measure_adapter_loads(self, adapters: Sequence[Adapter]) -> float | None:  # type: ignore[override]
         """Mean seconds of ``/v1/load_lora_adapter`` of a fresh alias of each adapter, each timed
         alone: its load from disk, as a client of the server pays it. None, with a warning that

@@ -28,6 +28,7 @@ from lorabench.targets.standin.scheduler import (
     stats,
 )
 from lorabench.targets.standin.virtual_clock import block
+from lorabench.targets.vllm_worker import DISK_LOADS
 
 VOCAB_SIZE = 1000
 # The steps whose stats the stand-in keeps, the last ones: enough for a test, and few enough
@@ -67,6 +68,7 @@ class StandInLLM:
         self.costs, self.max_num_seqs, self.weights = costs, max_num_seqs, weights
         self.max_loras = spec.max_loras or 0
         self.max_cpu_loras = spec.max_cpu_loras or 0
+        self.disk_loads = 0  # adapters read from disk (_to_slot), as vLLM's worker counts them
         self.cpu: OrderedDict[int, LoraRef] = OrderedDict()
         self.slots: OrderedDict[int, None] = OrderedDict()
         self.waiting: deque[Request] = deque()
@@ -232,8 +234,17 @@ class StandInLLM:
         for logger in self.loggers:
             logger.record(scheduler_stats=step[0], iteration_stats=step[1], engine_idx=0)
 
+    async def collective_rpc(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """vLLM's call to a method on every worker; the one worker here has the method
+        lorabench's worker extension adds (``lorabench.targets.vllm_worker``) and no other."""
+        if method != DISK_LOADS:
+            raise AttributeError(f"the stand-in's worker has no method {method!r}")
+        return [self.disk_loads]
+
     def _to_slot(self, lora: LoraRef, active: set[int]) -> float:
-        cost = 0.0 if lora.lora_int_id in self.cpu else self.costs.disk_load_ms
+        cached = lora.lora_int_id in self.cpu
+        self.disk_loads += not cached
+        cost = 0.0 if cached else self.costs.disk_load_ms
         self._cache(lora, active)
         return cost + self._activate(lora.lora_int_id, active)
 
