@@ -214,7 +214,9 @@ def test_a_churn_suite_is_checked_as_an_online_one_before_any_engine(tiny_config
     suites += [{"name": "d", "num_adapters": [2], "rate": [2], "duration": 3, "input_range": [8, 200]}]
     message = problems_of(tiny_config(churn={"suites": suites, "adapters": 1}))
     assert "field 'churn.suites[0].trace': " in message and "missing.jsonl: not a readable lorabench trace" in message
-    assert "field 'churn.suites[1].input_range': the longest request, 264 tokens, exceeds engine.max_model_len" in message
+    assert (
+        "field 'churn.suites[1].input_range': the longest request, 264 tokens, exceeds engine.max_model_len" in message
+    )
 
 
 def test_missing_required_field(tmp_path):
