@@ -109,6 +109,17 @@ def test_load_share_follows_the_lru_arithmetic(standin):
     assert by_size.at[6, "ttft_ms"] > by_size.at[4, "ttft_ms"] + 2 - TIMER_MS
 
 
+def test_without_benchmarking_the_baseline_runs_one_unwarmed_round_as_the_lora_case(standin):
+    """With --benchmark-disable the LoRA case runs once, unwarmed: its baseline must too. A
+    baseline over the config's warm-up and measured rounds compared a cold LoRA round with
+    warm ones (5.84 against 1.0 on the CPU engine) and timed warm-ups nobody asked for."""
+    matrix = {"batch_sizes": [2], "workloads": ["distinct"], "warmup_rounds": 2, "rounds": 3}
+    # Rounds of seconds on the virtual clock: a warm-up timed anywhere shows in the wall-time line.
+    result, rows, _ = standin(Costs(decode_ms_per_step=100), "--benchmark-disable", "-k", "multilora", matrix=matrix)
+    assert rows["rounds"].tolist() == [1] and rows["warmup_rounds"].tolist() == [0]
+    result.stdout.re_match_lines([r".*warm-ups 0\.0 s.*"])
+
+
 def test_working_set_loads_are_the_loads_the_engine_did(standin):
     """W 5 over a cache of 4, in waves of 2: each wave's second adapter is cached, but the
     oldest there, and the first one's load evicts it before its turn (vLLM loads a step's

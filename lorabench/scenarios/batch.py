@@ -65,22 +65,24 @@ def _prompts_key(batch: Batch) -> tuple:
     return tuple(tuple(r.prompt) if isinstance(r.prompt, list) else r.prompt for r in batch.requests)
 
 
-def baseline_e2e_ms(ctx: Context, engine: Engine, batch: Batch) -> float:
+def baseline_e2e_ms(ctx: Context, engine: Engine, batch: Batch, warmup_rounds: int, rounds: int) -> float:
     """The mean e2e of exactly this batch's prompts sent with no adapter, on this build, over
-    the case's warm-up and measured rounds; measured once per build and batch of prompts."""
+    as many warm-up and measured rounds as the case ran (with ``--benchmark-disable``, one
+    unwarmed: a warmed baseline would put the cold round's cost in ``lora_overhead``);
+    measured once per build, batch of prompts and rounds."""
     m = ctx.config.matrix
-    key = (_prompts_key(batch), m.output_len, m.warmup_rounds, m.rounds)
+    key = (_prompts_key(batch), m.output_len, warmup_rounds, rounds)
     if key not in engine.state.baselines:
         adapters, salt = [None] * len(batch.requests), engine.cold_salt()
         times = []
-        for index in range(m.warmup_rounds + m.rounds):
+        for index in range(warmup_rounds + rounds):
             prompts, salted = round_inputs(batch, index, salt)
             start = engine.loop.time()
             engine.generate(prompts, adapters, m.output_len, cache_salt=salted)
             times.append((engine.loop.time() - start) * 1000.0)
-        ctx.clock.add(WARMUPS, sum(times[: m.warmup_rounds]) / 1000.0)
-        ctx.clock.add(MEASURED, sum(times[m.warmup_rounds :]) / 1000.0)
-        engine.state.baselines[key] = statistics.fmean(times[m.warmup_rounds :])
+        ctx.clock.add(WARMUPS, sum(times[:warmup_rounds]) / 1000.0)
+        ctx.clock.add(MEASURED, sum(times[warmup_rounds:]) / 1000.0)
+        engine.state.baselines[key] = statistics.fmean(times[warmup_rounds:])
     return engine.state.baselines[key]
 
 
@@ -132,7 +134,7 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
     }
     samples = [s for rnd in measured for s in rnd.requests]
     if workload is not None:
-        baseline = baseline_e2e_ms(ctx, engine, batch)
+        baseline = baseline_e2e_ms(ctx, engine, batch, len(raw) - len(kept), len(kept))
         counts = [n for _, _, n in kept]
         loads = None if None in counts else sum(counts)
         fields.update(baseline_e2e_ms=baseline, lora_overhead=metrics["e2e_ms"] / baseline, timed_adapter_loads=loads)
