@@ -163,6 +163,16 @@ def test_a_changed_adapter_shows_in_digest_mismatches(standin):
     assert lora["digest_mismatches"].to_dict() == {0: 0, 1: 1}
 
 
+def test_a_changed_adapter_counts_once_a_residency_request_not_again_in_its_repeat(standin):
+    """Each tier's request is sent again at once to take its adapter's slot cost out; the
+    repeat's answer is a slot's, not the tier's, and is not judged again."""
+    plugin = StandIn(Costs(), altered={1: ["a0"]}, virtual_clock=True)
+    result, rows, _ = standin(None, "-k", "residency", plugin=plugin, matrix={"builds": 2}, residency={"requests": 3})
+    tiers = rows[rows.scenario == "residency"].set_index(["build", "tier"])["digest_mismatches"]
+    # On build 1: the build's check of a0, and each tier's 3 answers.
+    assert tiers.to_dict() == {(b, t): (1 + 3) * b for b in (0, 1) for t in ("slot", "cpu", "disk")}
+
+
 def test_mixed_at_batch_size_one_is_skipped_with_the_reason(standin):
     result, rows, _ = standin(Costs(), "-k", "multilora", "-rs", matrix={"workloads": ["mixed"], "batch_sizes": [1, 4]})
     assert ran(result) == (1, 0)

@@ -120,16 +120,18 @@ class _Probe:
         self.loads: list[float] = []
         self.wrong = 0
 
-    def request(self, i: int, sent: Adapter) -> RoundSample:
+    def request(self, i: int, sent: Adapter, *, judged: bool = True) -> RoundSample:
         """The probe sent with ``sent`` (the target, or its alias), recorded as the target's;
-        salted apart with prefix caching on, so that its repeats are not served from its cache."""
+        salted apart with prefix caching on, so that its repeats are not served from its cache.
+        ``judged``: its answer is the tier's, and a wrong one counts in ``digest_mismatches``
+        (a repeat's adapter is in a slot by then: its answer is not the tier's)."""
         salt = self.engine.cold_salt()
         start = self.engine.loop.time()
         outputs = self.engine.generate(
             [self.batch.requests[0].prompt], [sent], OUTPUT_LEN, greedy=True, cache_salt=salt
         )
         elapsed = self.engine.loop.time() - start
-        self.wrong += not self.ctx.digests.matches(self.target, outputs[0].outputs[0].token_ids)
+        self.wrong += judged and not self.ctx.digests.matches(self.target, outputs[0].outputs[0].token_ids)
         return measure_round(i, elapsed, outputs, self.batch, OUTPUT_LEN)
 
     def measure(self, n: int) -> None:
@@ -141,7 +143,7 @@ class _Probe:
             sent, load_s = set_up(engine, self.tier, target, self.others)
             try:
                 self.rounds.append(self.request(i, sent))
-                again = self.request(i, sent).requests[0].ttft_ms
+                again = self.request(i, sent, judged=False).requests[0].ttft_ms
             finally:
                 if sent is not target:
                     _drop_alias(engine, sent)
