@@ -116,7 +116,17 @@ def test_cli_generates_for_a_7b_config_without_the_model(tmp_path, capsys):
         (["--base", "/no/such/model"], "no config.json there"),
         (["--base", "builtin:nope"], "built-in models are tiny-llama"),
         (["--base", "builtin:tiny-llama", "--target-modules", "qkv"], "unknown target modules"),
-        (["--base", "builtin:tiny-llama", "--count", "0"], "--count 0: give 1 or more adapters"),
+        (
+            ["--base", "builtin:tiny-llama", "--count", "0"],
+            "argument --count: expected a whole number above 0, got '0'",
+        ),
+        # A repeated rank named two adapters alike; an empty list or a rank of 0 failed in the generator.
+        *(
+            (["--base", "builtin:tiny-llama", "--ranks", ranks], f"list of ranks above 0, each once, got '{ranks}'")
+            for ranks in ("8,8", ",", "-8", "0")
+        ),
+        (["--base", "builtin:tiny-llama", "--target-modules", ","], "list of module names, each once, got ','"),
+        (["--base", "builtin:tiny-llama", "--seed", "-1"], "argument --seed: expected a whole number from 0 to"),
         (["--base", "builtin:tiny-llama", "--prompts", "missing.json"], "--prompts missing.json: No such file"),
     ],
 )

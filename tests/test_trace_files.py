@@ -121,6 +121,7 @@ GENERATE = ["trace", "generate", "-R", "5", "--duration", "10"]
         (["-n", "0"], "num_adapters must be at least 1, got 0"),
         (["-n", "2", "--popularity-alpha", "0"], "alpha must be above 0"),
         (["-n", "2", "--rate", "inf"], "rate must be above 0 requests/s and finite, got inf"),
+        (["-n", "2", "--seed", "-1"], "argument --seed: expected a whole number from 0 to 4294967295, got '-1'"),
         (["-n", "2", "--adapters", "missing.json"], "--adapters: adapters file missing.json not found"),
         (["-n", "2", "--rate", "0.001", "--duration", "1"], "no request arrives in --duration 1 s at --rate 0.001"),
         (["-n", "2", "--out", "no/such/folder/t.jsonl"], "--out no/such/folder/t.jsonl: No such file"),

@@ -11,19 +11,9 @@ import json
 import sys
 from pathlib import Path
 
+from lorabench.cli.types import distinct_list, positive_int, seed
+
 BAD_INPUT = 2
-
-
-def _csv(kind: type) -> object:
-    def parse(text: str) -> list:
-        try:
-            return [kind(part) for part in text.split(",") if part]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list of {kind.__name__}, got {text!r}"
-            ) from None
-
-    return parse
 
 
 class _BadInput(ValueError):
@@ -64,8 +54,6 @@ def _generate(args: argparse.Namespace) -> int:
     from lorabench.load.adapters import generate_dummy_adapters
 
     try:
-        if args.count < 1:
-            raise _BadInput(f"--count {args.count}: give 1 or more adapters")
         config = _base_config(args.base)
         adapters = generate_dummy_adapters(
             config,
@@ -103,15 +91,16 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     )
     gen.add_argument("--base", required=True, help="base model folder or its config.json, or builtin:tiny-llama")
     gen.add_argument("--out", required=True, help="folder for the adapters and adapters.json")
-    gen.add_argument("--count", type=int, default=8, help="number of adapters")
-    gen.add_argument("--ranks", type=_csv(int), default=[8, 16], help="ranks to cycle through, e.g. 8,16,32,64")
+    gen.add_argument("--count", type=positive_int, default=8, help="number of adapters")
+    ranks = distinct_list(positive_int, "ranks above 0")
+    gen.add_argument("--ranks", type=ranks, default=[8, 16], help="ranks to cycle through, e.g. 8,16,32,64")
     gen.add_argument(
         "--target-modules",
-        type=_csv(str),
+        type=distinct_list(str, "module names"),
         default=["q_proj", "k_proj", "v_proj", "o_proj"],
         help="the modules each adapter adapts, e.g. q_proj,v_proj",
     )
     gen.add_argument("--prompts", help="prompts.json whose prompts are given to the adapters in turn")
-    gen.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    gen.add_argument("--seed", type=seed, default=0, help="seed of the random weights")
     gen.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16", help="weights' dtype")
     gen.set_defaults(func=_generate)

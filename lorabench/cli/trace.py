@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lorabench.cli.types import seed
+
 
 def _range(text: str) -> tuple[int, int]:
     try:
@@ -196,7 +198,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         )
     tgen.add_argument("--lengths", choices=["uniform", "longtail"], default="uniform", help="how lengths spread")
     tgen.add_argument("--duration", type=float, default=300.0, help="seconds of trace")
-    tgen.add_argument("--seed", type=int, default=0, help="seed of the arrivals, lengths and adapters")
+    tgen.add_argument("--seed", type=seed, default=0, help="seed of the arrivals, lengths and adapters")
     tgen.set_defaults(func=_trace_generate)
     tstats = traces.add_parser(
         "stats", help="what a trace holds: rate over time, lengths, adapter shares, and an import's steps"
@@ -263,7 +265,7 @@ def _add_trace_import(traces: Any) -> None:
     _add_adapters(labels, required=False)
     labels.add_argument("--adapter-names", action=Renamed, now="--adapters")
     labels.add_argument("--popularity", help="powerlaw:ALPHA, zipf:ALPHA, uniform (default) or round-robin")
-    labels.add_argument("--seed", type=int, default=0, help="seed of the popularity draw")
+    labels.add_argument("--seed", type=seed, default=0, help="seed of the popularity draw")
     labels.add_argument(
         "--label-column",
         help="give each of this column's values its own adapter instead (folded by request count when there are "
