@@ -7,15 +7,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from lorabench.config.strict import SEED_MAX
+
 
 def seed(text: str) -> int:
-    """A random seed as numpy and vLLM take one: a whole number from 0 to 2**32 - 1."""
+    """A random seed, as a config's seed fields take one."""
     try:
         value = int(text)
     except ValueError:
         value = -1
-    if not 0 <= value < 2**32:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {2**32 - 1}, got {text!r}")
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to {SEED_MAX}, got {text!r}")
     return value
 
 

@@ -18,12 +18,12 @@ def check_generation(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
     if not isinstance(parsed.adapters, GeneratedAdapters):
         return []
     spec, problems = parsed.adapters.generate, []
-    largest = min(as_list(parsed.engine.max_lora_rank))
-    over = [rank for rank in spec.ranks if rank > largest]
+    limit = min(as_list(parsed.engine.max_lora_rank))  # every configuration's
+    over = [rank for rank in spec.ranks if rank > limit]
     if over:
         problems.append(
             f"{path}: field 'adapters.generate.ranks' has bad value {over[0]}: it is above "
-            f"engine.max_lora_rank={largest}: lower the rank to {largest} or less, or raise max_lora_rank"
+            f"engine.max_lora_rank={limit}: lower the rank to {limit} or less, or raise max_lora_rank"
         )
     try:
         module_shapes(json.loads((model / "config.json").read_text()), spec.target_modules)

@@ -167,7 +167,7 @@ class Serve(Strict):
     @field_validator("health_timeout_s", "stop_timeout_s")
     @classmethod
     def _seconds(cls, value: float, info: ValidationInfo) -> float:
-        if value <= 0:  # not finite: refused for every section (Strict)
+        if value <= 0:  # Infinity and NaN: refused in every section (Strict)
             what = {
                 "health_timeout_s": "how long vllm serve may take to answer /health, such as 1800 for a model "
                 "that loads for up to half an hour",

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 # A random seed, as numpy and vLLM take one.
-Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+SEED_MAX = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX)]
 
 
 class Strict(BaseModel):
