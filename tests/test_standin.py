@@ -109,6 +109,16 @@ def test_load_share_follows_the_lru_arithmetic(standin):
     assert by_size.at[6, "ttft_ms"] > by_size.at[4, "ttft_ms"] + 2 - TIMER_MS
 
 
+def test_a_worker_extension_of_the_configs_own_leaves_the_load_counts_blank_and_says_so(standin):
+    """vLLM takes one worker extension: the config's replaces lorabench's counter. The cases
+    still pass, their counts blank rather than guessed."""
+    engine = {"worker_extension_cls": "my_project.Extension"}
+    result, rows, _ = standin(Costs(), "-k", "multilora or working_set", engine=engine, working_set={"sizes": [2]})
+    assert ran(result) == (2, 0)
+    assert rows[["timed_adapter_loads", "load_share"]].isna().all().all()
+    result.stdout.fnmatch_lines(["*engine.worker_extension_cls replaces lorabench's own*stay blank*"])
+
+
 def test_without_benchmarking_the_baseline_runs_one_unwarmed_round_as_the_lora_case(standin):
     """With --benchmark-disable the LoRA case runs once, unwarmed: its baseline must too. A
     baseline over the config's warm-up and measured rounds compared a cold LoRA round with
@@ -117,7 +127,8 @@ def test_without_benchmarking_the_baseline_runs_one_unwarmed_round_as_the_lora_c
     # Rounds of seconds on the virtual clock: a warm-up timed anywhere shows in the wall-time line.
     result, rows, _ = standin(Costs(decode_ms_per_step=100), "--benchmark-disable", "-k", "multilora", matrix=matrix)
     assert rows["rounds"].tolist() == [1] and rows["warmup_rounds"].tolist() == [0]
-    result.stdout.re_match_lines([r".*warm-ups 0\.0 s.*"])
+    # One LoRA round on the wall clock (about 0 s here) and one baseline round of 0.4 s.
+    result.stdout.re_match_lines([r".*measured 0\.4 s \(\d+ %\), warm-ups 0\.0 s.*"])
 
 
 def test_working_set_loads_are_the_loads_the_engine_did(standin):
@@ -141,7 +152,6 @@ def test_working_set_loads_are_the_loads_the_engine_did(standin):
     assert by_size.at[5, "e2e_ms"] - by_size.at[4, "e2e_ms"] == pytest.approx(2 * disk, abs=2 * TIMER_MS)
 
 
-@pytest.mark.realtime
 @pytest.mark.realtime
 def test_a_late_sender_shows_in_send_lag(standin):
     online = {"warmup_s": 0, "suites": [{"num_adapters": [2], "rate": [100], "duration": 0.15, "output_range": [2, 4]}]}
@@ -185,10 +195,10 @@ def test_a_row_breaking_its_declared_columns_is_written_then_fails(standin, monk
     from lorabench.scenarios import SCENARIOS
 
     multilora = SCENARIOS["multilora"]
-    monkeypatch.setattr(multilora, "columns", multilora.columns - {"timed_adapter_loads"})
+    monkeypatch.setattr(multilora, "columns", multilora.columns - {"lora_overhead"})
     result, rows, samples = standin(Costs(), "-k", "multilora")
     assert ran(result) == (0, 1)
-    result.stdout.fnmatch_lines(["*columns filled but not declared: timed_adapter_loads (the row is written to *"])
+    result.stdout.fnmatch_lines(["*columns filled but not declared: lora_overhead (the row is written to *"])
     assert len(rows) == 1 and len(samples) == 2 * 2, "the finished measurement is on disk"
 
 
@@ -213,6 +223,17 @@ def test_the_engines_environment_is_set_for_its_build_and_restored_after(standin
     assert ran(result) == (3, 0)
     assert all(e.environ_seen.get("LOREM_IPSUM_KNOB") == "7" for e in plugin.engines) and plugin.engines
     assert environ() == before
+
+
+def test_the_engines_processes_hash_strings_alike_in_every_build_unless_the_config_says(standin, monkeypatch):
+    """vLLM orders a step's adapter loads by a set hashed by name: seeded alike, every build
+    loads in one order, and timed_adapter_loads does not move with a random seed."""
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    for env, seed in (({}, "0"), ({"PYTHONHASHSEED": "7"}, "7")):
+        plugin = StandIn(virtual_clock=True)
+        standin(None, "-k", "multilora", plugin=plugin, env=env)
+        assert [e.environ_seen.get("PYTHONHASHSEED") for e in plugin.engines] == [seed] * len(plugin.engines) != []
+        assert "PYTHONHASHSEED" not in os.environ
 
 
 def test_a_dead_engine_fails_its_cases_with_the_reason_and_keeps_finished_rows(standin):

@@ -26,7 +26,9 @@ METRIC_COLUMNS = frozenset(
     col for name in (*PER_REQUEST_METRICS, "e2e_ms") for col in (name, *(f"{name}_p{p}" for p in PERCENTILES))
 ) | {"output_tokens_per_s"}
 COLUMNS = METRIC_COLUMNS | {"batch_size", "input_len", "output_len"}
-LORA_COLUMNS = frozenset({"baseline_e2e_ms", "lora_overhead", "timed_adapter_loads"})
+LORA_COLUMNS = frozenset({"baseline_e2e_ms", "lora_overhead"})
+# Counted in vLLM's worker, by lorabench's extension: blank where the config brings its own.
+COUNTED_COLUMNS = frozenset({"timed_adapter_loads"})
 MIXED_COLUMNS = frozenset({"base_share", "base_ttft_ms", "lora_ttft_ms", "base_decode_ms", "lora_decode_ms"})
 SKEWED_COLUMNS = frozenset({"skew_alpha"})
 PREFIX_COLUMNS = frozenset({"shared_prefix_len", "shared_prefix_share"})

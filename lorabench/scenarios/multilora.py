@@ -12,6 +12,7 @@ from lorabench.load.workload import base_requests
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import (
     COLUMNS,
+    COUNTED_COLUMNS,
     LORA_COLUMNS,
     MIXED_COLUMNS,
     PREFIX_COLUMNS,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 class MultiLora(Scenario):
     name = "multilora"
     columns = COLUMNS | LORA_COLUMNS
-    maybe_columns = MIXED_COLUMNS | SKEWED_COLUMNS | PREFIX_COLUMNS
+    maybe_columns = MIXED_COLUMNS | SKEWED_COLUMNS | PREFIX_COLUMNS | COUNTED_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         share = file.matrix.mixed_base_share

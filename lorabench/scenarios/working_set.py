@@ -26,7 +26,7 @@ from lorabench.config.target import INPROCESS
 from lorabench.load.workload import Batch, Request, synthetic_prompt
 from lorabench.measure.latency import RoundSample, measure_round, summarize
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
-from lorabench.scenarios.batch import METRIC_COLUMNS
+from lorabench.scenarios.batch import COUNTED_COLUMNS, METRIC_COLUMNS
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile
@@ -38,14 +38,9 @@ DEFAULT_INPUT_LEN = 32
 
 class WorkingSet(Scenario):
     name = "working_set"
-    columns = METRIC_COLUMNS | {
-        "batch_size",
-        "input_len",
-        "output_len",
-        "working_set",
-        "load_share",
-        "timed_adapter_loads",
-    }
+    columns = METRIC_COLUMNS | {"batch_size", "input_len", "output_len", "working_set"}
+    # Counted in vLLM's worker: blank where the config brings its own worker extension.
+    maybe_columns = COUNTED_COLUMNS | {"load_share"}
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         if file.working_set is None:

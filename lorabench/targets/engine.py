@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,10 @@ from lorabench.targets.engine_requests import Requests
 from lorabench.targets.timeline import Recorder
 
 SPAWN = "VLLM_WORKER_MULTIPROC_METHOD"
+# vLLM loads a step's adapters in the order of a set of requests hashed by name: with the
+# engine's processes' string hashes seeded alike, every build loads them in one order (a
+# random one per process made timed_adapter_loads, and the waves' times, differ by build).
+HASH_SEED = "PYTHONHASHSEED"
 # How often a wait for an idle engine asks it.
 IDLE_POLL_S = 0.01
 
@@ -109,7 +114,8 @@ class Engine(AdapterCache, Requests):
         return f"lorabench-{uuid.uuid4().hex}" if self.spec.enable_prefix_caching else None
 
     def _environment(self) -> dict[str, str]:
-        """The config's variables, plus spawn for the engine's processes on an accelerator.
+        """The config's variables, plus spawn for the engine's processes on an accelerator
+        and their string hashes seeded (``HASH_SEED``).
 
         vLLM forks its engine core unless something forces spawn; it forces it for an
         initialized CUDA context and on the CPU, not on Ascend, where a forked child
@@ -119,6 +125,8 @@ class Engine(AdapterCache, Requests):
         env = {k: str(v) for k, v in self.config.file.env.items()}
         if self.device_type in ACCELERATORS and SPAWN not in env and SPAWN not in os.environ:
             env[SPAWN] = "spawn"
+        if HASH_SEED not in env and HASH_SEED not in os.environ:
+            env[HASH_SEED] = "0"
         return env
 
     def __enter__(self) -> Engine:
@@ -175,12 +183,19 @@ class Engine(AdapterCache, Requests):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        kwargs = self.config.llm_kwargs(self.spec)
-        if self.spec.enable_lora:  # counts the adapters vLLM loads, unless the config brings its own
-            kwargs.setdefault("worker_extension_cls", vllm_worker.QUALNAME)
-        self.counts_disk_loads = kwargs.get("worker_extension_cls") == vllm_worker.QUALNAME
-        args = AsyncEngineArgs(**kwargs)
+        args = AsyncEngineArgs(**self._with_load_counter(self.config.llm_kwargs(self.spec)))
         return AsyncLLM.from_engine_args(args, **self.timeline.vllm_kwargs(AsyncLLM))
+
+    def _with_load_counter(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's arguments with lorabench's worker extension, which counts the adapters vLLM
+        loads from disk (``disk_loads``), unless the config brings its own: then the counts
+        stay blank, and a warning says why."""
+        if self.spec.enable_lora:
+            kwargs.setdefault("worker_extension_cls", vllm_worker.QUALNAME)
+            self.counts_disk_loads = kwargs["worker_extension_cls"] == vllm_worker.QUALNAME
+            if not self.counts_disk_loads:
+                warnings.warn(vllm_worker.REPLACED, RuntimeWarning, stacklevel=2)
+        return kwargs
 
     def _failure(self, exc: Exception) -> str:
         """One line: what the engine's own processes said, else what this process caught."""

@@ -17,6 +17,10 @@ from typing import Any
 QUALNAME = "lorabench.targets.vllm_worker.DiskLoadCounter"
 # The method ``collective_rpc`` calls; the stand-in engine answers the same name.
 DISK_LOADS = "lorabench_disk_loads"
+REPLACED = (
+    "engine.worker_extension_cls replaces lorabench's own, which counts vLLM's adapter loads from disk: "
+    "timed_adapter_loads and load_share stay blank"
+)
 
 
 class DiskLoadCounter:

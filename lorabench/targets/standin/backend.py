@@ -42,7 +42,7 @@ class StandInEngine(Engine):
         llm = StandInLLM(self.costs, self.spec, max_num_seqs, self.weights, self.timeline.factories())
         llm.die_after = self.die_after
         self.stats_sent = llm.stats_sent
-        self.counts_disk_loads = self.spec.enable_lora  # as lorabench's worker extension in vLLM
+        self._with_load_counter(self.config.llm_kwargs(self.spec))  # counts as the extension in vLLM
         return llm
 
     def new_loop(self) -> asyncio.AbstractEventLoop:
