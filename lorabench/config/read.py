@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,10 @@ def _loc(loc: tuple[Any, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif not part.isidentifier() or part in _UNION_TAGS or (part[0].isupper() and not part.isupper()):
-            continue  # pydantic's name for a union member (a model's CamelCase name), not a field
+        elif out == "env":  # a variable's name, whatever its case
+            out += f".{part}"
+        elif not part.isidentifier() or part in _UNION_TAGS or part[0].isupper():
+            continue  # pydantic's name for a union member, not a field
         else:
             out += f".{part}" if out else part
     return out
@@ -115,6 +118,17 @@ def read_config_file(path: Path) -> ConfigFile:
     return parsed
 
 
+def _finite(value: Any) -> bool:
+    """No Infinity or NaN anywhere in an engine argument, its objects and lists included."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True
+
+
 # vLLM's arguments that lorabench reads itself, each a count: "256" failed inside lorabench.
 COUNTS_READ = ("max_model_len", "max_num_seqs", "tensor_parallel_size", "pipeline_parallel_size")
 
@@ -129,6 +143,16 @@ def _check_engine_args(parsed: ConfigFile, path: Path) -> list[str]:
         value = extra.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             problems.append(f"{path}: field 'engine.{key}' has bad value {value!r}: give a whole number, 1 or more")
+    if not isinstance(extra.get("worker_extension_cls", ""), str):
+        value = extra["worker_extension_cls"]
+        problems.append(
+            f"{path}: field 'engine.worker_extension_cls' has bad value {value!r}: give a class's dotted path"
+        )
+    problems += [
+        f"{path}: field 'engine.{key}' has bad value {value!r}: give a finite number"
+        for key, value in parsed.engine.model_dump().items()
+        if not _finite(value)
+    ]
     for spec in engine_specs(parsed, with_lora_off=False):
         if spec.max_cpu_loras < spec.max_loras:
             problems.append(

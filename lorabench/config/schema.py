@@ -8,6 +8,7 @@ the files it names, or vLLM, live in ``resolve``. The sections that replay trace
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import (
@@ -207,6 +208,10 @@ class History(Strict):
         return value
 
 
+# A variable's name as a shell and os.environ take it ("A=B" or "" failed in every case).
+ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
 class ConfigFile(Strict):
     """The JSON document as written; paths are still relative to its folder."""
 
@@ -219,6 +224,18 @@ class ConfigFile(Strict):
     output: str | None = None
     engine: EngineArgs = EngineArgs()
     env: dict[str, str | int | float] = {}
+
+    @field_validator("env")
+    @classmethod
+    def _variables(cls, value: dict[str, Any]) -> dict[str, Any]:
+        named = next((k for k in value if not re.fullmatch(ENV_NAME, k)), None)
+        if named is not None:
+            raise ValueError(f"{named!r} is no variable's name: use letters, digits and _, not a digit first")
+        bad = next((k for k, v in value.items() if isinstance(v, str) and "\x00" in v), None)
+        if bad is not None:
+            raise ValueError(f"{bad}'s value holds a NUL character, which no environment variable can")
+        return value
+
     matrix: Matrix
     online: Online | None = None
     residency: Residency | None = None
