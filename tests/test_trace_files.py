@@ -144,6 +144,9 @@ def test_bad_generate_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch
         (2, {"input_len": 0}, "line 2: input_len 0 is not a number of tokens above 0"),
         (5, {"output_len": -3}, "line 5: output_len -3 is not a number of tokens above 0"),
         (1, {"params": {"duration": 0}}, "the header's duration 0.0 is not a number of seconds above 0"),
+        (2, {"input_len": True}, "line 2: TypeError: arrival_s is not a number, or a length not a whole number"),
+        (3, {"input_len": 10**20}, "line 3: OverflowError: int too big to convert"),
+        (4, {"arrival_s": 10**400}, "line 4: OverflowError: int too large to convert to float"),
     ],
 )
 def test_a_trace_with_figures_no_replay_can_use_is_one_line_and_exit_2(tmp_path, capsys, line, change, expected):
@@ -155,7 +158,8 @@ def test_a_trace_with_figures_no_replay_can_use_is_one_line_and_exit_2(tmp_path,
     path.write_text("\n".join(lines) + "\n")
     capsys.readouterr()
     assert cli.main(["trace", "stats", str(path)]) == 2
-    assert f"t.jsonl: not a readable lorabench trace (ValueError: {expected})" in one_line(capsys, "stats")
+    said = one_line(capsys, "stats")
+    assert "t.jsonl: not a readable lorabench trace (" in said and expected in said, said
 
 
 def test_an_unreadable_trace_is_one_line_and_exit_2(tmp_path, capsys):

@@ -167,6 +167,12 @@ def load(path: Path) -> TraceData:
                 if line.strip():
                     r = json.loads(line)
                     lines.append(number)
+                    if (
+                        type(r["arrival_s"]) is bool
+                        or type(r["input_len"]) is not int
+                        or type(r["output_len"]) is not int
+                    ):
+                        raise TypeError("arrival_s is not a number, or a length not a whole number of tokens")
                     arrival.append(r["arrival_s"])
                     adapter.append(index[r["adapter"]])
                     inputs.append(r["input_len"])
@@ -176,7 +182,7 @@ def load(path: Path) -> TraceData:
         hash_ids = HashIds.from_lists(ids) if hashed else None
         number = 1  # the figures' own checks name their line
         _check_figures(duration, lines, arrival, inputs, outputs)
-    except (OSError, KeyError, TypeError, ValueError) as exc:
+    except (OSError, KeyError, TypeError, ValueError, OverflowError) as exc:
         where = f"line {number}: " if number > 1 else ""
         raise ValueError(
             f"{path}: not a readable lorabench trace ({where}{type(exc).__name__}: {exc}): "
