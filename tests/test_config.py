@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from lorabench.cli import main as cli
 from lorabench.config import ConfigError, EngineSpec, engine_specs, online_cases, read_config_file, resolve_config
 from lorabench.load import builtin
 from lorabench.load.adapters import GENERATOR_VERSION
@@ -223,9 +224,19 @@ def test_a_churn_suite_is_checked_as_an_online_one_before_any_engine(tiny_config
     suites += [{"name": "d", "num_adapters": [2], "rate": [2], "duration": 3, "input_range": [8, 200]}]
     message = problems_of(tiny_config(churn={"suites": suites, "adapters": 1}))
     assert "field 'churn.suites[0].trace': " in message and "missing.jsonl: not a readable lorabench trace" in message
+    assert "field 'churn.adapters'" not in message, "a file that does not read is said once, by its suite"
     assert (
         "field 'churn.suites[1].input_range': the longest request, 264 tokens, exceeds engine.max_model_len" in message
     )
+
+
+def test_a_churn_suite_replaying_a_file_needs_its_adapters_and_the_churned_ones(tiny_config, tmp_path):
+    """The working set is the file's header's adapters: 3 here, and 2 churned after them."""
+    trace = tmp_path / "t.jsonl"
+    assert cli.main(["trace", "generate", "-n", "3", "-R", "5", "--duration", "4", "--out", str(trace)]) == 0
+    churn = {"suites": [{"name": "c", "trace": str(trace), "rate": [2], "duration": 3}], "adapters": 2}
+    message = problems_of(tiny_config(churn=churn))
+    assert "field 'churn.adapters' has bad value 2: with a trace of 3 adapters it needs 5, but only 4" in message
 
 
 def test_missing_required_field(tmp_path):

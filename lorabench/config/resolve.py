@@ -18,7 +18,6 @@ from lorabench.config.expand import BenchConfig, as_list, shape_of
 from lorabench.config.generated import check_generation
 from lorabench.config.read import ConfigError, check_against_vllm, read_json
 from lorabench.config.schema import ConfigFile, GeneratedAdapters
-from lorabench.config.trace_sections import Churn
 from lorabench.config.traces import check_traces, length_limit
 from lorabench.load import builtin
 from lorabench.load.adapters import Adapter, read_adapters_file, read_rank
@@ -264,28 +263,14 @@ def _by_selection(by_section: dict[str, list[str]], runs: Collection[str] | None
 def _sections_needing_adapters(
     path: Path, parsed: ConfigFile, configured: int, needs_lora: bool
 ) -> dict[str, list[str]]:
-    """The working_set and churn sections' adapter counts, by the scenario that runs each."""
-    found: dict[str, list[str]] = {"working_set": [], "churn": []}
+    """The working_set section's adapter count (churn's is checked with its traces)."""
+    found: dict[str, list[str]] = {"working_set": []}
     if parsed.working_set and needs_lora and max(parsed.working_set.sizes) > configured:
         found["working_set"].append(
             f"{path}: field 'working_set.sizes' has bad value {max(parsed.working_set.sizes)}: only "
             f"{configured} adapters are configured: add adapters or lower it"
         )
-    if parsed.churn and needs_lora:
-        found["churn"] += _check_churn(path, parsed.churn, configured)
     return found
-
-
-def _check_churn(path: Path, churn: Churn, configured: int) -> list[str]:
-    """A churn case cycles adapters after its trace's working set: the config must have them
-    (an imported trace's working set is its header's, read when the case runs)."""
-    largest = max((n for suite in churn.suites for n in suite.num_adapters or ()), default=0)
-    if largest + churn.adapters <= configured:
-        return []
-    return [
-        f"{path}: field 'churn.adapters' has bad value {churn.adapters}: with a trace of {largest} adapters it "
-        f"needs {largest + churn.adapters}, but only {configured} are configured: add adapters or lower it"
-    ]
 
 
 def _check_lengths(path: Path, parsed: ConfigFile, model: Path) -> list[str]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lorabench.config.schema import ConfigFile
-from lorabench.config.trace_sections import TraceShape
+from lorabench.config.trace_sections import Churn, TraceShape
 from lorabench.load.traces.data import TraceData
 from lorabench.load.traces.data import load as load_trace
 from lorabench.load.traces.transforms import from_start, replay_window
@@ -53,6 +53,7 @@ def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) 
         for i, suite in enumerate(parsed.churn.suites):
             field = f"churn.suites[{i}]"
             found["churn"] += _check_shape(path, field, suite, configured, limit, suite.rate, suite.duration)
+        found["churn"] += _check_churned(path, parsed.churn, configured)
     block = parsed.capacity
     if block is not None:
         for i, shape in enumerate(block.shapes):
@@ -61,6 +62,27 @@ def check_traces(path: Path, parsed: ConfigFile, configured: int, limit: Limit) 
                 path, field, shape, configured, limit, (), block.probe_duration_s, min_rate=block.min_rate
             )
     return found
+
+
+def _check_churned(path: Path, churn: Churn, configured: int) -> list[str]:
+    """A churn case cycles adapters after its trace's working set (a synthetic suite's
+    ``num_adapters``, a trace file's header): the config must have them all."""
+    sizes = []
+    for suite in churn.suites:
+        if suite.trace is None:
+            sizes += suite.num_adapters or []
+            continue
+        try:
+            sizes.append(len(load_trace((path.parent / suite.trace).resolve()).adapters))
+        except ValueError:
+            continue  # the suite's own check says why the file does not read
+    largest = max(sizes, default=0)
+    if largest + churn.adapters <= configured:
+        return []
+    return [
+        f"{path}: field 'churn.adapters' has bad value {churn.adapters}: with a trace of {largest} adapters it "
+        f"needs {largest + churn.adapters}, but only {configured} are configured: add adapters or lower it"
+    ]
 
 
 def _check_shape(
