@@ -218,6 +218,24 @@ def test_generated_adapters_are_checked_before_any_is_written(tiny_config, gener
     assert (set(folder.iterdir()) if folder.is_dir() else set()) == before, "nothing generated for a refused config"
 
 
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        ("[]", "does not give a Llama-like decoder's shape (TypeError: "),
+        ('{"hidden_size": 64, "num_attention_heads": 0, "intermediate_size": 8}', "(ZeroDivisionError: "),
+        ('{"hidden_size": "64", "num_attention_heads": 4, "intermediate_size": 8}', "(TypeError: "),
+        ("{not json", "field 'model': "),
+    ],
+)
+def test_generated_adapters_for_a_model_of_no_readable_shape_are_one_line(tiny_config, tmp_path, shape, expected):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(shape)
+    path = tiny_config(model=str(model), engine={"load_format": "dummy"}, adapters={"generate": {"count": 2}})
+    message = problems_of(path)
+    assert expected in message and "\n" not in message, message
+
+
 def test_a_churn_suite_is_checked_as_an_online_one_before_any_engine(tiny_config):
     """A missing trace file or requests too long for the model: found after the engine built."""
     suites = [{"name": "c", "trace": "missing.jsonl", "rate": [2], "duration": 3}]

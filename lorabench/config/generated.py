@@ -25,13 +25,18 @@ def check_generation(path: Path, parsed: ConfigFile, model: Path) -> list[str]:
             f"{path}: field 'adapters.generate.ranks' has bad value {over[0]}: it is above "
             f"engine.max_lora_rank={limit}: lower the rank to {limit} or less, or raise max_lora_rank"
         )
+    base = model / "config.json"
     try:
-        module_shapes(json.loads((model / "config.json").read_text()), spec.target_modules)
-    except ValueError as exc:
+        shape = json.loads(base.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [*problems, f"{path}: field 'model': {base} does not read as JSON ({exc}): give a model folder"]
+    try:
+        module_shapes(shape, spec.target_modules)
+    except ValueError as exc:  # a module the generator does not know
         problems.append(f"{path}: field 'adapters.generate.target_modules': {exc}")
-    except KeyError as exc:
+    except (KeyError, TypeError, ZeroDivisionError, AttributeError) as exc:
         problems.append(
-            f"{path}: field 'adapters.generate': {model / 'config.json'} has no {exc}, which generated "
-            "adapters are shaped by: list adapters from a file instead"
+            f"{path}: field 'adapters.generate': {base} does not give a Llama-like decoder's shape "
+            f"({type(exc).__name__}: {exc}), which generated adapters are shaped by: list adapters from a file instead"
         )
     return problems
