@@ -150,6 +150,13 @@ def _check_figures(duration: float, lines: array, arrival: array, inputs: array,
             raise ValueError(f"line {lines[i]}: {field} {values[i].item()!r} {why}")
 
 
+def header_adapters(path: Path) -> list[str]:
+    """The adapters a trace file's header names, its requests unread (a check that needs
+    only them need not read millions of lines); raises what ``load`` raises, unexplained."""
+    with Path(path).open(encoding="utf-8") as f:
+        return _header_fields(json.loads(f.readline()))[0]
+
+
 def load(path: Path) -> TraceData:
     """Read a trace file of either version; a bad line is named by its number."""
     path = Path(path)
