@@ -412,7 +412,11 @@ class BrokenImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def break_import(monkeypatch, name: str, error: Exception) -> None:
-    monkeypatch.delitem(sys.modules, name, raising=False)
+    """The module and every submodule out of ``sys.modules`` for the test: where an earlier
+    test of the worker imported the real vLLM (a cold names cache does), a submodule left
+    there would be read instead of the broken import."""
+    for loaded in [key for key in sys.modules if key == name or key.startswith(f"{name}.")]:
+        monkeypatch.delitem(sys.modules, loaded)
     monkeypatch.setattr(sys, "meta_path", [BrokenImport(name, error), *sys.meta_path])
 
 
