@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from lorabench.load.workload import Batch
+from lorabench.results.columns import PER_REQUEST_METRICS
 from lorabench.results.records import Sample
-from lorabench.results.schema import PER_REQUEST_METRICS
 from lorabench.results.stats import summary
 
 

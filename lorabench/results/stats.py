@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from lorabench.results.schema import PERCENTILES
+from lorabench.results.columns import PERCENTILES
 
 
 def percentile(values: Iterable[float], p: float) -> float:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from lorabench.load.workload import Batch, Prompt, build_batch
 from lorabench.measure.latency import measure_round, summarize
 from lorabench.measure.wallclock import MEASURED, WARMUPS
+from lorabench.results.columns import PER_REQUEST_METRICS, PERCENTILES
 from lorabench.results.records import Sample
-from lorabench.results.schema import PER_REQUEST_METRICS, PERCENTILES
 from lorabench.scenarios.base import Context, Outcome, Parametrization
 
 if TYPE_CHECKING:

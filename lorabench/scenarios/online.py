@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from lorabench.config.online_cases import MAYBE_TRACE_COLUMNS, ONLINE_TRACE_COLUMNS, online_cases
 from lorabench.measure import replay, replay_summary
+from lorabench.results.columns import PERCENTILES
 from lorabench.results.progress import trace_reporter
-from lorabench.results.schema import PERCENTILES
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.targets import timeline
 
