@@ -18,7 +18,8 @@ from lorabench.load.traces import data as trace_data
 from lorabench.measure import capacity
 from lorabench.results.records import replays_path_for, samples_path_for
 from lorabench.scenarios import capacity_probes
-from lorabench.targets.engine import IDLE_POLL_S, Engine, EngineDied, is_engine_dead
+from lorabench.targets.engine import IDLE_POLL_S, Engine
+from lorabench.targets.failures import EngineDied, is_engine_dead
 from lorabench.targets.standin import Costs, StandIn, write_config
 from tests.helpers import ROOT, mooncake_like, result_files
 

@@ -8,7 +8,8 @@ import pytest
 
 from lorabench.config import EngineSpec, read_config_file, resolve_config
 from lorabench.load import builtin
-from lorabench.targets.engine import Engine, EngineBuildError
+from lorabench.targets.engine import Engine
+from lorabench.targets.failures import EngineBuildError
 from lorabench.targets.vllm_args import engine_arg_names
 
 pytestmark = pytest.mark.engine

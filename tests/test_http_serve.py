@@ -16,7 +16,7 @@ import pytest
 from lorabench.config import EngineSpec, read_config_file, resolve_config
 from lorabench.config.target import SERVE, Target
 from lorabench.results.records import replays_path_for
-from lorabench.targets.engine import EngineBuildError
+from lorabench.targets.failures import EngineBuildError
 from lorabench.targets.http.serve import ServeEngine, port_free
 from lorabench.targets.standin import write_config
 from tests.engine_sessions import SERVE_ONLINE

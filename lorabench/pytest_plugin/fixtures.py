@@ -21,7 +21,8 @@ from lorabench.pytest_plugin.terminal import say
 from lorabench.results.files import ResultWriter
 from lorabench.results.provenance import provenance
 from lorabench.scenarios.case import BenchCase
-from lorabench.targets.engine import Engine, EngineBuildError
+from lorabench.targets.engine import Engine
+from lorabench.targets.failures import EngineBuildError
 
 
 def state_for_run(config: pytest.Config) -> BenchState:

@@ -20,7 +20,7 @@ from lorabench.results.records import ProbeRecord
 from lorabench.scenarios.base import Context, Outcome
 from lorabench.targets import timeline
 from lorabench.targets.clock import now
-from lorabench.targets.engine import EngineDied, is_engine_dead
+from lorabench.targets.failures import EngineDied, is_engine_dead
 
 if TYPE_CHECKING:
     from pathlib import Path

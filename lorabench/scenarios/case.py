@@ -26,7 +26,8 @@ from lorabench.results.records import SAMPLE_KEY
 from lorabench.results.schema import ENGINE_ONLY, ResultRow
 from lorabench.results.schema_check import SchemaError, check_row
 from lorabench.scenarios import Context, Outcome, Scenario
-from lorabench.targets.engine import Engine, is_engine_dead
+from lorabench.targets.engine import Engine
+from lorabench.targets.failures import is_engine_dead
 
 
 @dataclass

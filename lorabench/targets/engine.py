@@ -15,7 +15,6 @@ import gc
 import itertools
 import os
 import subprocess
-import sys
 import time
 import uuid
 import warnings
@@ -36,6 +35,7 @@ from lorabench.targets import vllm_worker
 from lorabench.targets.clock import now
 from lorabench.targets.engine_adapters import AdapterCache
 from lorabench.targets.engine_requests import Requests
+from lorabench.targets.failures import EngineBuildError, EngineDied
 from lorabench.targets.timeline import Recorder
 
 SPAWN = "VLLM_WORKER_MULTIPROC_METHOD"
@@ -45,14 +45,6 @@ SPAWN = "VLLM_WORKER_MULTIPROC_METHOD"
 HASH_SEED = "PYTHONHASHSEED"
 # How often a wait for an idle engine asks it.
 IDLE_POLL_S = 0.01
-
-
-class EngineBuildError(RuntimeError):
-    """An engine failed to build; the message carries the reason its own processes gave."""
-
-
-class EngineDied(RuntimeError):
-    """A process of the engine is gone."""
 
 
 @dataclass
@@ -284,18 +276,6 @@ class Engine(AdapterCache, Requests):
             await asyncio.sleep(IDLE_POLL_S)
             left = self.unfinished_requests()
         return now() - started, left
-
-
-def is_engine_dead(exc: BaseException) -> bool:
-    """Whether ``exc`` means the engine core is gone (killed, crashed, out of memory)."""
-    if isinstance(exc, EngineDied):
-        return True
-    # Only an imported vLLM raises its error: asking needs no import (seconds, on a stand-in).
-    exceptions = sys.modules.get("vllm.v1.engine.exceptions")
-    if exceptions is None:
-        return False
-    dead = exceptions.EngineDeadError
-    return isinstance(exc, dead) or isinstance(exc.__cause__, dead)
 
 
 class VllmBackend:

@@ -32,7 +32,8 @@ from lorabench.config.target import URL, Target
 from lorabench.load.adapters import Adapter
 from lorabench.load.workload import SYNTHETIC_TOKEN_LIMIT, Prompt
 from lorabench.targets import clock
-from lorabench.targets.engine import Engine, EngineBuildError
+from lorabench.targets.engine import Engine
+from lorabench.targets.failures import EngineBuildError
 from lorabench.targets.http.checks import server_mismatches
 from lorabench.targets.http.client import Client, RequestFailed
 from lorabench.targets.http.lora_api import RuntimeApiMissing, RuntimeLoras, served_adapters, server_paths

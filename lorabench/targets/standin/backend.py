@@ -14,7 +14,8 @@ from lorabench.config import BenchConfig, EngineSpec
 from lorabench.host.device import Platform
 from lorabench.load.adapters import Adapter
 from lorabench.load.workload import Prompt
-from lorabench.targets.engine import Engine, EngineDied
+from lorabench.targets.engine import Engine
+from lorabench.targets.failures import EngineDied
 from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.llm import VOCAB_SIZE, LoraRef, Params, StandInLLM
 from lorabench.targets.standin.scheduler import BLOCK_SIZE

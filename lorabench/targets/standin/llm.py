@@ -14,7 +14,7 @@ from typing import Any
 
 from lorabench.config import EngineSpec
 from lorabench.targets import clock
-from lorabench.targets.engine import EngineDied
+from lorabench.targets.failures import EngineDied
 from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.prefix_cache import Owner, PrefixCache
 from lorabench.targets.standin.scheduler import (
