@@ -218,7 +218,7 @@ def standin_replay(pytester, folder: Path, source: Path, fmt: str) -> Path:
 def test_replays_of_two_imported_traces_run_and_are_never_matched(pytester):
     """Each row names its trace by file and sha256 and leaves the synthetic columns blank;
     compare pairs no case of a BurstGPT replay with one of a Mooncake replay."""
-    from lorabench.analysis.compare.load import CompareError
+    from lorabench.analysis.compare import CompareError
     from lorabench.analysis.compare.select import run_comparison
 
     pytester.makepyfile(test_multilora_online=(ROOT / "bench" / "test_multilora_online.py").read_text())

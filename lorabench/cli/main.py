@@ -96,7 +96,7 @@ def _unwritable(option: str, name: str | None, folder: bool) -> str | None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from lorabench.analysis.compare.load import CompareError
+    from lorabench.analysis.compare import CompareError
     from lorabench.analysis.compare.select import run_comparison
     from lorabench.analysis.show import show_comparison
 

@@ -32,7 +32,7 @@ def compare_problems(config: pytest.Config) -> list[str]:
                 "give a result CSV of an earlier run, or A.csv,B.csv"
             )
     from lorabench.analysis.compare import CompareError
-    from lorabench.analysis.compare.analysis import parse_thresholds
+    from lorabench.analysis.compare.options import parse_thresholds
 
     try:
         parse_thresholds(options.value(config, "bench_compare_threshold") or [])

@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+
+class CompareError(Exception):
+    """Input that cannot be compared (files, options); the CLI exits with status 2."""
+
+
 _WHERE = {
     "analysis": (
-        "DEFAULT_ALPHA",
-        "DEFAULT_THRESHOLD",
         "IMPROVED",
         "NOT_SIGNIFICANT",
         "REGRESSED",
@@ -23,14 +26,14 @@ _WHERE = {
         "Finding",
         "Noise",
         "compare",
-        "parse_thresholds",
     ),
-    "load": ("CompareError", "Run", "find_runs", "load_noise_runs", "load_run", "split_paths"),
+    "load": ("Run", "find_runs", "load_noise_runs", "load_run", "split_paths"),
+    "options": ("DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "parse_thresholds"),
     "paired": ("compare_pairs", "is_ab_side"),
     "render": ("RENDERERS", "plot", "render_by_rank", "render_text"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-__all__ = sorted(_MODULE_OF)
+__all__ = sorted([*_MODULE_OF, "CompareError"])
 
 
 def __getattr__(name: str) -> Any:

@@ -31,15 +31,15 @@ build a side and no run noise there is no noise estimate and nothing is tested.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from lorabench.analysis.cases import METRICS, case_of
+from lorabench.analysis.compare import CompareError
 from lorabench.analysis.compare.capacity import CapacityBound
 from lorabench.analysis.compare.failures import failures
-from lorabench.analysis.compare.load import CompareError, Run
+from lorabench.analysis.compare.load import Run
 from lorabench.analysis.compare.noise import (
     BUILDS,
     Noise,
@@ -50,12 +50,11 @@ from lorabench.analysis.compare.noise import (
     side_draws,
     t_sf,
 )
+from lorabench.analysis.compare.options import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from lorabench.analysis.compare.settings import setting_differences
 from lorabench.results.schema import STACK_COLUMNS
 
 PROVENANCE_CHECKED = STACK_COLUMNS
-DEFAULT_THRESHOLD = 0.10
-DEFAULT_ALPHA = 0.05
 
 REGRESSED, IMPROVED = "regressed", "improved"
 WITHIN, NOT_SIGNIFICANT, TOO_FEW = "within threshold", "not significant", "too few builds"
@@ -287,23 +286,3 @@ def _ran_beside(run: Run) -> bool:
     """Whether some row of ``run`` shared its node with another configuration (a fleet's)."""
     column = run.all_rows.get("fleet_neighbours")
     return column is not None and (column.notna() & column.astype(str).str.strip().ne("")).any()
-
-
-def parse_thresholds(values: Sequence[str], default: float = DEFAULT_THRESHOLD) -> tuple[float, dict[str, float]]:
-    """``["5%", "decode_ms=2%"]`` -> (0.05, {"decode_ms": 0.02}); a bare number is a percentage."""
-    per_metric: dict[str, float] = {}
-    for value in values:
-        metric, _, amount = value.rpartition("=")
-        try:
-            fraction = float(amount.strip().rstrip("%")) / 100.0
-        except ValueError:
-            raise CompareError(f"--threshold {value!r}: expected a percentage such as 10% or decode_ms=5%") from None
-        if not 0 <= fraction < math.inf:  # nan too: a threshold of nan would switch the gate off
-            raise CompareError(f"--threshold {value!r}: must be a percentage of 0 or more, such as 5%")
-        if not metric:
-            default = fraction
-        elif metric in METRICS:
-            per_metric[metric] = fraction
-        else:
-            raise CompareError(f"--threshold {value!r}: unknown metric {metric!r}; metrics are {', '.join(METRICS)}")
-    return default, per_metric

@@ -18,15 +18,12 @@ import numpy as np
 import pandas as pd
 
 from lorabench.analysis.cases import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
+from lorabench.analysis.compare import CompareError
 from lorabench.results.records import counted_by_rank, digests_path_for, samples_path_for
 from lorabench.results.schema import CASE_KEY, ENGINE_KEY, OLDER_FILES
 from lorabench.results.search_stops import BRACKETED
 
 PASSED = "_capacity_passed"  # every build's capacity_rps as the file has it, bound or not
-
-
-class CompareError(Exception):
-    """Input that cannot be compared; the CLI exits with status 2."""
 
 
 def _norm(value: Any) -> str:

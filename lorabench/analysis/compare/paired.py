@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from lorabench.analysis.cases import case_of
+from lorabench.analysis.compare import CompareError
 from lorabench.analysis.compare.analysis import (
     Comparison,
     Finding,
@@ -33,7 +34,7 @@ from lorabench.analysis.compare.analysis import (
     shared_cases,
 )
 from lorabench.analysis.compare.failures import failures
-from lorabench.analysis.compare.load import CompareError, Run, load_run
+from lorabench.analysis.compare.load import Run, load_run
 from lorabench.analysis.compare.noise import Noise, case_run_means, detectable, t_sf
 
 PAIRS = "A/B pairs (sd of one pair's log ratio new/base, drift removed)"

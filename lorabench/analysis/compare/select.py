@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lorabench.analysis.compare.analysis import DEFAULT_ALPHA, Comparison, compare, parse_thresholds
+from lorabench.analysis.compare.analysis import Comparison, compare
 from lorabench.analysis.compare.load import Run, find_runs, load_noise_runs, load_run, split_paths
+from lorabench.analysis.compare.options import DEFAULT_ALPHA, parse_thresholds
 from lorabench.analysis.compare.paired import compare_pairs, is_ab_side
 
 
