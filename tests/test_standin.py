@@ -303,7 +303,7 @@ def test_an_adapter_added_while_every_cached_one_serves_evicts_the_oldest_cached
         streams = [llm.generate([1, 2, 3], params, f"r{lora.lora_name}", lora) for lora in (a, b)]
         firsts = [await anext(stream) for stream in streams]  # both running, each in its slot
         added = await llm.add_lora(c)
-        cached, slots = await llm.list_loras(), list(llm.slots)
+        cached, slots = await llm.list_loras(), list(llm.adapters.slots)
         llm.shutdown()
         return added, cached, slots, all(not out.finished for out in firsts)
 

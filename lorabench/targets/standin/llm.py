@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -15,6 +15,7 @@ from typing import Any
 from lorabench.config import EngineSpec
 from lorabench.targets import clock
 from lorabench.targets.failures import EngineDied
+from lorabench.targets.standin.adapter_cache import AdapterCache
 from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.prefix_cache import Owner, PrefixCache
 from lorabench.targets.standin.scheduler import (
@@ -67,10 +68,7 @@ class StandInLLM:
     ) -> None:
         self.costs, self.max_num_seqs, self.weights = costs, max_num_seqs, weights
         self.max_loras = spec.max_loras or 0
-        self.max_cpu_loras = spec.max_cpu_loras or 0
-        self.disk_loads = 0  # adapters read from disk (_to_slot), as vLLM's worker counts them
-        self.cpu: OrderedDict[int, LoraRef] = OrderedDict()
-        self.slots: OrderedDict[int, None] = OrderedDict()
+        self.adapters = AdapterCache(costs, self.max_loras, spec.max_cpu_loras or 0)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.deferred: set[Request] = set()  # waiting requests skipped for a LoRA slot
@@ -117,17 +115,16 @@ class StandInLLM:
         place, the weights are read again (they change the adapter's answers), as from disk."""
         if load_inplace:
             self.weights = {**self.weights, lora.lora_name: f"{self.weights.get(lora.lora_name, '')}+reloaded"}
-            self.cpu.pop(lora.lora_int_id, None)
+            self.adapters.forget(lora.lora_int_id)
         async with self._core:
-            await asyncio.sleep(self._to_slot(lora, self._running_adapters()) / 1000.0)
+            await asyncio.sleep(self.adapters.to_slot(lora, self._running_adapters()) / 1000.0)
         return True
 
     async def remove_lora(self, lora_id: int) -> bool:
-        self.slots.pop(lora_id, None)
-        return self.cpu.pop(lora_id, None) is not None
+        return self.adapters.remove(lora_id)
 
     async def list_loras(self) -> set[int]:
-        return set(self.cpu)
+        return set(self.adapters.cpu)
 
     def get_num_unfinished_requests(self) -> int:
         """Waiting and running requests, aborted ones not yet dropped among them."""
@@ -239,45 +236,10 @@ class StandInLLM:
         lorabench's worker extension adds (``lorabench.targets.vllm_worker``) and no other."""
         if method != DISK_LOADS:
             raise AttributeError(f"the stand-in's worker has no method {method!r}")
-        return [self.disk_loads]
-
-    def _to_slot(self, lora: LoraRef, active: set[int]) -> float:
-        cached = lora.lora_int_id in self.cpu
-        self.disk_loads += not cached
-        cost = 0.0 if cached else self.costs.disk_load_ms
-        self._cache(lora, active)
-        return cost + self._activate(lora.lora_int_id, active)
-
-    def _activate(self, lora_id: int, active: set[int]) -> float:
-        """Into a device slot, evicting the least recently used one that no running request
-        uses. With every slot serving (an ``add_lora`` mid-trace), vLLM evicts one anyway and its
-        next step takes the slot back: here the activation is paid and the adapter stays out;
-        the running adapter's move back into its slot, which vLLM also pays, is not charged."""
-        if lora_id in self.slots:
-            self.slots.move_to_end(lora_id)
-            return 0.0
-        if len(self.slots) >= self.max_loras:
-            idle = next((i for i in self.slots if i not in active), None)
-            if idle is None:
-                return self.costs.slot_load_ms
-            del self.slots[idle]
-        self.slots[lora_id] = None
-        return self.costs.slot_load_ms
+        return [self.adapters.disk_loads]
 
     def _running_adapters(self) -> set[int]:
         return {r.lora.lora_int_id for r in self.running if r.lora}
-
-    def _cache(self, lora: LoraRef, active: set[int]) -> None:
-        """Into the CPU cache, evicting the least recently used adapter no running request
-        uses; with every one in use (an ``add_lora`` while ``max_cpu_loras`` adapters run),
-        the least recently used one, as vLLM's cache does whatever runs."""
-        self.cpu[lora.lora_int_id] = lora
-        self.cpu.move_to_end(lora.lora_int_id)
-        while len(self.cpu) > self.max_cpu_loras:
-            others = [i for i in self.cpu if i != lora.lora_int_id]
-            victim = next((i for i in others if i not in active), others[0])
-            del self.cpu[victim]
-            self.slots.pop(victim, None)
 
     def _emit(self, now: float) -> int:
         """A token to every running request; the preemptions their outputs report."""

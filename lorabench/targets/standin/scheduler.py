@@ -125,6 +125,12 @@ class BlockPool:
         self.used -= self.held.pop(request, 0)
 
 
+class Slots(Protocol):
+    """The adapter caches a scheduled request's adapter is moved into (``adapter_cache``)."""
+
+    def to_slot(self, lora: LoraRef, active: set[int]) -> float: ...
+
+
 class StandInLLM(Protocol):
     """What the scheduler reads and changes of the stand-in engine (``lorabench.targets.standin.llm``),
     named here so that the scheduler does not import the engine that imports it."""
@@ -138,8 +144,7 @@ class StandInLLM(Protocol):
     waiting: deque[Request]
     deferred: set[Request]
     prefix_cache: PrefixCache | None
-
-    def _to_slot(self, lora: LoraRef, active: set[int]) -> float: ...
+    adapters: Slots
 
 
 def kv_tokens(request: Request) -> int:
@@ -197,7 +202,7 @@ def _admit_waiting(llm: StandInLLM, active: set[int], now: float) -> tuple[float
         prompt_tokens += 0 if request.tokens else len(request.prompt)
         cost += llm.prefill_ms_per_token * (kv_tokens(request) - cached)
         if lora is not None:
-            cost += llm._to_slot(lora, active)
+            cost += llm.adapters.to_slot(lora, active)
             active.add(lora.lora_int_id)
     return cost, prompt_tokens
 

@@ -1,0 +1,67 @@
+"""The stand-in's adapter caches, as vLLM's LoRA managers keep them: an LRU cache of
+``max_cpu_loras`` adapters read from disk, and ``max_loras`` device slots they are activated
+into. What a move costs is the test's (``Costs``); which adapter is evicted follows vLLM."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from lorabench.targets.standin.costs import Costs
+from lorabench.targets.standin.scheduler import LoraRef
+
+
+class AdapterCache:
+    """The CPU cache and the device slots, with the loads from disk counted as vLLM's worker
+    counts them (``lorabench.targets.vllm_worker``)."""
+
+    def __init__(self, costs: Costs, max_loras: int, max_cpu_loras: int) -> None:
+        self.costs, self.max_loras, self.max_cpu_loras = costs, max_loras, max_cpu_loras
+        self.disk_loads = 0
+        self.cpu: OrderedDict[int, LoraRef] = OrderedDict()
+        self.slots: OrderedDict[int, None] = OrderedDict()
+
+    def to_slot(self, lora: LoraRef, active: set[int]) -> float:
+        """Into a slot, read from disk first unless cached; the milliseconds it costs.
+        ``active``: the adapters running requests use, which are not evicted while others are."""
+        cached = lora.lora_int_id in self.cpu
+        self.disk_loads += not cached
+        cost = 0.0 if cached else self.costs.disk_load_ms
+        self._cache(lora, active)
+        return cost + self._activate(lora.lora_int_id, active)
+
+    def remove(self, lora_id: int) -> bool:
+        """Out of its slot and the cache; whether it was cached."""
+        self.slots.pop(lora_id, None)
+        return self.cpu.pop(lora_id, None) is not None
+
+    def forget(self, lora_id: int) -> None:
+        """Out of the cache, its slot kept: a load in place reads the weights again."""
+        self.cpu.pop(lora_id, None)
+
+    def _activate(self, lora_id: int, active: set[int]) -> float:
+        """Into a device slot, evicting the least recently used one that no running request
+        uses. With every slot serving (an ``add_lora`` mid-trace), vLLM evicts one anyway and its
+        next step takes the slot back: here the activation is paid and the adapter stays out;
+        the running adapter's move back into its slot, which vLLM also pays, is not charged."""
+        if lora_id in self.slots:
+            self.slots.move_to_end(lora_id)
+            return 0.0
+        if len(self.slots) >= self.max_loras:
+            idle = next((i for i in self.slots if i not in active), None)
+            if idle is None:
+                return self.costs.slot_load_ms
+            del self.slots[idle]
+        self.slots[lora_id] = None
+        return self.costs.slot_load_ms
+
+    def _cache(self, lora: LoraRef, active: set[int]) -> None:
+        """Into the CPU cache, evicting the least recently used adapter no running request
+        uses; with every one in use (an ``add_lora`` while ``max_cpu_loras`` adapters run),
+        the least recently used one, as vLLM's cache does whatever runs."""
+        self.cpu[lora.lora_int_id] = lora
+        self.cpu.move_to_end(lora.lora_int_id)
+        while len(self.cpu) > self.max_cpu_loras:
+            others = [i for i in self.cpu if i != lora.lora_int_id]
+            victim = next((i for i in others if i not in active), others[0])
+            del self.cpu[victim]
+            self.slots.pop(victim, None)
