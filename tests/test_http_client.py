@@ -123,10 +123,10 @@ def test_a_server_that_does_not_say_its_kv_cache_leaves_it_blank_not_0(tmp_path,
     cache tokens, and the recommendation "0 KV cache tokens"."""
     import dataclasses
 
-    from lorabench.targets.http import engine as http_engine
+    from lorabench.targets.http import telemetry
 
-    said = http_engine.server_state
-    monkeypatch.setattr(http_engine, "server_state", lambda text: dataclasses.replace(said(text), kv_cache_tokens=None))
+    said = telemetry.server_state
+    monkeypatch.setattr(telemetry, "server_state", lambda text: dataclasses.replace(said(text), kv_cache_tokens=None))
     path = write_config(tmp_path, adapters=3)
     config = resolve_config(path, read_config_file(path), needs_lora=True)
     with StandInServer(ADAPTERS) as server:

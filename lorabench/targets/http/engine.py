@@ -37,9 +37,8 @@ from lorabench.targets.failures import EngineBuildError
 from lorabench.targets.http.checks import server_mismatches
 from lorabench.targets.http.client import Client, RequestFailed
 from lorabench.targets.http.lora_api import RuntimeApiMissing, RuntimeLoras, served_adapters, server_paths
-from lorabench.targets.http.metrics import ServerState, server_state
 from lorabench.targets.http.outputs import UNKNOWN_TOKEN, ClientTiming, Completion, HttpOutput, HttpParams, corrected
-from lorabench.targets.http.telemetry import Awaiting, Scraper
+from lorabench.targets.http.telemetry import Awaiting, Scraper, requests_in_server, scrape
 
 # Seconds between two scrapes of /metrics while waiting for the server to be idle.
 IDLE_SCRAPE_S = 0.05
@@ -107,8 +106,7 @@ class HttpEngine(RuntimeLoras, Engine):
         self.server_version = await self.client.version()
         if wanted:
             await self._first_token(self.config.adapters[0])  # the server says its max_lora once it has served one
-        status, text = await self.client.get("/metrics")
-        state = server_state(text) if status == 200 else ServerState()
+        state = await scrape(self.client)
         self.kv_cache_tokens = state.kv_cache_tokens  # None: not reported, not 0
         self.server_block_size = state.block_size or 0
         if self.target == URL:
@@ -264,18 +262,11 @@ class HttpEngine(RuntimeLoras, Engine):
         most, a scrape every ``IDLE_SCRAPE_S``: a server counts a request the client cancelled
         until its engine drops it. Both None where the server exports neither gauge."""
         started = time.perf_counter()
-        left = await self._server_busy()
+        left = await requests_in_server(self.client)
         while left and time.perf_counter() - started < timeout_s:
             await asyncio.sleep(IDLE_SCRAPE_S)
-            left = await self._server_busy()
+            left = await requests_in_server(self.client)
         return (None, None) if left is None else (time.perf_counter() - started, left)
-
-    async def _server_busy(self) -> int | None:
-        status, text = await self.client.get("/metrics")
-        state = server_state(text) if status == 200 else ServerState()
-        if state.running is None and state.waiting is None:
-            return None
-        return (state.running or 0) + (state.waiting or 0)
 
     def load_adapters(self, adapters: Sequence[Adapter]) -> None:
         """One token of each adapter, untimed, before a case's timing starts: nothing over HTTP

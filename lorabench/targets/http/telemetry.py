@@ -44,6 +44,22 @@ NO_GAUGES = "the server's /metrics has no vllm:num_requests_running; no timeline
 NO_METRICS = "the server's /metrics did not answer; no timeline recorded"
 
 
+async def scrape(client: Client) -> ServerState:
+    """The server's state from one scrape of ``/metrics``, all of it parsed; empty where the
+    server does not answer."""
+    status, text = await client.get("/metrics")
+    return server_state(text) if status == 200 else ServerState()
+
+
+async def requests_in_server(client: Client) -> int | None:
+    """The requests the server's ``/metrics`` counts running or waiting; None where it exports
+    neither gauge (or does not answer)."""
+    state = await scrape(client)
+    if state.running is None and state.waiting is None:
+        return None
+    return (state.running or 0) + (state.waiting or 0)
+
+
 def read(text: str) -> ServerState:
     """The gauges and counters a timeline needs, from one scrape; other lines are skipped unparsed."""
     return server_state("\n".join(line for line in text.splitlines() if line.startswith(GAUGES)))
