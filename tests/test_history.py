@@ -21,9 +21,9 @@ from tests.helpers import ROOT, make_row
 CASES = ({"batch_size": 2}, {"batch_size": 8})
 
 
-def write_runs(folder, count, *, step_at=None, factor=1.2, seed=0):
+def write_runs(folder, count, *, step_at=None, factor=1.2, seed=0, new_version=True):
     """``count`` runs of two cases with two builds each; from run ``step_at`` on, vLLM is
-    0.33.0 and ttft_ms is ``factor`` times higher. Noise: 2 % CV."""
+    0.33.0 (where ``new_version``) and ttft_ms is ``factor`` times higher. Noise: 2 % CV."""
     rng = np.random.default_rng(seed)
     paths = []
     for i in range(count):
@@ -33,7 +33,7 @@ def write_runs(folder, count, *, step_at=None, factor=1.2, seed=0):
                 make_row(
                     run_id=f"run-{i:03d}",
                     timestamp=f"2026-11-{1 + i // 24:02d}T{i % 24:02d}:00:00Z",
-                    vllm_version="0.33.0" if stepped else "0.32.0",
+                    vllm_version="0.33.0" if stepped and new_version else "0.32.0",
                     build=build,
                     engine_id=f"loras2-rank16-cpu4-build{build}",
                     ttft_ms=10.0 * (factor if stepped else 1.0) * rng.normal(1, 0.02),
@@ -197,6 +197,53 @@ def test_a_bad_build_number_and_a_row_still_being_written(tmp_path, capsys):
 
 def check(db, *args):
     return main(["history", "check", "--db", str(db), *args])
+
+
+def keep_configs(paths, step_at, before, after):
+    """Each run's config copy in its logs folder, as a session keeps it: ``after`` from run
+    ``step_at`` on, ``before`` until then."""
+    for i, path in enumerate(paths):
+        (path.with_suffix(".logs")).mkdir()
+        config = {"//": f"night {i}", "results_dir": f"results/{i}", **(after if i >= step_at else before)}
+        (path.with_suffix(".logs") / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize(
+    "after, says",
+    [
+        # rounds is not in the case key: without the settings the step was "the harness drifted"
+        ({"matrix": {"rounds": 3}, "engine": {"max_num_seqs": 16}}, "settings: matrix.rounds: 10 -> 3"),
+        ({"matrix": {"rounds": 10}, "engine": {"max_num_seqs": 64}}, "settings: engine.max_num_seqs: 16 -> 64"),
+        (
+            {"matrix": {"rounds": 10}, "engine": {"max_num_seqs": 16}},
+            "the same stack and settings (the host or the harness drifted)",
+        ),
+        (None, "the same stack (the host, the harness or settings not kept drifted)"),
+    ],
+)
+def test_a_regression_with_the_same_stack_names_the_settings_that_changed_with_it(tmp_path, capsys, after, says):
+    paths = write_runs(tmp_path, 12, step_at=7, new_version=False)
+    if after is not None:
+        keep_configs(paths, 7, {"matrix": {"rounds": 10}, "engine": {"max_num_seqs": 16}}, after)
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    capsys.readouterr()
+    assert check(db) == 1
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")]
+    assert len(failed) == 2 and all(line.endswith(f"since run run-007: {says}") for line in failed), failed
+
+
+def test_a_store_from_before_settings_were_kept_still_reads_and_gates(tmp_path, capsys):
+    """Its runs' settings are unknown, not an error: the gate says so, as for runs that kept none."""
+    paths = write_runs(tmp_path, 12, step_at=7, new_version=False)
+    keep_configs(paths, 7, {"matrix": {"rounds": 10}}, {"matrix": {"rounds": 3}})
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE settings")
+    capsys.readouterr()
+    assert check(db) == 1
+    assert "since run run-007: the same stack (the host, the harness or settings not kept" in capsys.readouterr().out
 
 
 def test_the_gate_fails_on_a_regression_naming_its_run_and_what_changed_in_the_stack(tmp_path, capsys):
@@ -467,6 +514,16 @@ def test_the_dashboard_is_one_offline_page_with_each_build_the_change_and_the_st
     left, width, at = float(band[1]), float(band[2]), float(line[1])
     assert left <= at <= left + width and width <= 2.0, (left, width, at)
     assert 'data-scenario="multilora"' in page and '<select id="config"' in page
+
+
+def test_the_dashboard_marks_where_the_settings_changed(tmp_path, capsys):
+    paths = write_runs(tmp_path, 12, step_at=7, new_version=False)
+    keep_configs(paths, 7, {"matrix": {"rounds": 10}}, {"matrix": {"rounds": 3}})
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), *map(str, paths)])
+    assert main(["history", "report", "--db", str(db), "--out", str(tmp_path / "page"), "--metric", "ttft_ms"]) == 0
+    page = (tmp_path / "page" / "index.html").read_text()
+    assert page.count("matrix.rounds: 10 → 3") == 2 and "night" not in page and "results_dir" not in page
 
 
 def write_digests(csv_path, digest):

@@ -34,16 +34,34 @@ def _flat(value: Any, prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def run_settings(path: Path) -> dict[str, str] | None:
+    """The settings the run of result file ``path`` ran with, flat (``"engine.max_num_seqs":
+    "16"``); None where it kept no config (a file from before lorabench kept one, or moved
+    without its logs folder): unknown."""
+    try:
+        config = json.loads((Path(path).with_suffix(".logs") / CONFIG_COPY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return _flat(config)
+
+
+def changed_settings(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """``"rounds: 10 -> 3"`` for each setting two runs ran with apart (absent: ``-``)."""
+    return [
+        f"{key}: {before.get(key, '-')} -> {after.get(key, '-')}"
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key)
+    ]
+
+
 def _side_settings(paths: Sequence[Path]) -> dict[str, set[str]] | None:
-    """Each setting's values over a side's runs; None where some run kept no config (a
-    file from before lorabench kept one, or moved without its logs folder): unknown."""
+    """Each setting's values over a side's runs; None where some run's are unknown."""
     settings: dict[str, set[str]] = {}
     for path in paths:
-        try:
-            config = json.loads((Path(path).with_suffix(".logs") / CONFIG_COPY).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        flat = run_settings(path)
+        if flat is None:
             return None
-        for key, value in _flat(config).items():
+        for key, value in flat.items():
             settings.setdefault(key, set()).add(value)
     return settings
 

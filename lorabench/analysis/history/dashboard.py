@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lorabench.analysis.history.series import Series
+from lorabench.analysis.history.series import Series, settings_changed
 
 WIDTH, HEIGHT, PAD = 640, 180, 36
 
@@ -32,11 +32,13 @@ function filter() {
 
 
 def _stack_changes(s: Series) -> list[tuple[int, str]]:
-    """Where the stack changes along the series, and what changed (``vllm_version 0.32.0 → 0.33.0``)."""
+    """Where the stack or the settings change along the series, and what changed
+    (``vllm_version 0.32.0 → 0.33.0``, ``rounds: 10 → 3``)."""
     out = []
     for i in range(1, len(s.runs)):
         before, after = s.runs[i - 1].stack, s.runs[i].stack
         changed = [f"{k} {before[k]} → {after[k]}" for k in before if before[k] != after.get(k)]
+        changed += [c.replace(" -> ", " → ") for c in settings_changed(s.runs[i - 1], s.runs[i]) or []]
         if changed:
             out.append((i, ", ".join(changed)))
     return out

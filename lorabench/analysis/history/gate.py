@@ -22,7 +22,7 @@ import numpy as np
 
 from lorabench.analysis.cases import METRICS
 from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change, on_scale, student_p
-from lorabench.analysis.history.series import Series
+from lorabench.analysis.history.series import Series, settings_changed
 
 # The smallest worsening that fails the gate: vLLM's dashboard flags 1.2x, vllm-ascend's
 # nightly 0.97x of a baseline; a change is already told from noise, so the threshold only
@@ -41,12 +41,22 @@ class Regression:
     threshold: float  # the metric's threshold it passed
 
     def stack_change(self) -> str:
-        """What differs between the stacks at the two ends of where the change may lie:
-        ``vllm_version 0.32.0 -> 0.33.0``."""
+        """What differs between the runs at the two ends of where the change may lie: their
+        stacks (``vllm_version 0.32.0 -> 0.33.0``), then the settings they ran with that the
+        case key leaves out (``settings: rounds: 10 -> 3``), which move a level as a new
+        version does."""
         runs = self.series.runs
-        before, after = runs[max(self.change.first - 1, 0)].stack, runs[self.change.last].stack
-        changed = [f"{k} {before[k]} -> {after[k]}" for k in before if before[k] != after.get(k)]
-        return ", ".join(changed) or "the same stack (the host or the harness drifted)"
+        before, after = runs[max(self.change.first - 1, 0)], runs[self.change.last]
+        old, new = before.stack, after.stack
+        changed = [f"{k} {old[k]} -> {new[k]}" for k in old if old[k] != new.get(k)]
+        settings = settings_changed(before, after)
+        if settings:
+            changed.append(f"settings: {'; '.join(settings)}")
+        if changed:
+            return ", ".join(changed)
+        if settings is None:
+            return "the same stack (the host, the harness or settings not kept drifted)"
+        return "the same stack and settings (the host or the harness drifted)"
 
 
 def worse_by(metric: str, before: float, after: float) -> float:

@@ -43,6 +43,8 @@ class ReadRun:
     rows: list[tuple[str, str, int, dict[str, float]]] = field(default_factory=list)
     # (model, device type, adapter) -> its greedy output digests, from the digests file beside.
     digests: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
+    # The config it ran with, flat (``compare.settings``); None: unknown.
+    settings: dict[str, str] | None = None
 
 
 @functools.lru_cache(maxsize=1 << 16)  # a key's values repeat from run to run
@@ -183,6 +185,10 @@ def read_runs(path: Path) -> list[ReadRun]:
     if not runs:
         raise HistoryError(f"{path}: has no result rows")
     _read_digests(digests_path_for(path), runs)
+    if len(runs) == 1:  # a file of several runs keeps the newest one's config only
+        from lorabench.analysis.compare.settings import run_settings
+
+        next(iter(runs.values())).settings = run_settings(path)
     return list(runs.values())
 
 

@@ -85,6 +85,15 @@ def machine(run: StoredRun) -> str:
     return host if endpoint in ("", "unknown") else f"{host} via {endpoint}"
 
 
+def settings_changed(before: StoredRun, after: StoredRun) -> list[str] | None:
+    """The settings two runs ran with apart; None where either run's are unknown."""
+    if before.settings is None or after.settings is None:
+        return None
+    from lorabench.analysis.compare.settings import changed_settings  # its config import: only when asked
+
+    return changed_settings(before.settings, after.settings)
+
+
 def series(
     conn: sqlite3.Connection,
     runs: Sequence[StoredRun],

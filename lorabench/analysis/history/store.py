@@ -55,6 +55,10 @@ CREATE TABLE IF NOT EXISTS digests (
     digests TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS digests_by_run ON digests(run_id);
+CREATE TABLE IF NOT EXISTS settings (
+    run_id TEXT PRIMARY KEY REFERENCES runs(run_id),
+    settings TEXT NOT NULL
+);
 """
 
 
@@ -64,6 +68,9 @@ class StoredRun:
     timestamp: str
     stack_id: str
     stack: dict[str, str]
+    # The config the run ran with, flat; None where unknown (no config kept, or a store
+    # written before settings were stored).
+    settings: dict[str, str] | None = None
 
 
 def stack_id(stack: dict[str, str]) -> str:
@@ -108,14 +115,14 @@ ADDED, GREW, STORED = "added", "grew", "already stored"
 def _insert(conn: sqlite3.Connection, run: ReadRun) -> tuple[StoredRun, str]:
     """Add ``run`` whole; a run stored with fewer rows than its file now has (added while
     its session was still writing) is replaced by the file's; one stored whole is left."""
-    stored = StoredRun(run.run_id, run.timestamp, stack_id(run.stack), run.stack)
+    stored = StoredRun(run.run_id, run.timestamp, stack_id(run.stack), run.stack, run.settings)
     conn.execute("BEGIN IMMEDIATE")
     try:
         (held,) = conn.execute("SELECT count(*) FROM rows WHERE run_id = ?", (run.run_id,)).fetchone()
         known = conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run.run_id,)).fetchone() is not None
         status = STORED if known and held >= len(run.rows) else GREW if known else ADDED
         if status != STORED:
-            for table in ("rows", "digests", "runs"):
+            for table in ("rows", "digests", "settings", "runs"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run.run_id,))  # noqa: S608 - our own names
             conn.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?)",
@@ -129,6 +136,8 @@ def _insert(conn: sqlite3.Connection, run: ReadRun) -> tuple[StoredRun, str]:
                 "INSERT INTO digests VALUES (?, ?, ?, ?, ?)",
                 [(run.run_id, *key, ", ".join(sorted(d))) for key, d in run.digests.items()],
             )
+            if run.settings is not None:
+                conn.execute("INSERT INTO settings VALUES (?, ?)", (run.run_id, json.dumps(run.settings)))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -151,8 +160,14 @@ def add_runs(db: Path, paths: Sequence[Path], only: str | None = None) -> list[t
 
 def stored_runs(conn: sqlite3.Connection) -> list[StoredRun]:
     """Every run in the store, oldest first (by the time its last case finished)."""
-    found = conn.execute("SELECT run_id, timestamp, stack_id, stack FROM runs ORDER BY timestamp, run_id")
-    return [StoredRun(r, t, s, json.loads(stack)) for r, t, s, stack in found]
+    kept = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'settings'").fetchone()
+    settings = "settings.settings" if kept else "NULL"  # a store from before settings were kept
+    found = conn.execute(
+        f"SELECT runs.run_id, timestamp, stack_id, stack, {settings} FROM runs "  # noqa: S608 - our own names
+        + ("LEFT JOIN settings ON settings.run_id = runs.run_id " if kept else "")
+        + "ORDER BY timestamp, runs.run_id"
+    )
+    return [StoredRun(r, t, s, json.loads(stack), json.loads(flat) if flat else None) for r, t, s, stack, flat in found]
 
 
 def case_keys(conn: sqlite3.Connection) -> list[str]:
