@@ -96,6 +96,7 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
 
     # The trace's shared system prompts: what vLLM found cached, per adapter, is what the hash ids predict.
     (online,) = rows[rows.scenario == "online"].to_dict("records")
+    assert online["timed_adapter_loads"] == 0, "the trace's two adapters fit the cache of two, put there first"
     assert online["prefix_hit_rate_predicted"] > 0.5
     assert abs(online["prefix_hit_rate"] - online["prefix_hit_rate_predicted"]) < 0.03
     usage = pd.read_csv(replays_path_for(csv, "adapters"))

@@ -152,6 +152,24 @@ def test_working_set_loads_are_the_loads_the_engine_did(standin):
     assert by_size.at[5, "e2e_ms"] - by_size.at[4, "e2e_ms"] == pytest.approx(2 * disk, abs=2 * TIMER_MS)
 
 
+def test_an_online_replay_counts_the_loads_from_disk_its_adapters_took(standin):
+    """One request at a time through a cache of one adapter: each request whose adapter is
+    not the one before it loads from disk (the first may find its adapter cached). The old
+    count came from the cache's list, and left the column blank whenever the trace's
+    adapters did not fit the cache, which is when loads happen."""
+    online = {"warmup_s": 0, "suites": [{"num_adapters": [3], "rate": [2], "duration": 10, "output_range": [2, 4]}]}
+    engine = {"max_loras": 1, "max_cpu_loras": 1, "max_num_seqs": 1}
+    _, rows, samples = standin(Costs(disk_load_ms=5), "-k", "online", adapters=3, engine=engine, online=online)
+    order = samples.sort_values("arrival_s")["adapter"].tolist()
+    changes = sum(a != b for a, b in zip(order, order[1:]))
+    assert changes >= 3, order
+    assert changes <= rows.at[0, "timed_adapter_loads"] <= changes + 1, (rows.at[0, "timed_adapter_loads"], order)
+    # Every adapter fits a cache of three: none loads inside the replay.
+    engine = {"max_loras": 1, "max_cpu_loras": 3, "max_num_seqs": 1}
+    _, rows, _ = standin(Costs(disk_load_ms=5), "-k", "online", adapters=3, engine=engine, online=online)
+    assert rows.at[0, "timed_adapter_loads"] == 0
+
+
 @pytest.mark.realtime
 def test_a_late_sender_shows_in_send_lag(standin):
     online = {"warmup_s": 0, "suites": [{"num_adapters": [2], "rate": [100], "duration": 0.15, "output_range": [2, 4]}]}
