@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -374,6 +374,48 @@ def test_the_figure_draws_no_capacity_where_the_search_gave_no_verdict_and_marks
     assert (two.get_hatch(), eight.get_hatch(), sixteen.get_hatch()) == (None, None, "//")
     ticks = {tick.get_text(): x for tick, x in zip(ax.get_xticklabels(), ax.get_xticks())}
     assert [(t.get_text(), t.get_position()[0]) for t in ax.texts] == [("no verdict", ticks["loras8-rank16-cpu4"])]
+
+
+def test_the_figure_draws_no_bar_for_a_configuration_the_recommendation_does_not_rank():
+    """One build with no verdict, or one that found no capacity, leaves the configuration
+    unranked in the recommendation; the figure drew its other build's bar (8 req/s, the
+    highest here), and 0 for a search stopped at a limit before anything passed."""
+    behind = f"{search_stops.BEHIND}: 40 % of requests sent late"
+    first, second = (
+        [replace(row, build=b, engine_id=f"{row.engine_id[:-1]}{b}") for row in rows]
+        for b, rows in enumerate(
+            [
+                [
+                    *capacity_rows({"max_loras": 2}, [4.0]),
+                    *capacity_rows({"max_loras": 8}, [8.0]),
+                    *capacity_rows({"max_loras": 16}, [None], over=None, search_stop=capacity.PROBE_LIMIT),
+                    *capacity_rows({"max_loras": 32}, [None], over=None, search_stop=capacity.PROBE_LIMIT),
+                ],
+                [
+                    *capacity_rows({"max_loras": 2}, [4.4]),
+                    *capacity_rows({"max_loras": 8}, [7.0], search_stop=behind),
+                    *capacity_rows({"max_loras": 16}, [3.0]),
+                    *capacity_rows({"max_loras": 32}, [None], over=None, search_stop=capacity.PROBE_LIMIT),
+                ],
+            ]
+        )
+    )
+    frame = pd.DataFrame([asdict(r) for r in (*first, *second)])
+    frame = frame.assign(engine=frame["max_loras"].map(lambda n: f"loras{n}-rank16-cpu4"))
+    (line,) = recommend.recommendations(frame)
+    assert "choose loras2-rank16-cpu4" in line and "loras16-rank16-cpu4 not ranked: 1 of 2 searches" in line, line
+    run = ReportRun("run", Path("x.csv"), frame, *(pd.DataFrame() for _ in range(4)))
+    (ax,) = capacity_figures.capacity_by_configuration([run]).axes
+    heights = {tick.get_text(): bar.get_height() for tick, bar in zip(ax.get_xticklabels(), ax.patches)}
+    assert heights["loras2-rank16-cpu4"] == pytest.approx(4.2)
+    assert all(np.isnan(heights[f"loras{n}-rank16-cpu4"]) for n in (8, 16, 32)), heights
+    ticks = dict(zip(ax.get_xticks(), (t.get_text() for t in ax.get_xticklabels())))
+    said = {ticks[round(t.get_position()[0])]: t.get_text() for t in ax.texts}
+    assert said == {
+        "loras8-rank16-cpu4": "no verdict",
+        "loras16-rank16-cpu4": "not ranked: 1 of 2 found none",
+        "loras32-rank16-cpu4": "none passed",
+    }
 
 
 @pytest.mark.engine

@@ -79,8 +79,8 @@ def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:
             bars = ax.bar(x, y, 0.8 / len(runs), yerr=np.vstack([lo, hi]), capsize=3, label=run.label)
             ax.scatter(x, [c["capacity_over_rps"].min() for c in cases], marker="_", s=200, color="black")
             for bar, at, case in zip(bars, x, cases):
-                if case["capacity_rps"].isna().all():
-                    ax.text(at, 0, "no verdict", rotation=90, ha="center", va="bottom", fontsize=8)
+                if case["_unranked"].iloc[0]:
+                    ax.text(at, 0, case["_unranked"].iloc[0], rotation=90, ha="center", va="bottom", fontsize=8)
                 elif case["_bound"].any():
                     bar.set_hatch("//")
             ax.set_xticks(np.arange(len(engines)))
@@ -96,13 +96,27 @@ def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:
 
 
 def _judged(case: pd.DataFrame) -> pd.DataFrame:
-    """A configuration's builds as the recommendation reads them (docs/capacity.md): a
-    search below its range at 0, one whose probes decided nothing (failed requests, the
-    client behind) blank, and ``_bound`` where the capacity is a bound only (above the
-    range, or stopped by a limit before it bracketed)."""
+    """A configuration's builds as the recommendation reads them (``recommend.Choice``,
+    docs/capacity.md): a search below its range at 0; ``_bound`` where a capacity is a bound
+    only (above the range, or stopped by a limit before it bracketed); and no bar at all,
+    with ``_unranked`` saying why, where a build's search stopped with no verdict (failed
+    requests, the client behind) or some builds found no capacity: the recommendation ranks
+    such a configuration nowhere, and a bar of its other builds would rank it here."""
     stops = case.get("search_stop", pd.Series("", index=case.index)).fillna("").astype(str)
     no_verdict = stops.str.startswith(NO_VERDICT)
-    judged = case.fillna({"capacity_rps": 0.0})
-    judged["capacity_rps"] = judged["capacity_rps"].where(~no_verdict)
+    capacity = pd.to_numeric(case["capacity_rps"], errors="coerce").mask(stops.eq(BELOW_RANGE), 0.0)
+    judged = case.assign(capacity_rps=capacity)
     judged["_bound"] = ~no_verdict & ~stops.isin([BRACKETED, BELOW_RANGE, ""])  # "": a file before the column
-    return judged
+    missing = int(capacity.isna().sum())
+    why = (
+        "no verdict"
+        if no_verdict.any()
+        else "none passed"
+        if missing == len(case)
+        else f"not ranked: {missing} of {len(case)} found none"
+        if missing
+        else ""
+    )
+    if why:
+        judged["capacity_rps"] = np.nan
+    return judged.assign(_unranked=why)
