@@ -32,8 +32,10 @@ def test_every_multilora_scenario_on_a_real_engine(pytester, tiny_config, tmp_pa
     # KV block (128 tokens on the CPU) and 8 tokens of their own, so that a batch's measured
     # round finds the prefix cached by its warm-up round; 160 tokens fit them and the canaries'.
     engine = {"max_loras": 1, "max_lora_rank": 16, "max_cpu_loras": 2, "max_model_len": 160, "max_num_seqs": 8}
-    # A Mooncake-like trace: two system prompts of one 128-token block, three users on two adapters.
-    source = mooncake_like(tmp_path / "moon.jsonl", 40, seed=5, block=128, system_blocks=1)
+    # A Mooncake-like trace: two system prompts of one 128-token block, three users on two
+    # adapters; 400 requests, 10 req/s, so that a probe of 4 s may go up to 100 req/s (with 40,
+    # an AMD EPYC with AVX-512 passed the first probe at 10 req/s, all the trace could give).
+    source = mooncake_like(tmp_path / "moon.jsonl", 400, seed=5, block=128, system_blocks=1)
     (tmp_path / "traces").mkdir()
     options = ["--hash-block-tokens", "128", "--label-column", "user", "--num-adapters", "2", "--max-model-len", "160"]
     out = str(tmp_path / "traces" / "m.jsonl")
