@@ -27,7 +27,8 @@ def run(tmp_path, tiny_config):
     """A finished run: one row with its samples, an engine log and the config kept at its start."""
     writer = ResultWriter(tmp_path / "results", None, "abc12345", False)
     writer.keep_config(
-        tiny_config(env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_in_config"}, engine={"hf_token": "hf_arg_1"})
+        tiny_config(env={"VLLM_CPU_KVCACHE_SPACE": "1", "HF_TOKEN": "hf_in_config"}, engine={"hf_token": "hf_arg_1"}),
+        "run-1",
     )
     writer.append(make_row(), [make_sample()])
     # vLLM logs its non-default arguments; a server's log may show the shell's token too.
@@ -59,6 +60,7 @@ def test_a_bundle_holds_the_run_and_hides_its_secrets(run, tmp_path, monkeypatch
         f"{stem}/logs/loras2-rank16-cpu4-build0.log",
         f"{stem}/logs/config.json",
         f"{stem}/logs/config.source",
+        f"{stem}/logs/config.run",
         f"{stem}/doctor.txt",
         f"{stem}/environment.json",
     }
@@ -85,7 +87,7 @@ def test_a_bundle_keeps_settings_named_like_secrets_and_hides_credentials(tmp_pa
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     engine = {"tokenizer": "/models/x", "max_num_batched_tokens": 131072, "api_key": "served-key-1"}
     writer = ResultWriter(tmp_path / "results", None, "abc12345", False)
-    writer.keep_config(tiny_config(env={"VLLM_USE_V1": "1", "HF_TOKEN": "hf_abc"}, engine=engine))
+    writer.keep_config(tiny_config(env={"VLLM_USE_V1": "1", "HF_TOKEN": "hf_abc"}, engine=engine), "run-1")
     writer.append(make_row(), [make_sample()])
     log = (
         "INFO vllm serve --tokenizer /models/x --api-key served-key-1 --max-num-batched-tokens 131072\n"
@@ -222,7 +224,7 @@ def test_a_run_written_with_bench_output_bundles_its_logs(tmp_path, tiny_config,
     its bundle had no engine log and no config (docs/npu.md's bundle did just that)."""
     fixed = tmp_path / "results" / "first.csv"
     writer = ResultWriter(tmp_path / "results", fixed, "abc12345", False)
-    writer.keep_config(tiny_config())
+    writer.keep_config(tiny_config(), "run-1")
     writer.append(make_row(), [make_sample()])
     (writer.log_dir / "loras2-rank16-cpu4-build0.log").write_text("INFO engine started\n")
     assert writer.log_dir == tmp_path / "results" / "first.logs"

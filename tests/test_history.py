@@ -200,12 +200,14 @@ def check(db, *args):
 
 
 def keep_configs(paths, step_at, before, after):
-    """Each run's config copy in its logs folder, as a session keeps it: ``after`` from run
-    ``step_at`` on, ``before`` until then."""
+    """Each run's config copy in its logs folder, as a session keeps it (with the run's id):
+    ``after`` from run ``step_at`` on, ``before`` until then."""
     for i, path in enumerate(paths):
-        (path.with_suffix(".logs")).mkdir()
+        logs = path.with_suffix(".logs")
+        logs.mkdir()
         config = {"//": f"night {i}", "results_dir": f"results/{i}", **(after if i >= step_at else before)}
-        (path.with_suffix(".logs") / "config.json").write_text(json.dumps(config))
+        (logs / "config.json").write_text(json.dumps(config))
+        (logs / "config.run").write_text(f"run-{i:03d}\n")
 
 
 @pytest.mark.parametrize(
@@ -219,18 +221,64 @@ def keep_configs(paths, step_at, before, after):
             "the same stack and settings (the host or the harness drifted)",
         ),
         (None, "the same stack (the host, the harness or settings not kept drifted)"),
+        # Credentials hidden as a bug bundle hides them: the line names the change, never the token.
+        (
+            {"matrix": {"rounds": 10}, "engine": {"max_num_seqs": 16}, "env": {"HF_TOKEN": "hf_" + "b" * 34}},
+            'settings: env.HF_TOKEN: - -> "(redacted)"',
+        ),
+        # Nothing that can move these cases: another scenario's section, a comment inside a
+        # list, a configuration added beside theirs (their own max_loras is in their key).
+        (
+            {"matrix": {"rounds": 10}, "engine": {"max_num_seqs": 16, "max_loras": [2, 8]}}
+            | {"capacity": {"slo_ttft_ms": 900}, "online": {"suites": [{"//": "tonight's note", "rate": [1]}]}},
+            "the same stack and settings (the host or the harness drifted)",
+        ),
     ],
 )
 def test_a_regression_with_the_same_stack_names_the_settings_that_changed_with_it(tmp_path, capsys, after, says):
     paths = write_runs(tmp_path, 12, step_at=7, new_version=False)
+    before = {"matrix": {"rounds": 10}, "engine": {"max_num_seqs": 16}}
+    if after is not None and "capacity" in after:  # the sections the runs before had too
+        before |= {"engine": {"max_num_seqs": 16, "max_loras": [2]}, "capacity": {"slo_ttft_ms": 500}}
+        before |= {"online": {"suites": [{"//": "last night's note", "rate": [1]}]}}
     if after is not None:
-        keep_configs(paths, 7, {"matrix": {"rounds": 10}, "engine": {"max_num_seqs": 16}}, after)
+        keep_configs(paths, 7, before, after)
     db = tmp_path / "h.db"
     main(["history", "add", "--db", str(db), *map(str, paths)])
     capsys.readouterr()
     assert check(db) == 1
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")]
     assert len(failed) == 2 and all(line.endswith(f"since run run-007: {says}") for line in failed), failed
+    assert b"hf_bbb" not in db.read_bytes(), "no credential is stored"
+
+
+def test_a_runs_settings_are_its_own_not_a_later_runs_kept_in_the_same_folder(tmp_path, capsys):
+    """A fixed output file holds several runs and one logs folder, the newest run's config in
+    it: the older runs' settings are unknown, not the newest's. A store written before
+    settings were kept learns them when the run is added again."""
+    fixed = tmp_path / "fixed.csv"
+    frames = [pd.read_csv(p) for p in write_runs(tmp_path, 3)]
+    pd.concat(frames).to_csv(fixed, index=False)
+    keep_configs([fixed], 0, {}, {"matrix": {"rounds": 3}})
+    (fixed.with_suffix(".logs") / "config.run").write_text("run-002\n")
+    db = tmp_path / "h.db"
+    main(["history", "add", "--db", str(db), str(fixed)])
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT run_id, settings FROM settings").fetchall() == [
+            ("run-002", '{"matrix.rounds": "3"}')
+        ]
+        conn.execute("DELETE FROM settings")  # as a store written before settings were kept
+    main(["history", "add", "--db", str(db), str(fixed)])
+    assert "already stored" in capsys.readouterr().out
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT run_id FROM settings").fetchall() == [("run-002",)]
+    # The one run of a file, its config kept for another run (a run that began in the same second):
+    (tmp_path / "run000.logs").mkdir()
+    (tmp_path / "run000.logs" / "config.json").write_text("{}")
+    (tmp_path / "run000.logs" / "config.run").write_text("run-999\n")
+    from lorabench.analysis.history.runs import read_runs
+
+    assert read_runs(tmp_path / "run000.csv")[0].settings is None
 
 
 def test_a_store_from_before_settings_were_kept_still_reads_and_gates(tmp_path, capsys):

@@ -30,12 +30,12 @@ class ConfigError(Exception):
         super().__init__("\n".join(problems))
 
 
-def _strip_comments(node: Any) -> Any:
+def strip_comments(node: Any) -> Any:
     """Drop keys starting with ``//``: JSON has no comments, these stand in for them."""
     if isinstance(node, dict):
-        return {k: _strip_comments(v) for k, v in node.items() if not k.startswith(COMMENT_PREFIX)}
+        return {k: strip_comments(v) for k, v in node.items() if not k.startswith(COMMENT_PREFIX)}
     if isinstance(node, list):
-        return [_strip_comments(v) for v in node]
+        return [strip_comments(v) for v in node]
     return node
 
 
@@ -104,7 +104,7 @@ def read_config_file(path: Path) -> ConfigFile:
     try:
         # Strict, as JSON: true is not the number 1, nor "4" the number 4 (lax pydantic took
         # both), while a JSON array still fills a tuple and a string a path.
-        parsed = ConfigFile.model_validate_json(json.dumps(_strip_comments(raw)), strict=True)
+        parsed = ConfigFile.model_validate_json(json.dumps(strip_comments(raw)), strict=True)
     except ValidationError as exc:
         # A value that matches no member of a union is reported once per member; keep the first.
         first = {_loc(tuple(e["loc"])): e for e in reversed(exc.errors())}

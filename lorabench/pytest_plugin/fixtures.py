@@ -36,7 +36,7 @@ def state_for_run(config: pytest.Config) -> BenchState:
         state.writer = ResultWriter(
             state.config.results_dir, state.config.output, state.provenance["git_commit"], state.provenance["git_dirty"]
         )
-        state.writer.keep_config(state.config.path)
+        state.writer.keep_config(state.config.path, state.provenance["run_id"])
     return state
 
 

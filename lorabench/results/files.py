@@ -85,8 +85,9 @@ def append_rows(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, 
         os.close(fd)
 
 
-# In a run's logs folder: its config file, copied when the run starts, and that file's path.
-CONFIG_COPY, CONFIG_SOURCE = "config.json", "config.source"
+# In a run's logs folder: its config file, copied when the run starts, that file's path,
+# and the run id it was copied for (a later run into the same folder copies its own over it).
+CONFIG_COPY, CONFIG_SOURCE, CONFIG_RUN = "config.json", "config.source", "config.run"
 
 
 class ResultWriter:
@@ -111,12 +112,14 @@ class ResultWriter:
             return self.fixed_path.with_suffix(".logs")
         return self.results_dir / f"{self._stem}.logs"
 
-    def keep_config(self, config_file: Path) -> None:
-        """A copy of the config file as the run read it, and where it was, in the logs
-        folder: ``lorabench bundle`` takes both."""
+    def keep_config(self, config_file: Path, run_id: str) -> None:
+        """A copy of the config file as the run read it, where it was, and the run's id, in
+        the logs folder: ``lorabench bundle`` takes them; ``compare`` and the history read
+        the settings of the run whose id it is."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(config_file, self.log_dir / CONFIG_COPY)
         (self.log_dir / CONFIG_SOURCE).write_text(f"{Path(config_file).resolve()}\n", encoding="utf-8")
+        (self.log_dir / CONFIG_RUN).write_text(f"{run_id}\n", encoding="utf-8")
 
     @property
     def samples_path(self) -> Path | None:

@@ -1,11 +1,14 @@
-"""The settings two sides ran with, from the config file each run kept
-(``<run>.logs/config.json``, ``lorabench.results.files.CONFIG_COPY``).
+"""The settings a run ran with, from the config file it kept (``<run>.logs/config.json``,
+``lorabench.results.files.CONFIG_COPY``): ``compare`` names where two sides differ, the
+history where the runs around a change point do.
 
 Only the LoRA knobs, graph mode and prefix caching are in the case key; the rest of the
 engine's arguments (``max_num_seqs``, ``max_model_len``, the KV cache's size in ``env``)
 and the measurement's own (warm-up rounds, an online suite's warm-up) are not, yet they
-move every latency. A comparison of two runs configured apart names each difference, so
-that a change of settings is not read as a change of code.
+move every latency. A comparison of runs configured apart names each difference, so that
+a change of settings is not read as a change of code. What is read is the config file:
+a command-line option (``--bench-builds``) or the shell's environment is not in it.
+Comments are left out, and credentials hidden as a bug bundle hides them.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lorabench.config.read import COMMENT_PREFIX
-from lorabench.results.files import CONFIG_COPY
+from lorabench.config.read import strip_comments
+from lorabench.host.redact import redact_tree
+from lorabench.results.files import CONFIG_COPY, CONFIG_RUN
+from lorabench.results.schema import CASE_KEY
 
-# Where the run's files went and comments: no bearing on what was measured.
-_IGNORED = ("results_dir", "output")
+# Where the run's files went, and the history gate's own thresholds: no bearing on what was measured.
+_IGNORED = ("results_dir", "output", "history")
+# Config sections of one scenario each: another scenario's section moves none of this one's cases.
+SCENARIO_SECTIONS = ("online", "residency", "working_set", "capacity", "churn")
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, str]:
@@ -28,25 +35,47 @@ def _flat(value: Any, prefix: str = "") -> dict[str, str]:
         return {prefix: json.dumps(value, sort_keys=True)}
     flat: dict[str, str] = {}
     for key, item in value.items():
-        if key.startswith(COMMENT_PREFIX) or (not prefix and key in _IGNORED):
+        if not prefix and key in _IGNORED:
             continue
         flat.update(_flat(item, f"{prefix}.{key}" if prefix else key))
     return flat
 
 
-def run_settings(path: Path) -> dict[str, str] | None:
+def run_settings(path: Path, run_id: str | None = None, *, named_only: bool = False) -> dict[str, str] | None:
     """The settings the run of result file ``path`` ran with, flat (``"engine.max_num_seqs":
-    "16"``); None where it kept no config (a file from before lorabench kept one, or moved
-    without its logs folder): unknown."""
+    "16"``); None where unknown: no config kept (a file from before lorabench kept one, or
+    moved without its logs folder), or, given ``run_id``, a config kept for another run
+    (a later run into the same logs folder), or, with ``named_only``, kept by a lorabench
+    that did not name its run (a file of several runs: whose it is cannot be told)."""
+    logs = Path(path).with_suffix(".logs")
     try:
-        config = json.loads((Path(path).with_suffix(".logs") / CONFIG_COPY).read_text(encoding="utf-8"))
+        config = json.loads((logs / CONFIG_COPY).read_text(encoding="utf-8"))
+        kept_for = (logs / CONFIG_RUN).read_text(encoding="utf-8").strip() if (logs / CONFIG_RUN).exists() else None
     except (OSError, ValueError):
         return None
-    return _flat(config)
+    if (run_id is not None and kept_for is not None and kept_for != run_id) or (named_only and kept_for is None):
+        return None
+    return _flat(redact_tree(strip_comments(config)))
+
+
+def for_case(settings: dict[str, str], scenario: str) -> dict[str, str]:
+    """The settings that can move a case of ``scenario``: not another scenario's section,
+    nor a list of what the case key pins already (``engine.max_loras``: the case's own is
+    in its key, and adding a configuration changes none of the others)."""
+
+    def pinned(key: str) -> bool:
+        leaf = key.rsplit(".", 1)[-1]
+        return leaf in CASE_KEY or leaf.removesuffix("s") in CASE_KEY
+
+    return {
+        key: value
+        for key, value in settings.items()
+        if not pinned(key) and not (key.split(".", 1)[0] in SCENARIO_SECTIONS and key.split(".", 1)[0] != scenario)
+    }
 
 
 def changed_settings(before: dict[str, str], after: dict[str, str]) -> list[str]:
-    """``"rounds: 10 -> 3"`` for each setting two runs ran with apart (absent: ``-``)."""
+    """``"matrix.rounds: 10 -> 3"`` for each setting two runs ran with apart (absent: ``-``)."""
     return [
         f"{key}: {before.get(key, '-')} -> {after.get(key, '-')}"
         for key in sorted(before.keys() | after.keys())

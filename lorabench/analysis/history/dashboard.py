@@ -38,7 +38,7 @@ def _stack_changes(s: Series) -> list[tuple[int, str]]:
     for i in range(1, len(s.runs)):
         before, after = s.runs[i - 1].stack, s.runs[i].stack
         changed = [f"{k} {before[k]} → {after[k]}" for k in before if before[k] != after.get(k)]
-        changed += [c.replace(" -> ", " → ") for c in settings_changed(s.runs[i - 1], s.runs[i]) or []]
+        changed += [c.replace(" -> ", " → ") for c in settings_changed(s.runs[i - 1], s.runs[i], s.scenario) or []]
         if changed:
             out.append((i, ", ".join(changed)))
     return out

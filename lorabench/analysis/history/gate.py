@@ -49,7 +49,7 @@ class Regression:
         before, after = runs[max(self.change.first - 1, 0)], runs[self.change.last]
         old, new = before.stack, after.stack
         changed = [f"{k} {old[k]} -> {new[k]}" for k in old if old[k] != new.get(k)]
-        settings = settings_changed(before, after)
+        settings = settings_changed(before, after, self.series.scenario)
         if settings:
             changed.append(f"settings: {'; '.join(settings)}")
         if changed:

@@ -185,10 +185,10 @@ def read_runs(path: Path) -> list[ReadRun]:
     if not runs:
         raise HistoryError(f"{path}: has no result rows")
     _read_digests(digests_path_for(path), runs)
-    if len(runs) == 1:  # a file of several runs keeps the newest one's config only
-        from lorabench.analysis.compare.settings import run_settings
+    from lorabench.analysis.compare.settings import run_settings
 
-        next(iter(runs.values())).settings = run_settings(path)
+    for run in runs.values():  # a file of several runs keeps its newest run's config only
+        run.settings = run_settings(path, run.run_id, named_only=len(runs) > 1)
     return list(runs.values())
 
 

@@ -28,6 +28,7 @@ class Series:
     runs: list[StoredRun]  # the runs that measured it, in order
     builds: list[np.ndarray]  # each run's builds: replicates of one point
     changes: list[Change]
+    scenario: str = ""  # the case's, whose settings can move it (compare.settings.for_case)
 
     @functools.cached_property
     def medians(self) -> np.ndarray:
@@ -85,13 +86,14 @@ def machine(run: StoredRun) -> str:
     return host if endpoint in ("", "unknown") else f"{host} via {endpoint}"
 
 
-def settings_changed(before: StoredRun, after: StoredRun) -> list[str] | None:
-    """The settings two runs ran with apart; None where either run's are unknown."""
+def settings_changed(before: StoredRun, after: StoredRun, scenario: str) -> list[str] | None:
+    """The settings two runs ran with apart that can move a case of ``scenario``; None where
+    either run's are unknown."""
     if before.settings is None or after.settings is None:
         return None
-    from lorabench.analysis.compare.settings import changed_settings  # its config import: only when asked
+    from lorabench.analysis.compare.settings import changed_settings, for_case  # its imports: only when asked
 
-    return changed_settings(before.settings, after.settings)
+    return changed_settings(for_case(before.settings, scenario), for_case(after.settings, scenario))
 
 
 def series(
@@ -113,11 +115,14 @@ def series(
                 by_machine.setdefault(machine(runs[place[run_id]]), []).append((place[run_id], measured))
         for host, rows in sorted(by_machine.items()):
             name = f"{label} on {host}" if len(by_machine) > 1 else label
-            found += [s for m in metrics if (s := _one(name, m, rows, runs)) is not None]
+            scenario = case_of(key)["scenario"]
+            found += [s for m in metrics if (s := _one(name, m, rows, runs, scenario)) is not None]
     return found
 
 
-def _one(name: str, metric: str, rows: list[tuple[int, dict[str, float]]], runs: Sequence[StoredRun]) -> Series | None:
+def _one(
+    name: str, metric: str, rows: list[tuple[int, dict[str, float]]], runs: Sequence[StoredRun], scenario: str
+) -> Series | None:
     by_run: dict[int, list[float]] = {}
     for at, measured in rows:
         if metric in measured:
@@ -126,4 +131,4 @@ def _one(name: str, metric: str, rows: list[tuple[int, dict[str, float]]], runs:
         return None
     order = sorted(by_run)
     builds = [np.array(by_run[at]) for at in order]
-    return Series(name, metric, [runs[at] for at in order], builds, change_points(run_medians(builds)))
+    return Series(name, metric, [runs[at] for at in order], builds, change_points(run_medians(builds)), scenario)
