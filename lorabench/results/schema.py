@@ -162,7 +162,8 @@ class ResultRow:
     # Working sets: timed_adapter_loads per timed request.
     load_share: float | None = column(METRIC, optional=True, engine_only=True)
     # Adapters loaded from disk in the case's timed span, counted in vLLM's worker
-    # (lorabench.targets.vllm_worker; batch and working-set rows) or known by construction.
+    # (lorabench.targets.vllm_worker; batch, working-set and online rows) or known by
+    # construction (residency tiers).
     timed_adapter_loads: int | None = column(METRIC, optional=True, engine_only=True)
 
     num_requests: int | None = column(ONLINE, optional=True)

@@ -77,7 +77,8 @@ def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:
             cases = [_judged(shape[shape["engine"] == e]) for e in engines]
             y, lo, hi = (np.array(v, dtype=float) for v in zip(*(spread(c, "capacity_rps") for c in cases)))
             bars = ax.bar(x, y, 0.8 / len(runs), yerr=np.vstack([lo, hi]), capsize=3, label=run.label)
-            ax.scatter(x, [c["capacity_over_rps"].min() for c in cases], marker="_", s=200, color="black")
+            overs = [np.nan if c["_unranked"].iloc[0] else c["capacity_over_rps"].min() for c in cases]
+            ax.scatter(x, overs, marker="_", s=200, color="black")
             for bar, at, case in zip(bars, x, cases):
                 if case["_unranked"].iloc[0]:
                     ax.text(at, 0, case["_unranked"].iloc[0], rotation=90, ha="center", va="bottom", fontsize=8)
