@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from lorabench.analysis.compare.load import result_files  # noqa: F401  (the tests' way to find a run's files)
-from lorabench.results.records import Sample
+from lorabench.results.records import (
+    Sample,
+    result_files,  # noqa: F401  (the tests' way to find a run's files)
+)
 from lorabench.results.schema import ResultRow
 from lorabench.scenarios.batch import METRIC_COLUMNS
 

@@ -60,6 +60,25 @@ def test_a_run_added_twice_is_stored_once(tmp_path, capsys):
         assert conn.execute("SELECT count(*) FROM rows").fetchone() == (3 * 4,)
 
 
+def test_a_results_folder_or_its_glob_adds_its_runs_and_skips_the_files_beside_them(tmp_path, capsys):
+    """docs/history.md's ``history add ... results/*.csv``: the glob matches each run's
+    samples and digests files too, which refused the whole command."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for path in write_runs(results, 2):
+        path.with_name(f"{path.stem}.samples.csv").write_text("round,request\n0,0\n")
+        write_digests(path, "d0")
+    db = tmp_path / "h.db"
+    assert main(["history", "add", "--db", str(db), *map(str, sorted(results.glob("*.csv")))]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 4 samples and digests file(s)" in out and out.count("added: run ") == 2, out
+    assert main(["history", "add", "--db", str(db), str(results)]) == 0
+    assert capsys.readouterr().out.count("already stored: run ") == 2
+    (tmp_path / "empty").mkdir()
+    assert main(["history", "add", "--db", str(db), str(tmp_path / "empty")]) == 2
+    assert "empty: no result files there" in capsys.readouterr().err
+
+
 def test_two_writers_at_once_lose_nothing(tmp_path):
     db = tmp_path / "h.db"
     paths = write_runs(tmp_path, 16)
@@ -134,7 +153,7 @@ def test_an_order_file_reorders_the_runs_by_stack(tmp_path, capsys):
         (["show", "--db", "{tmp}/h.db", "--metric", "speed"], "--metric speed: not a compared column"),
         (["show", "--db", "{tmp}/h.db", "-k", "bs2 and ("], "-k 'bs2 and ('"),
         (["show", "--db", "{tmp}/h.db", "--order", "{tmp}/order.txt"], "does not list stack"),
-        (["add", "--db", "{tmp}/h.db", "{tmp}"], "cannot be read (Is a directory): give a result CSV file"),
+        (["add", "--db", "{tmp}/h.db", "{tmp}"], "other.csv: not a lorabench result file: missing columns"),
         (["add", "--db", "{tmp}/no/such/h.db", "{tmp}/run000.csv"], "no folder"),
         (["report", "--db", "{tmp}/h.db", "--out", "{tmp}/run000.csv"], "is a file: name a folder"),
         (["show", "--db", "{tmp}/h.db", "--order", "{tmp}/binary.txt"], "not a text file of stack ids"),

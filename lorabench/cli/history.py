@@ -15,12 +15,14 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from lorabench.analysis.history.changes import ALPHA, MIN_SIZE, Change
-from lorabench.analysis.history.gate import GATE_THRESHOLD, Regression, output_changes, regressions, unconfirmed
+from lorabench.analysis.history.changes import MIN_SIZE
+from lorabench.analysis.history.gate import GATE_THRESHOLD, output_changes, regressions, unconfirmed
+from lorabench.analysis.history.render import regression_line, render_series
 from lorabench.analysis.history.runs import HistoryError, parse_time
 from lorabench.analysis.history.series import Series, machine, ordered_runs, series
 from lorabench.analysis.history.store import StoredRun, add_runs, connect, run_digests
 from lorabench.results.provenance import HOSTNAME_ENV
+from lorabench.results.records import is_companion, result_files
 
 DEFAULT_METRICS = ("ttft_ms", "decode_ms", "e2e_ms")
 # A machine whose newest run is this much older than the store's newest is no longer judged.
@@ -31,7 +33,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="add result files' runs to the store (made if missing)")
     add.add_argument("--db", type=Path, required=True, help="the history database file")
-    add.add_argument("results", nargs="+", type=Path, help="result CSV files written by a benchmark session")
+    add.add_argument(
+        "results",
+        nargs="+",
+        type=Path,
+        help="result CSV files written by a benchmark session, or folders of them (the samples and digests "
+        "files beside them are skipped)",
+    )
     add.set_defaults(run=_add)
     show = actions.add_parser("show", help="each case's metric over the runs, with its change points")
     _add_selection(show, f"a result column to follow; repeat for more (default: {', '.join(DEFAULT_METRICS)})")
@@ -77,7 +85,17 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    for run, status in add_runs(args.db, args.results):
+    """A folder is its result files; a file written beside one (``results/*.csv`` matches
+    them too) is skipped, and said."""
+    paths = [p for given in args.results for p in (result_files(given) if given.is_dir() else [given])]
+    if not paths:
+        raise HistoryError(
+            f"{', '.join(map(str, args.results))}: no result files there: give a results folder or CSV files"
+        )
+    beside = [p for p in paths if is_companion(p)]
+    if beside:
+        print(f"skipped {len(beside)} samples and digests file(s) written beside result files")
+    for run, status in add_runs(args.db, [p for p in paths if not is_companion(p)]):
         print(f"{status}: run {run.run_id} (stack {run.stack_id}, {run.timestamp})")
     return 0
 
@@ -111,7 +129,7 @@ def _series(args: argparse.Namespace, default_metrics: list[str]) -> tuple[list[
 
 def _show(args: argparse.Namespace) -> int:
     for s in _series(args, list(DEFAULT_METRICS))[1]:
-        print(_render(s))
+        print(render_series(s))
     return 0
 
 
@@ -161,7 +179,7 @@ def _check(args: argparse.Namespace) -> int:
         )
     failed = regressions(judged, threshold, per_metric)
     for r in failed:
-        print(_regression_line(r, len(judged)))
+        print(regression_line(r, len(judged)))
     watch = unconfirmed(judged, threshold, per_metric, failed)
     for u in watch:
         print(
@@ -263,36 +281,3 @@ def _output_changes(db: Path, runs: list[StoredRun]) -> list[str]:
     for line in lines:
         print(line)
     return lines
-
-
-def _regression_line(r: Regression, family: int) -> str:
-    s, c = r.series, r.change
-    return (
-        f"REGRESSION {s.case} {s.metric}: {r.level:.3f} -> {r.newest:.3f} ({100 * r.worse:.1f} % worse, "
-        f"threshold {100 * r.threshold:g} %, p {r.p_value:.2g} over {family} series) since run "
-        f"{s.runs[c.position].run_id}{_range(s, c)}: "
-        f"{r.stack_change()}"
-    )
-
-
-def _range(s: Series, c: Change) -> str:
-    """Where else the change may lie: the noise leaves its exact run uncertain."""
-    if c.first == c.last:
-        return ""
-    return f" (somewhere from run {s.runs[c.first].run_id} to {s.runs[c.last].run_id})"
-
-
-def _render(s: Series) -> str:
-    lines = [f"{s.case}  {s.metric}  ({len(s.runs)} runs; change points at p <= {ALPHA})"]
-    lines += [
-        f"  {i:3d}  {r.timestamp}  stack {r.stack_id}  {m:10.3f}  ({len(b)} builds)"
-        for i, (r, m, b) in enumerate(zip(s.runs, s.medians, s.builds))
-    ]
-    for c in s.changes:
-        before, after = s.runs[c.position - 1], s.runs[c.position]
-        change = f"{100 * (c.ratio - 1):+.1f} %" if c.before else "from 0"
-        lines.append(
-            f"  change at run {c.position}{_range(s, c)}: {c.before:.3f} -> {c.after:.3f} "
-            f"({change}, p {c.p_value:.3f}), stack {before.stack_id} -> {after.stack_id}"
-        )
-    return "\n".join(lines)

@@ -185,7 +185,7 @@ def beside(csv_path: Path, kind: str) -> Path:
 def replays_path_for(csv_path: Path, kind: str) -> Path:
     """What online replays record, in a folder beside a result file: ``run.csv`` ->
     ``run.replays/KIND.csv`` (timeline, adapters); there, what reads a results folder's
-    CSV files (``lorabench compare``'s ``result_files``) cannot take them for results."""
+    CSV files (``result_files``) cannot take them for results."""
     return csv_path.with_name(f"{csv_path.stem}.replays") / f"{kind}.csv"
 
 
@@ -195,3 +195,17 @@ def samples_path_for(csv_path: Path) -> Path:
 
 def digests_path_for(csv_path: Path) -> Path:
     return beside(csv_path, "digests")
+
+
+# What the files written beside a result file end with (``run.samples.csv``, ``run.digests.csv``).
+COMPANIONS = (samples_path_for(Path("x.csv")).name[1:], digests_path_for(Path("x.csv")).name[1:])
+
+
+def is_companion(path: Path) -> bool:
+    """Whether ``path`` is a file written beside a result file, not a result file."""
+    return Path(path).name.endswith(COMPANIONS)
+
+
+def result_files(folder: Path) -> list[Path]:
+    """The result files in a folder, without the samples and digests files beside them."""
+    return [p for p in sorted(Path(folder).glob("*.csv")) if not is_companion(p)]

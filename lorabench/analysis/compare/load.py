@@ -19,7 +19,7 @@ import pandas as pd
 
 from lorabench.analysis.cases import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
 from lorabench.analysis.compare import CompareError
-from lorabench.results.records import counted_by_rank, digests_path_for, samples_path_for
+from lorabench.results.records import counted_by_rank, digests_path_for, result_files, samples_path_for
 from lorabench.results.schema import CASE_KEY, ENGINE_KEY, OLDER_FILES
 from lorabench.results.search_stops import BRACKETED
 
@@ -144,12 +144,6 @@ def _with_run(rows: pd.DataFrame, run: int) -> pd.DataFrame:
 def split_paths(text: str) -> list[Path]:
     """``A.csv,B.csv``: several runs of the same code, pooled as one side."""
     return [Path(part) for part in text.split(",") if part]
-
-
-def result_files(folder: Path) -> list[Path]:
-    """The result files in a folder, without the samples and digests files beside them."""
-    beside = (samples_path_for(Path("x.csv")).name[1:], digests_path_for(Path("x.csv")).name[1:])
-    return [p for p in sorted(Path(folder).glob("*.csv")) if not p.name.endswith(beside)]
 
 
 def load_noise_runs(text: str) -> Run:
