@@ -108,8 +108,9 @@ def _untestable(c: Comparison) -> list[str]:
 def _summary_line(c: Comparison) -> str:
     counts = {v: sum(f.verdict == v for f in c.findings) for v in (REGRESSED, IMPROVED, NOT_SIGNIFICANT, TOO_FEW)}
     bounds = [sum(b.change == change for b in c.capacity_bounds) for change in (-1, 1, 0)]
+    cases = len({tuple(f.case.values()) for f in c.findings})
     return (
-        f"{len({tuple(f.case.values()) for f in c.findings})} cases compared: {counts[REGRESSED]} regressed, "
+        f"{cases} cases compared; of their metrics {counts[REGRESSED]} regressed, "
         f"{counts[IMPROVED]} improved, {counts[NOT_SIGNIFICANT]} past the threshold but not significant, "
         f"{counts[TOO_FEW]} past the threshold with too few builds to test"
         + (
