@@ -136,6 +136,23 @@ def test_unknown_key_suggests_the_closest(tiny_config):
     assert "unknown key 'adapter'" in message and "did you mean 'adapters'?" in message
 
 
+def test_a_misspelt_required_key_is_one_problem_not_also_a_missing_field(tiny_config):
+    """Renamed, not added: "missing required field 'matrix.batch_sizes': add it" beside the
+    "did you mean" told the user to add what they had misspelt."""
+    path = tiny_config()
+    data = json.loads(path.read_text())
+    data["matrix"]["batch_size"] = data["matrix"].pop("batch_sizes")
+    data["adapter"] = data.pop("adapters")
+    path.write_text(json.dumps(data))
+    lines = problems_of(path).splitlines()
+    assert len(lines) == 2 and not any("missing required field" in line for line in lines), lines
+    assert "did you mean 'batch_sizes'?" in lines[-1] + lines[0] and "did you mean 'adapters'?" in "".join(lines)
+    # A missing key with no misspelling near it is still said.
+    del data["adapter"]
+    path.write_text(json.dumps(data))
+    assert "missing required field 'adapters'" in problems_of(path)
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [

@@ -69,6 +69,13 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     return list(getattr(model, "model_fields", {}))
 
 
+def _meant(error: dict[str, Any]) -> str | None:
+    """The field an unknown key is closest to (its path), or None."""
+    loc = tuple(error["loc"])
+    close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc), n=1) if error["type"] == "extra_forbidden" else []
+    return _loc((*loc[:-1], close[0])) if close else None
+
+
 def _describe(error: dict[str, Any], file: Path) -> str:
     loc = tuple(error["loc"])
     field = _loc(loc)
@@ -110,7 +117,12 @@ def read_config_file(path: Path) -> ConfigFile:
         first = {_loc(tuple(e["loc"])): e for e in reversed(exc.errors())}
         # ...and a list with one bad item is reported at the item, not at the list.
         deepest = [f for f in first if not any(g.startswith((f + "[", f + ".")) for g in first)]
-        problems = [_describe(first[f], path) for f in reversed(deepest)]
+        errors = [first[f] for f in reversed(deepest)]
+        # A misspelt required key is one problem, its "did you mean", not also a missing field.
+        meant = {_meant(e) for e in errors}
+        problems = [
+            _describe(e, path) for e in errors if not (e["type"] == "missing" and _loc(tuple(e["loc"])) in meant)
+        ]
         raise ConfigError(problems) from None
     problems = _check_engine_args(parsed, path)
     if problems:
