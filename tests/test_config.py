@@ -129,6 +129,15 @@ def test_a_config_or_prompts_file_that_is_not_utf8_is_one_line_with_the_fix(tiny
     assert problems_of(config) == f"{prompts}: not UTF-8 text (byte 5): save it as UTF-8 JSON"
 
 
+def test_a_missing_adapters_file_is_one_line_not_every_section_counting_none(tiny_config, tmp_path):
+    """Before: the file's own line, then "no adapters, but multi-LoRA cases were selected" and
+    "only 0 adapters are configured" for each section that counts them."""
+    online = {"suites": [{"num_adapters": [2], "rate": [2], "duration": 5}]}
+    path = tiny_config(adapters=str(tmp_path / "nowhere" / "adapters.json"), online=online, working_set={"sizes": [2]})
+    lines = problems_of(path).splitlines()
+    assert len(lines) == 1 and "adapters.json" in lines[0] and "not found" in lines[0], lines
+
+
 def test_unknown_key_suggests_the_closest(tiny_config):
     message = problems_of(tiny_config(matrix={"batch_size": [2]}))
     assert "unknown key 'matrix.batch_size'" in message and "did you mean 'batch_sizes'?" in message

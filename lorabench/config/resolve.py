@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
@@ -95,12 +96,15 @@ def _adapters_and_sections(
     if not problems:  # a usable model: what would be generated for it is checked before it is
         problems += check_generation(path, parsed, model)
     generated_later = isinstance(parsed.adapters, GeneratedAdapters) and bool(problems)
+    before = len(problems)
     adapters = _adapters(path, parsed, model, prompts, problems)
     by_section: dict[str, list[str]] = {}
     if generated_later:
         # Adapters are generated for a usable model only: what depends on them is checked once it is,
         # rather than reported now as "no adapters" on top of the model's own problem.
         count = parsed.adapters.generate.count
+    elif len(problems) > before:  # the adapters file did not read: its problem is said once,
+        count = sys.maxsize  # not again as "only 0 adapters are configured" by each section counting them
     else:
         problems += _check_adapters(path, parsed, adapters, needs_lora)
         count = len(adapters)
