@@ -235,7 +235,9 @@ def test_settings_the_runs_were_configured_apart_in_are_named_and_where_to_nothi
     keep_config(base, config)
     run_cli(base, new)
     assert "configs differ" not in capsys.readouterr().out, "one side kept no config: nothing to say"
-    keep_config(new, {**config, "results_dir": "elsewhere", "//": "another comment"})
+    # Comments anywhere, inside a list too (the imported-trace config comments a suite so).
+    online = {**config["online"], "suites": [{"//": "another note", **s} for s in config["online"]["suites"]]}
+    keep_config(new, {**config, "results_dir": "elsewhere", "//": "another comment", "online": online})
     run_cli(base, new)
     assert "configs differ" not in capsys.readouterr().out
     engine = {**config["engine"], "max_num_seqs": 256}

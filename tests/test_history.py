@@ -77,6 +77,9 @@ def test_a_results_folder_or_its_glob_adds_its_runs_and_skips_the_files_beside_t
     (tmp_path / "empty").mkdir()
     assert main(["history", "add", "--db", str(db), str(tmp_path / "empty")]) == 2
     assert "empty: no result files there" in capsys.readouterr().err
+    samples = sorted(results.glob("*.samples.csv"))
+    assert main(["history", "add", "--db", str(db), *map(str, samples)]) == 2, "only files beside result files"
+    assert "no result files there" in capsys.readouterr().err
 
 
 def test_two_writers_at_once_lose_nothing(tmp_path):
@@ -269,6 +272,26 @@ def test_a_regression_with_the_same_stack_names_the_settings_that_changed_with_i
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("REGRESSION")]
     assert len(failed) == 2 and all(line.endswith(f"since run run-007: {says}") for line in failed), failed
     assert b"hf_bbb" not in db.read_bytes(), "no credential is stored"
+
+
+def test_a_cases_settings_are_what_can_move_it_its_own_section_kept():
+    from lorabench.analysis.compare.settings import for_case
+
+    flat = {
+        "model": '"/models/v2/Qwen"',  # the model column keeps the folder's name only
+        "engine.max_num_seqs": "16",
+        "engine.max_loras": "[2, 8]",  # a case's own max_loras is in its key
+        "matrix.rounds": "10",
+        "working_set.sizes": "[1, 2, 4]",
+        "online.warmup_s": "1",
+        "capacity.probe_duration_s": "4",
+        "capacity.max_rate": "40",  # not in what cases are matched on: searches under others are one case
+    }
+    assert for_case(flat, "capacity") == {
+        k: flat[k]
+        for k in ("model", "engine.max_num_seqs", "matrix.rounds", "capacity.probe_duration_s", "capacity.max_rate")
+    }
+    assert set(for_case(flat, "online")) == {"model", "engine.max_num_seqs", "matrix.rounds", "online.warmup_s"}
 
 
 def test_a_runs_settings_are_its_own_not_a_later_runs_kept_in_the_same_folder(tmp_path, capsys):

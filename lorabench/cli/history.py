@@ -88,7 +88,7 @@ def _add(args: argparse.Namespace) -> int:
     """A folder is its result files; a file written beside one (``results/*.csv`` matches
     them too) is skipped, and said."""
     paths = [p for given in args.results for p in (result_files(given) if given.is_dir() else [given])]
-    if not paths:
+    if all(is_companion(p) for p in paths):
         raise HistoryError(
             f"{', '.join(map(str, args.results))}: no result files there: give a results folder or CSV files"
         )

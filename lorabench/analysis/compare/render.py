@@ -110,7 +110,7 @@ def _summary_line(c: Comparison) -> str:
     bounds = [sum(b.change == change for b in c.capacity_bounds) for change in (-1, 1, 0)]
     cases = len({tuple(f.case.values()) for f in c.findings})
     return (
-        f"{cases} cases compared; of their metrics {counts[REGRESSED]} regressed, "
+        f"{cases} cases compared; of their {len(c.findings)} metrics {counts[REGRESSED]} regressed, "
         f"{counts[IMPROVED]} improved, {counts[NOT_SIGNIFICANT]} past the threshold but not significant, "
         f"{counts[TOO_FEW]} past the threshold with too few builds to test"
         + (

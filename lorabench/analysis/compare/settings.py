@@ -21,7 +21,6 @@ from typing import Any
 from lorabench.config.read import strip_comments
 from lorabench.host.redact import redact_tree
 from lorabench.results.files import CONFIG_COPY, CONFIG_RUN
-from lorabench.results.schema import CASE_KEY
 
 # Where the run's files went, and the history gate's own thresholds: no bearing on what was measured.
 _IGNORED = ("results_dir", "output", "history")
@@ -58,20 +57,28 @@ def run_settings(path: Path, run_id: str | None = None, *, named_only: bool = Fa
     return _flat(redact_tree(strip_comments(config)))
 
 
+# Lists of the cases a config runs: a case's own entry is in its key (its max_loras, batch
+# size, working set), so a list that grew names no change of that case.
+CASE_LISTS = frozenset(
+    {
+        "engine.max_loras",
+        "engine.max_lora_rank",
+        "engine.max_cpu_loras",
+        "engine.enforce_eager",
+        "engine.enable_prefix_caching",
+        "matrix.batch_sizes",
+        "matrix.workloads",
+        "working_set.sizes",
+        "churn.rate",
+    }
+)
+
+
 def for_case(settings: dict[str, str], scenario: str) -> dict[str, str]:
     """The settings that can move a case of ``scenario``: not another scenario's section,
-    nor a list of what the case key pins already (``engine.max_loras``: the case's own is
-    in its key, and adding a configuration changes none of the others)."""
-
-    def pinned(key: str) -> bool:
-        leaf = key.rsplit(".", 1)[-1]
-        return leaf in CASE_KEY or leaf.removesuffix("s") in CASE_KEY
-
-    return {
-        key: value
-        for key, value in settings.items()
-        if not pinned(key) and not (key.split(".", 1)[0] in SCENARIO_SECTIONS and key.split(".", 1)[0] != scenario)
-    }
+    nor a list of the cases the config runs (``CASE_LISTS``)."""
+    others = set(SCENARIO_SECTIONS) - {scenario}
+    return {key: value for key, value in settings.items() if key not in CASE_LISTS and key.split(".")[0] not in others}
 
 
 def changed_settings(before: dict[str, str], after: dict[str, str]) -> list[str]:

@@ -136,8 +136,8 @@ def _insert(conn: sqlite3.Connection, run: ReadRun) -> tuple[StoredRun, str]:
                 "INSERT INTO digests VALUES (?, ?, ?, ?, ?)",
                 [(run.run_id, *key, ", ".join(sorted(d))) for key, d in run.digests.items()],
             )
-        if run.settings is not None:  # a run stored before settings were kept learns them too
-            conn.execute("INSERT OR IGNORE INTO settings VALUES (?, ?)", (run.run_id, json.dumps(run.settings)))
+        if run.settings is not None:  # read from the run's own config: a run stored without them learns them
+            conn.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (run.run_id, json.dumps(run.settings)))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
