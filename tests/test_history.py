@@ -837,6 +837,10 @@ def test_a_real_runs_rows_go_into_the_history_and_the_gate_reads_them(compare_se
     assert run_id == real["run_id"].iloc[0]
     stack = json.loads(stack)
     assert stack["vllm_version"] == real["vllm_version"].iloc[0] and stack["cpu_model"] != "unknown"
+    # Its settings, from the config the session kept with its run id: what the gate names.
+    with sqlite3.connect(db) as conn:
+        ((kept_for, settings),) = conn.execute("SELECT run_id, settings FROM settings").fetchall()
+    assert kept_for == run_id and json.loads(settings)["matrix.rounds"] == "2", settings
     copy = tmp_path / "history.db"
     copy.write_bytes(db.read_bytes())
     host = ["hostname", "device_name", "device_count", "cpu_model"]  # the made-up base's is another machine
