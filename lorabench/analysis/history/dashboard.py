@@ -33,7 +33,7 @@ function filter() {
 
 def _stack_changes(s: Series) -> list[tuple[int, str]]:
     """Where the stack or the settings change along the series, and what changed
-    (``vllm_version 0.32.0 → 0.33.0``, ``rounds: 10 → 3``)."""
+    (``vllm_version 0.32.0 → 0.33.0``, ``matrix.rounds: 10 → 3``)."""
     out = []
     for i in range(1, len(s.runs)):
         before, after = s.runs[i - 1].stack, s.runs[i].stack

@@ -43,7 +43,7 @@ class Regression:
     def stack_change(self) -> str:
         """What differs between the runs at the two ends of where the change may lie: their
         stacks (``vllm_version 0.32.0 -> 0.33.0``), then the settings they ran with that the
-        case key leaves out (``settings: rounds: 10 -> 3``), which move a level as a new
+        case key leaves out (``settings: matrix.rounds: 10 -> 3``), which move a level as a new
         version does."""
         runs = self.series.runs
         before, after = runs[max(self.change.first - 1, 0)], runs[self.change.last]

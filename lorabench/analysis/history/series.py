@@ -91,6 +91,8 @@ def settings_changed(before: StoredRun, after: StoredRun, scenario: str) -> list
     either run's are unknown."""
     if before.settings is None or after.settings is None:
         return None
+    if before.settings == after.settings:  # most nights: no need to scope them (the page asks per pair of runs)
+        return []
     from lorabench.analysis.compare.settings import changed_settings, for_case  # its imports: only when asked
 
     return changed_settings(for_case(before.settings, scenario), for_case(after.settings, scenario))
