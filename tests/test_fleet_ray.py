@@ -8,6 +8,7 @@ in the quick loop."""
 import sys
 import time
 from fnmatch import fnmatch
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -26,7 +27,8 @@ from lorabench.targets.standin import StandIn
 
 
 class OnAnNpu(StandIn):
-    \"\"\"Serves on the virtual clock, but each build takes {wall_build_s} s of the wall clock.\"\"\"
+    \"\"\"Serves on the virtual clock, but each build takes {wall_build_s} s of the wall clock,
+    its start and end appended to {builds_log!r}.\"\"\"
 
     def platform(self):
         return Platform("npu", "stand-in NPU")
@@ -36,7 +38,10 @@ class OnAnNpu(StandIn):
         build = engine._build
 
         async def _build():
+            started = time.time()
             time.sleep({wall_build_s})
+            with open({builds_log!r}, "a") as log:
+                log.write(f"{{started}} {{time.time()}}\\n")
             return await build()
 
         engine._build = _build
@@ -115,7 +120,8 @@ def on_the_cluster(cluster, monkeypatch):
 
 def _bench(pytester, wall_build_s=0, kill="", **matrix):
     pytester.makepyfile(test_multilora=(ROOT / "bench" / "test_multilora.py").read_text())
-    pytester.makeconftest(ON_AN_NPU.format(wall_build_s=wall_build_s, kill=kill))
+    log = str(pytester.path / "builds.log")
+    pytester.makeconftest(ON_AN_NPU.format(wall_build_s=wall_build_s, kill=kill, builds_log=log))
     engine = {"max_loras": [1, 2, 3, 4], "max_cpu_loras": 4}
     return write_config(pytester.path, engine=engine, matrix={"batch_sizes": [2], "workloads": ["distinct"], **matrix})
 
@@ -126,25 +132,41 @@ def _timed(pytester, *args):
     return result, time.monotonic() - started
 
 
+def most_at_once(log: Path) -> int:
+    """The most builds in progress at one moment, from their (start, end) lines."""
+    events = []
+    for line in log.read_text().splitlines():
+        started, ended = map(float, line.split())
+        events += [(started, 1), (ended, -1)]
+    running = peak = 0
+    for _, step in sorted(events):  # an end sorts before a start at the same moment
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
 @pytest.mark.engine
-def test_eight_configurations_on_four_npus_take_a_third_of_the_sequential_time(pytester, on_the_cluster):
-    """Each build takes 40 s of the wall clock, as a real engine's start-up on an NPU takes
-    about a minute; everything else runs on the stand-in's virtual clock, in both runs. The
-    fleet runs two waves of four builds, paying its workers' own start-up (about 5 s a task
-    with four at once on this host's two cores: with 20 s builds that alone made the ratio
-    0.36, see docs/lab/2026-11-measurements.md). The sequential run is the same session without the sleeps,
-    plus the 8 x 40 s of builds it would have waited for."""
-    build_s = 40
+def test_eight_configurations_on_four_npus_run_four_at_a_time(pytester, on_the_cluster):
+    """Each build takes 15 s of the wall clock (an engine on an NPU takes about a minute);
+    everything else runs on the stand-in's virtual clock, in both runs. The builds' own
+    start and end times say that four ran at once, never more: the fleet's parallelism,
+    whatever this host's process start-up costs. A worker's fixed cost (Ray's task, pytest's
+    and lorabench's start-up, four at once on two cores) was 3-7 s a task on the slowest
+    host (docs/lab/2026-11-measurements.md), well inside a build, so four builds overlap.
+    The sequential run is the same session without the sleeps, plus the 8 x 15 s of builds
+    it would have waited for; the fleet takes under half of that."""
+    build_s = 15
     config = _bench(pytester, wall_build_s=build_s, builds=2)
     fleet, fleet_s = _timed(pytester, "--bench-config", config, "--bench-fleet", "auto")
     assert fleet.ret == 0, fleet.stdout.str()
     fleet.stdout.fnmatch_lines(["fleet: 8 engine builds on the Ray cluster (auto)*"])
+    assert most_at_once(pytester.path / "builds.log") == 4
     (pytester.path / "results").rename(pytester.path / "fleet-results")
     config = _bench(pytester, builds=2)
     sequential, harness_s = _timed(pytester, "--bench-config", config)
     assert sequential.ret == 0, sequential.stdout.str()
     sequential_s = 8 * build_s + harness_s
-    assert fleet_s <= 0.35 * sequential_s, f"fleet {fleet_s:.1f} s, sequential {sequential_s:.1f} s"
+    assert fleet_s <= 0.5 * sequential_s, f"fleet {fleet_s:.1f} s, sequential {sequential_s:.1f} s"
 
     (csv,) = result_files(pytester.path / "fleet-results")
     rows, seq = pd.read_csv(csv), pd.read_csv(result_files(pytester.path / "results")[0])
@@ -156,7 +178,7 @@ def test_eight_configurations_on_four_npus_take_a_third_of_the_sequential_time(p
     assert keys(rows) == keys(seq)
     # Each ran on one NPU of one of the two nodes, and all four NPUs were used.
     assert rows["fleet_devices"].str.fullmatch(r"\S+:[0-9a-f]{8} npu [01]").all()
-    assert rows["fleet_devices"].nunique() == 4
+    assert rows["fleet_devices"].value_counts().tolist() == [2, 2, 2, 2]
 
 
 @pytest.mark.engine
