@@ -24,11 +24,12 @@ def thread_cpus(process: psutil.Process) -> set[frozenset[int]]:
 def test_engine_core_and_front_end_stay_off_the_workers_cores(tiny_config):
     """vLLM binds its CPU worker to some cores; lorabench keeps this process and the
     engine core on the others while the engine lives, and gives this process all of its
-    cores back at shutdown, so the next build's worker sees them all."""
+    cores back at shutdown, so the next build's worker sees them all. Eager: a lora-off
+    build otherwise spends 8 s tracing the model for torch.compile, which placement does not need."""
     path = tiny_config()
     config = resolve_config(path, read_config_file(path), needs_lora=False, engine_args=engine_arg_names)
     allowed = set(os.sched_getaffinity(0))
-    with Engine(config, EngineSpec(enable_lora=False), "cpu") as engine:
+    with Engine(config, EngineSpec(enable_lora=False, enforce_eager=True), "cpu") as engine:
         workers = [p for p in engine._processes if "Worker" in p.name()]
         cores = [p for p in engine._processes if "EngineCore" in p.name()]
         assert workers and cores, [p.name() for p in engine._processes]
