@@ -474,11 +474,11 @@ def test_the_session_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatc
 @pytest.mark.engine
 def test_a_real_ab_session_against_a_busy_interpreter_and_its_turns_as_nights_of_the_history(tmp_path, tiny_config):
     """Real turns on the CPU engine: the base side this interpreter on one core, the new side
-    the same beside a busy loop there (scripts/ab/busy-python), three pairs alternated and compared
-    pair by pair. Then the turns as six nightly runs, the base's three first: the history's
-    gate fails and names the first busy night. One build of one configuration a turn (about
-    40 s here); resuming and the order past the pairs are the quick tests' (test_resume_...,
-    test_alternation_is_abba_and_cancels_linear_drift)."""
+    the same with a busy loop there while each case runs (tests/busy_while_measuring.py),
+    three pairs alternated and compared pair by pair. Then the turns as six nightly runs, the
+    base's three first: the history's gate fails and names the first busy night. One build
+    of one configuration a turn (about 20 s here); resuming and the order past the pairs are
+    the quick tests' (test_resume_..., test_alternation_is_abba_and_cancels_linear_drift)."""
     # A warm-up round and ten measured: with none and three, one base turn whose first
     # requests were slow (decode_ms 54 against 34 and 41) hid a 2.2x slowdown from the gate,
     # and with six, one CI run's gate found nothing (its nights unrecorded; a failure now
@@ -486,15 +486,17 @@ def test_a_real_ab_session_against_a_busy_interpreter_and_its_turns_as_nights_of
     matrix = {"workloads": ["identical"], "warmup_rounds": 1, "rounds": 10}
     config = tiny_config(engine={"max_loras": 1}, matrix=matrix)
     out = tmp_path / "ab"
-    # Both sides on one core, the new side beside a busy loop there. A loop free to move
-    # slowed a turn by 0 to 60 % as it landed on the worker's core or not, and one loop a
-    # core by 1.1 to 2.6 times (decode_ms 22, 25, 28 | 31, 53, 73 ms on an AMD EPYC): too
-    # unevenly for three nights. Both pinned: the same machine (device_count) to the history.
-    core = f"BUSY_CORES={min(os.sched_getaffinity(0))}"
-    sides = []
-    for side, loops in (("base", 0), ("new", 1)):
-        sides += [f"--{side}-python", ROOT / "scripts" / "ab" / "busy-python", f"--{side}-env", core]
-        sides += [f"--{side}-env", f"LORABENCH_PYTHON={sys.executable}", f"--{side}-env", f"BUSY_LOOPS={loops}"]
+    # Both sides on one core (scripts/ab/busy-python, no loops of its own), the new side
+    # beside a busy loop there. A loop free to move slowed a turn by 0 to 60 % as it landed
+    # on the worker's core or not, and one loop a core by 1.1 to 2.6 times (decode_ms 22, 25,
+    # 28 | 31, 53, 73 ms on an AMD EPYC): too unevenly for three nights. Both pinned: the same
+    # machine (device_count) to the history. The loop only while a case runs: beside the
+    # build too, it made each new turn twice as long for nothing a verdict reads.
+    sides = ["--new-env", "PYTEST_PLUGINS=tests.busy_while_measuring"]
+    for side in ("base", "new"):
+        sides += [f"--{side}-python", ROOT / "scripts" / "ab" / "busy-python", f"--{side}-env", "BUSY_LOOPS=0"]
+        sides += [f"--{side}-env", f"BUSY_CORES={min(os.sched_getaffinity(0))}"]
+        sides += [f"--{side}-env", f"LORABENCH_PYTHON={sys.executable}"]
     sides += ["--config", config, "--out", out, "--pairs", 3]
     done = run_ab(*sides, "--", "bench", "-k", "multilora and identical")
     assert done.returncode in (0, 1) and "6 turns of 3 pairs to run" in done.stderr, done.stderr
