@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 
 from lorabench.ab import record as record_module
@@ -469,6 +470,49 @@ def test_the_session_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatc
             run()
     assert (out / "ab.json").read_text() == previous
     assert sorted(p.name for p in out.iterdir()) == ["ab.json", "logs"]
+
+
+SPINS = """
+import os, psutil, pytest
+
+
+def loops():
+    return [p for p in psutil.Process().children() if "getppid" in " ".join(p.cmdline())]
+
+
+@pytest.fixture
+def at_setup():
+    return loops()
+
+
+def test_case(at_setup):
+    (loop,) = loops()
+    assert at_setup == [] and loop.cpu_affinity() == sorted(os.sched_getaffinity(0))
+"""
+
+
+def test_the_slowed_sides_loop_spins_only_while_a_case_runs(pytester):
+    """tests/busy_while_measuring.py, as the real A/B test's new side loads it: a loop during
+    each case's call, on the session's cores, none at its setup and none left after."""
+    pytester.makepyfile(SPINS)
+    result = pytester.runpytest("-p", "tests.busy_while_measuring")
+    result.assert_outcomes(passed=1)
+    assert not [p for p in psutil.Process().children() if "getppid" in " ".join(p.cmdline())]
+
+
+def test_the_slowed_sides_loop_ends_with_the_process_that_started_it():
+    """A turn killed mid-case (kill -9 skips the plugin's cleanup) leaves no loop spinning
+    beside the next tests."""
+    from tests.busy_while_measuring import LOOP
+
+    loop = f"[sys.executable, '-c', {LOOP!r}, str(os.getpid())]"
+    start = f"import os, subprocess, sys\nprint(subprocess.Popen({loop}).pid)"
+    started = subprocess.run([sys.executable, "-c", start], capture_output=True, text=True, check=True, timeout=30)
+    pid = int(started.stdout)
+    try:
+        psutil.Process(pid).wait(timeout=10)
+    except psutil.NoSuchProcess:
+        pass  # gone already
 
 
 @pytest.mark.engine
