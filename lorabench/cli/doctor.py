@@ -25,6 +25,9 @@ from lorabench.config.target import URL, Target, chosen_target, parse_target
 from lorabench.host import smi, stack
 from lorabench.host.cards import check_devices
 from lorabench.host.doctor import FAIL, NOTE, OK, Finding, Host, describe_host, read_host
+from lorabench.targets import vllm_api, vllm_source
+from lorabench.targets.vllm_api import NEWEST_RUN, OLDEST
+from lorabench.targets.vllm_source import Source
 
 __all__ = ["Finding", "Host", "check_devices", "describe_host", "diagnose", "main", "read_host"]
 
@@ -33,6 +36,8 @@ SET_ENV = "source /usr/local/Ascend/ascend-toolkit/set_env.sh"
 ATB_SET_ENV = "source /usr/local/Ascend/nnal/atb/set_env.sh"
 # Below this much free space a model or adapter download stops the run; below the note level it may.
 DISK_FAIL_GIB, DISK_NOTE_GIB = 2.0, 20.0
+RANGE_FIX = f"pip install a vLLM from {OLDEST} on (docs/releases.md)"
+RANGE_DOC = "docs/releases.md says what was run on each release"
 # vllm-ascend's AscendC LoRA kernels (bgmv/sgmv) cover ranks up to this one (docs/npu.md).
 ASCEND_KERNEL_MAX_RANK = 64
 
@@ -42,11 +47,36 @@ def check_stack(host: Host) -> list[Finding]:
         found = [Finding(OK, stack.describe(host.packages))]
     else:
         found = [Finding(FAIL, "vLLM is not installed", "pip install -e '.[cpu]' (or '.[gpu]', '.[npu]')")]
+    found += check_vllm_release(host)
     found += [Finding(FAIL, problem, fix) for problem, fix in stack.mismatches(host.packages)]
     found += [Finding(NOTE, problem, fix) for problem, fix in stack.unmet_pins(host.packages)]
     if host.device_type == "npu" and "torch-npu" not in host.packages:
         found.append(Finding(FAIL, "torch-npu is not installed", "pip install the torch-npu vllm-ascend pins"))
     return found + check_platform(host)
+
+
+def check_vllm_release(host: Host, source: Source | None = None) -> list[Finding]:
+    """The installed vLLM against lorabench's range (``vllm_api.OLDEST`` on; run up to
+    ``NEWEST_RUN``), and the names lorabench touches read from its source: a missing one stops
+    a run where the engine or LoRA needs it, and is a note where it blanks or skips a feature."""
+    vllm = host.packages.get("vllm")
+    if vllm is None:
+        return []
+    got, oldest, newest = stack.release(vllm.version), stack.release(OLDEST), stack.release(NEWEST_RUN)
+    if got and got < oldest:
+        found = [Finding(FAIL, f"vLLM {vllm.version} is older than lorabench supports ({OLDEST} on)", RANGE_FIX)]
+    elif got and got > newest:
+        found = [Finding(NOTE, f"vLLM {vllm.version} is newer than any lorabench has run on ({NEWEST_RUN})", RANGE_DOC)]
+    else:
+        found = [Finding(OK, f"vLLM {vllm.version} is in lorabench's range ({OLDEST} to {NEWEST_RUN}, {RANGE_DOC})")]
+    source = source or vllm_source.installed()
+    gone = vllm_api.missing(source) if source is not None else []
+    for feature in dict.fromkeys(n.feature for n in gone):
+        names = ", ".join(str(n) for n in gone if n.feature == feature)
+        stops = feature in (vllm_api.ENGINE, vllm_api.LORA)
+        text = f"this vLLM lacks {names}: {vllm_api.FEATURES[feature]}" + ("" if stops else " stays blank or skips")
+        found.append(Finding(FAIL if stops else NOTE, text, RANGE_FIX if stops else RANGE_DOC))
+    return found
 
 
 def check_platform(host: Host) -> list[Finding]:

@@ -33,6 +33,7 @@ from lorabench.results.progress import RunProgress
 from lorabench.results.provenance import pair_from_env
 from lorabench.results.schema_check import SchemaError, check_declared
 from lorabench.scenarios import SCENARIOS
+from lorabench.targets import vllm_api
 from lorabench.targets.engine import VllmBackend
 from lorabench.targets.http.checks import problems as target_problems
 from lorabench.targets.vllm_args import engine_arg_names
@@ -79,11 +80,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _target_skip(scenario: Any, state: BenchState, specs: list) -> str:
-    """Why the scenario's cases cannot run on this target, or "": a server elsewhere cannot
+    """Why the scenario's cases cannot run on this target, or "": the local vLLM lacks a feature
+    the scenario needs (read from its source, ``vllm_api``); a server elsewhere cannot
     read the folders a ``local_only`` scenario writes, and a URL's server runs the config's
     configuration as started, so a scenario that needs prefix caching on or off needs the
     config (and the server) to say so."""
     target = state.target
+    if target.kind != URL:  # a server elsewhere runs a vLLM this process cannot read
+        lacking = next(filter(None, map(vllm_api.lacking, scenario.needs)), None)
+        if lacking:
+            return f"the {scenario.name} scenario: {lacking}"
     if scenario.local_only and not target.on_this_machine:
         return (
             f"the {scenario.name} scenario hands the server folders it writes on this machine: "

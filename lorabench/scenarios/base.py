@@ -99,8 +99,8 @@ class Scenario:
     set, turns vLLM's prefix caching on or off in every configuration it runs on, whatever the
     config says (the isolation scenario's engines cache); ``local_only`` skips its cases,
     saying so, on a URL target whose server is not on this machine (the scenario hands the
-    server folders it writes here); ``needs_adapters``
-    says whether the config must list adapters; ``columns`` are the optional result
+    server folders it writes here); ``needs_adapters`` says whether the config must list
+    adapters; ``needs`` the vLLM features its cases use; ``columns`` are the optional result
     columns its rows fill, ``maybe_columns`` those some of its rows fill
     (``lorabench.results.schema_check.check_row`` holds it to that).
     """
@@ -110,6 +110,9 @@ class Scenario:
     prefix_caching: bool | None = None
     local_only: bool = False
     needs_adapters: bool = True
+    # The vLLM features its cases need (``lorabench.targets.vllm_api.FEATURES``): an in-process
+    # or served vLLM without one skips them before any build, saying which names it lacks.
+    needs: tuple[str, ...] = ("engine", "lora")
     columns: frozenset[str] = frozenset()
     maybe_columns: frozenset[str] = frozenset()
 

@@ -40,6 +40,7 @@ def capacity_cases(file: ConfigFile) -> list[CapacityCase]:
 
 class Capacity(Scenario):
     name = "capacity"
+    needs = ("engine", "lora", "idle_count")
     columns = (ONLINE_TRACE_COLUMNS - {"trace_rate"}) | SEARCH_COLUMNS
     # capacity_max_rate: blank when neither the config nor an imported trace bounds the rates.
     maybe_columns = (

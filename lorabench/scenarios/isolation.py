@@ -38,6 +38,7 @@ MAYBE_COLUMNS = frozenset({"isolation_cached_tokens"})
 
 class Isolation(Scenario):
     name = "isolation"
+    needs = ("engine", "lora", "reload_in_place", "cache_salt")
     columns = COLUMNS | {"input_len", "output_len"}
     maybe_columns = MAYBE_COLUMNS
     # Caching on whatever the config says: the scenario is about the cache.

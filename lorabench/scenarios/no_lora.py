@@ -17,6 +17,7 @@ class NoLora(Scenario):
     name = "no_lora"
     with_lora_off = True
     needs_adapters = False
+    needs = ("engine",)
     columns = COLUMNS
     maybe_columns = PREFIX_COLUMNS
 

@@ -261,7 +261,11 @@ class Engine(AdapterCache, Requests):
         (``AsyncLLM.get_num_unfinished_requests``; an aborted request leaves the count at once,
         and the engine core drops it once its step in flight ends): what a caller that needs an
         idle engine waits on. None where the engine cannot tell: an HTTP target's server."""
-        return int(self.llm.get_num_unfinished_requests()) if self.target == "inprocess" else None
+        if self.target != "inprocess":
+            return None
+        # AsyncLLM counts them from vLLM 0.29 on; its output processor does in every release.
+        count = getattr(self.llm, "get_num_unfinished_requests", None)
+        return int(count() if count else self.llm.output_processor.get_num_unfinished_requests())
 
     async def wait_idle(self, timeout_s: float) -> tuple[float | None, int | None]:
         """Wait until no request is unfinished, ``timeout_s`` at most: requests aborted at the end
