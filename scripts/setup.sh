@@ -36,8 +36,9 @@ fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 
 wanted=(--editable ".[$EXTRAS]")
-[ -n "$VLLM" ] && wanted+=("$VLLM")
+[ -n "$VLLM" ] && [ -z "$TORCH" ] && wanted+=("$VLLM")
 if [ -n "$TORCH" ]; then
+    [ -n "$VLLM" ] || { say "LORABENCH_TORCH needs LORABENCH_VLLM: the vLLM to install without its torch pin"; exit 2; }
     # A torch other than the vLLM's pin: vLLM without its dependencies, then the rest of them.
     say "installing $TORCH, then ${VLLM:-vLLM} without its torch pin"
     pip_ install --quiet "$TORCH" packaging
