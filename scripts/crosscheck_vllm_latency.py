@@ -47,6 +47,7 @@ from scipy import stats
 from lorabench.config import EngineSpec, read_config_file, resolve_config
 from lorabench.host import processes
 from lorabench.host.device import cpu_name, stack_versions
+from lorabench.targets.engine_env import engine_environment
 from lorabench.targets.vllm_args import engine_arg_names
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,7 +159,8 @@ class Sides:
     """Runs one build of either side in ``folder`` and returns its figures."""
 
     def __init__(self, args: argparse.Namespace, config_path: Path, folder: Path) -> None:
-        self.env = {**os.environ, **{k: str(v) for k, v in read_config_file(config_path).env.items()}}
+        # vLLM's side gets the environment the plugin gives lorabench's (engine_environment).
+        self.env = {**os.environ, **engine_environment(read_config_file(config_path).env, "cpu")}
         self.folder = folder
         self.command = vllm_command(args, config_path)
         self.selection = ["-k", f"no_lora and lora-off and bs{args.batch_size}"]

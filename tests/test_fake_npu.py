@@ -163,7 +163,8 @@ def test_memory_is_summed_over_the_engines_devices_and_waited_for(npu_smi, monke
 def test_an_engine_on_npu_spawns_its_processes_and_waits_for_release(fake_npu, tiny_config, monkeypatch):
     """The build itself is replaced (there is no NPU here); everything around it is real."""
     from lorabench.config import EngineSpec, read_config_file, resolve_config
-    from lorabench.targets.engine import SPAWN, Engine
+    from lorabench.targets.engine import Engine
+    from lorabench.targets.engine_env import SPAWN
 
     calls, set_hbm = fake_npu
     monkeypatch.delenv(SPAWN, raising=False)

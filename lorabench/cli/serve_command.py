@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from lorabench.config import ConfigError, engine_specs, read_config_file, resolve_config
-from lorabench.targets.engine import SPAWN
+from lorabench.targets.engine_env import SPAWN
 from lorabench.targets.vllm_args import engine_arg_names
 
 RUNTIME_API = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"

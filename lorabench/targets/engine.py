@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-import os
 import subprocess
 import time
 import uuid
 import warnings
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -29,20 +29,16 @@ import psutil
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.host import processes
 from lorabench.host.device import Platform, detect_platform
-from lorabench.host.memory import ACCELERATORS, PeakMemory
+from lorabench.host.memory import PeakMemory
 from lorabench.results import graph
 from lorabench.targets import vllm_worker
 from lorabench.targets.clock import now
 from lorabench.targets.engine_adapters import AdapterCache
+from lorabench.targets.engine_env import applied, engine_environment
 from lorabench.targets.engine_requests import Requests
 from lorabench.targets.failures import EngineBuildError, EngineDied
 from lorabench.targets.timeline import Recorder
 
-SPAWN = "VLLM_WORKER_MULTIPROC_METHOD"
-# vLLM loads a step's adapters in the order of a set of requests hashed by name: with the
-# engine's processes' string hashes seeded alike, every build loads them in one order (a
-# random one per process made timed_adapter_loads, and the waves' times, differ by build).
-HASH_SEED = "PYTHONHASHSEED"
 # How often a wait for an idle engine asks it.
 IDLE_POLL_S = 0.01
 
@@ -88,7 +84,7 @@ class Engine(AdapterCache, Requests):
         self._lora_ids = {a.name: i + 1 for i, a in enumerate(config.adapters)}
         self.state = BuildState()
         self._request_ids = itertools.count()
-        self._saved_env: dict[str, str | None] = {}
+        self._env: AbstractContextManager[None] | None = None
         self._processes: list[psutil.Process] = []
         self._reaper: subprocess.Popen | None = None
         self._unpin: Callable[[], None] | None = None
@@ -105,26 +101,9 @@ class Engine(AdapterCache, Requests):
         caching off (vLLM hashes the salt into a prompt's first KV block)."""
         return f"lorabench-{uuid.uuid4().hex}" if self.spec.enable_prefix_caching else None
 
-    def _environment(self) -> dict[str, str]:
-        """The config's variables, plus spawn for the engine's processes on an accelerator
-        and their string hashes seeded (``HASH_SEED``).
-
-        vLLM forks its engine core unless something forces spawn; it forces it for an
-        initialized CUDA context and on the CPU, not on Ascend, where a forked child
-        cannot initialize torch_npu again. Spawn is safe everywhere; a value the user set
-        (in the environment or the config's ``env``) wins.
-        """
-        env = {k: str(v) for k, v in self.config.file.env.items()}
-        if self.device_type in ACCELERATORS and SPAWN not in env and SPAWN not in os.environ:
-            env[SPAWN] = "spawn"
-        if HASH_SEED not in env and HASH_SEED not in os.environ:
-            env[HASH_SEED] = "0"
-        return env
-
     def __enter__(self) -> Engine:
-        env = self._environment()
-        self._saved_env = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
+        self._env = applied(engine_environment(self.config.file.env, self.device_type))
+        self._env.__enter__()
         self.memory.start()
         self._log_start = self.log_path.stat().st_size if self.log_path is not None and self.log_path.is_file() else 0
         before = processes.children()
@@ -239,12 +218,9 @@ class Engine(AdapterCache, Requests):
         self.memory.wait_released()
 
     def _restore_env(self) -> None:
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved_env = {}
+        if self._env is not None:
+            self._env.__exit__(None, None, None)
+            self._env = None
 
     def check_alive(self) -> None:
         """Raise ``EngineDied`` if a process the engine started is gone.

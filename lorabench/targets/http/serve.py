@@ -26,7 +26,7 @@ import psutil
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.host import processes
 from lorabench.host.memory import ACCELERATORS
-from lorabench.targets.engine import SPAWN
+from lorabench.targets.engine_env import SPAWN
 from lorabench.targets.failures import EngineBuildError, EngineDied
 from lorabench.targets.http.engine import HttpEngine
 
