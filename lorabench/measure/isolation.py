@@ -11,7 +11,10 @@ the requests go one at a time, greedily:
    its whole prompt, as with caching off;
 2. **owner, victims**: prompt 0 in adapter order, prompt 1 in reverse. The first adapter to
    send a prompt owns its cached blocks; every other one then sends it: it must find nothing
-   cached (where the engine counts cached tokens) and answer as its reference;
+   cached (where the engine counts cached tokens) and answer as its reference. Where the
+   engine does not count them its answer alone tells, and only where its reference differs
+   from the owner's: one that answers a reference the owner's shares is not judged (the
+   owner's KV could have given that answer too);
 3. **control**: the owner again, which must find its own blocks cached and answer as its
    reference. If it found nothing, the canaries could not have seen a breach;
 4. **reload**: one name and folder serving one adapter's weights, then another's loaded in
@@ -21,9 +24,15 @@ the requests go one at a time, greedily:
    Then the same name at another folder, under a new id: a victim like the others, which
    a key without the adapter's path would fail.
 
-A salted request or a first owner that found something cached, or a reload that changed no
-answer, leaves the canaries unable to judge; an answer that differs with nothing cached is
-an engine whose outputs change for another reason. Each is said apart from a breach.
+Every step but the references carries one ``cache_salt`` of the session's (a run of the
+canaries): they find each other's blocks as unsalted requests would, and nothing an earlier
+session cached on a long-lived server, whose blocks would otherwise greet this session's
+owners and victims (their own, from last time) and read as a breach.
+
+A salted request or a first owner that found something cached, a victim whose answer alone
+could not differ, or a reload that changed no answer, leaves the canaries unable to judge; an
+answer that differs with nothing cached is an engine whose outputs change for another reason.
+Each is said apart from a breach.
 """
 
 from __future__ import annotations
@@ -62,7 +71,7 @@ def canary_prompts(engine: Engine, seed: int) -> list[list[int]]:
 def canaries(engine: Engine, adapters: list[Adapter], prompts: list[list[int]]) -> list[IsolationRecord]:
     """Every answer of the canaries, in the order sent (the module's docstring)."""
     answers: list[IsolationRecord] = []
-    ask = _Asker(engine, prompts, answers)
+    ask = _Asker(engine, prompts, answers, f"lorabench-canary-{uuid.uuid4().hex}")
     for k in (0, 1):
         for adapter in adapters:
             ask(k, adapter, REFERENCE, salted=True)
@@ -112,13 +121,14 @@ def _served(engine: Engine, weights: Adapter, folder: Path, serving: list[Adapte
 
 
 class _Asker:
-    """Sends one prompt greedily for one adapter and records the answer, under ``label`` if given."""
+    """Sends one prompt greedily for one adapter and records the answer, under ``label`` if
+    given: a reference with a salt of its own, any other step with the session's ``session``."""
 
-    def __init__(self, engine: Engine, prompts: list[list[int]], answers: list[IsolationRecord]) -> None:
-        self.engine, self.prompts, self.answers = engine, prompts, answers
+    def __init__(self, engine: Engine, prompts: list[list[int]], answers: list[IsolationRecord], session: str) -> None:
+        self.engine, self.prompts, self.answers, self.session = engine, prompts, answers, session
 
     def __call__(self, k: int, adapter: Adapter, step: str, *, salted: bool = False, label: str = "") -> None:
-        salt = f"lorabench-reference-{uuid.uuid4().hex}" if salted else None
+        salt = f"lorabench-reference-{uuid.uuid4().hex}" if salted else self.session
         (out,) = self.engine.generate([self.prompts[k]], [adapter], OUTPUT_LEN, greedy=True, cache_salt=salt)
         tokens = list(out.outputs[0].token_ids)
         self.answers.append(
@@ -144,7 +154,8 @@ class Verdict:
     """What the answers show. ``broken``: answers of another adapter's (or replaced weights')
     cached KV, definite where the engine counted cached tokens; ``changed``: answers that
     differ from their uncached one for another reason; ``unjudged``: why the canaries
-    cannot tell (a salted request that found something cached, a reload that changed nothing);
+    cannot tell (a salted request that found something cached, a victim judged on an answer its
+    owner's reference shares, a reload that changed nothing);
     ``uncached``: controls that found nothing cached."""
 
     checked: int
@@ -177,26 +188,35 @@ def judge(answers: list[IsolationRecord]) -> Verdict:
     reference = {(a.prompt, a.adapter): a.digest for a in answers if a.step == REFERENCE}
     owners = {a.prompt: a.adapter for a in answers if a.step == OWNER}
     found: dict[str, list[str]] = {"broken": [], "reload": [], "changed": [], "unjudged": [], "uncached": []}
+    checked = 0
     for a in answers:
-        kind, line = _finding(a, a.digest == reference[(a.prompt, a.adapter)], owners.get(a.prompt, ""))
+        own, owner = reference[(a.prompt, a.adapter)], owners.get(a.prompt, "")
+        kind, line = _finding(a, a.digest == own, owner, own == reference.get((a.prompt, owner)))
         if kind:
             found[kind].append(line)
+        checked += a.step == VICTIM and kind != "unjudged"
     reloaded = [a.adapter for a in answers if a.step == RELOADED]
     if reloaded and reference[(RELOAD_PROMPT, owners[RELOAD_PROMPT])] == reference[(RELOAD_PROMPT, reloaded[0])]:
         found["unjudged"].append("the reload in place changed no uncached answer: stale KV could not show")
     controls = [a.cached_tokens for a in answers if a.step == CONTROL]
     fewest = None if not controls or None in controls else min(controls)
-    checked = sum(a.step == VICTIM for a in answers)
     return Verdict(
         checked, found["broken"], found["reload"], found["changed"], found["unjudged"], found["uncached"], fewest
     )
 
 
-def _finding(a: IsolationRecord, same: bool, owner: str) -> tuple[str, str]:
-    """What one answer shows, as (kind, line); ("", "") where it is as it should be."""
+def _finding(a: IsolationRecord, same: bool, owner: str, alike: bool) -> tuple[str, str]:
+    """What one answer shows, as (kind, line); ("", "") where it is as it should be. ``alike``:
+    the answer's reference is its prompt's owner's too."""
     where = f"prompt {a.prompt}"
     if a.step in (REFERENCE, OWNER) and a.cached_tokens:
         return "unjudged", f"{a.adapter}'s {a.step} request for {where} found {a.cached_tokens} tokens cached"
+    if a.step == VICTIM and a.cached_tokens is None and same and alike:
+        # Its answer alone cannot tell: the owner's KV could have given it too.
+        return "unjudged", (
+            f"{a.adapter}'s victim answer to {where} is not judged: its reference is {owner}'s too, "
+            "and the engine does not count cached tokens"
+        )
     if a.step == VICTIM and (a.cached_tokens or (not same and a.cached_tokens is None)):
         seen = f"found {a.cached_tokens} tokens of {where} cached" if a.cached_tokens else f"answered {where} otherwise"
         return "broken", f"{a.adapter} {seen} after {owner} sent it" + ("" if not same else " (its answer matched)")
