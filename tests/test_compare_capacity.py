@@ -44,13 +44,15 @@ def test_a_base_of_at_least_40_against_a_new_bracket_of_10_fails_compare(tmp_pat
     assert "capacity bounds: 1 regressed, 0 improved, 0 not shown" in out
 
 
-def test_a_new_search_stopped_at_a_lower_max_rate_cannot_tell(tmp_path, capsys):
+def test_a_new_search_capped_under_what_the_base_passed_is_not_comparable_and_says_raise_max_rate(tmp_path):
     base = write_rows(tmp_path / "base.csv", bracket(10.0, 10.5, builds=2))
     new = write_rows(tmp_path / "new.csv", at_least(8.0, builds=2))
     result = compare(load_run(base), load_run(new))
     assert not result.failed and [b.change for b in result.capacity_bounds] == [0]
-    assert "cannot tell: new search stopped at max_rate 8" in bound_line(result.capacity_bounds[0])
-    assert "base between 10 and 10.5 req/s, new at least 8 req/s" in bound_line(result.capacity_bounds[0])
+    line = bound_line(result.capacity_bounds[0])
+    assert "base between 10 and 10.5 req/s, new at least 8 req/s" in line
+    assert "not comparable: the new search was capped at max_rate 8" in line
+    assert "raise capacity.max_rate past 10.5 on the new side" in line
     assert cli.main(["compare", base, new]) == 0
 
 
@@ -149,3 +151,77 @@ def test_a_fall_past_the_threshold_is_measured_from_the_base_as_the_t_test_measu
     # A fall of 11 % from the base's low end passes it.
     new = load_run(write_rows(tmp_path / "ten.csv", bracket(9.0, 9.8, capacity_max_rate=11.0)))
     assert [b.change for b in compare(base, new).capacity_bounds] == [-1]
+
+
+def test_a_lowered_max_rate_is_no_regression_but_not_comparable_and_a_measured_fall_from_a_cap_is_one(tmp_path, capsys):
+    """Base searches passed everything up to a max_rate of 20, new ones up to 8 (the config's
+    cap lowered): both are bounds (at least 20, at least 8), and 20 -> 8 is no 60 % fall. A
+    new capacity measured under the base's cap is a fall, and fails."""
+    base = write_rows(tmp_path / "base.csv", at_least(20.0, builds=2))
+    new = write_rows(tmp_path / "new.csv", at_least(8.0, builds=2))
+    result = compare(load_run(base), load_run(new))
+    assert not result.failed and [b.change for b in result.capacity_bounds] == [0]
+    assert "capacity_rps" not in {f.metric for f in result.findings}
+    line = bound_line(result.capacity_bounds[0])
+    assert "base at least 20 req/s, new at least 8 req/s" in line and "60%" not in line
+    assert "not comparable: the new search was capped at max_rate 8 (a bound: at least 8 req/s), under the 20" in line
+    assert "raise capacity.max_rate past 20 on the new side" in line
+    assert cli.main(["compare", base, new]) == 0
+    assert "capacity bounds: 0 regressed, 0 improved, 1 not shown" in capsys.readouterr().out
+    # The other way round: the base capped under what the new side passed.
+    higher = compare(load_run(new), load_run(write_rows(tmp_path / "bracket.csv", bracket(20.0, 21.0))))
+    assert "not comparable: the base search was capped at max_rate 8" in bound_line(higher.capacity_bounds[0])
+    # A real measurement under the base's cap: at least 20 against 7.6 to 8 is a fall of at least 60 %.
+    fell = compare(
+        load_run(base), load_run(write_rows(tmp_path / "fell.csv", bracket(7.6, 8.0, capacity_max_rate=20.0)))
+    )
+    assert fell.failed and [b.change for b in fell.capacity_bounds] == [-1]
+    assert "at least 60% lower" in bound_line(fell.capacity_bounds[0])
+
+
+def collapsed_build(row, over: float = 0.5):
+    """``row`` as a build whose search failed even at its lowest rate (below min_rate)."""
+    return replace(row, capacity_rps=None, capacity_over_rps=over, search_stop=capacity.BELOW_RANGE)
+
+
+def two_builds(first, second) -> list:
+    """Two rows as builds 0 and 1 of one configuration."""
+    rows = [first, second]
+    return [replace(row, build=b, engine_id=f"loras2-rank16-cpu4-build{b}") for b, row in enumerate(rows)]
+
+
+def test_one_new_build_of_two_that_collapses_fails_compare_and_says_how_many(tmp_path, capsys):
+    """The other build's bracket made the case's interval [0, 21): overlapping the base's, so
+    'cannot tell' and exit 0 with one engine build serving nothing within its SLOs."""
+    base = write_rows(tmp_path / "base.csv", bracket(20.0, 21.0, builds=2))
+    good = bracket(20.0, 21.0)[0]
+    new = write_rows(tmp_path / "new.csv", two_builds(good, collapsed_build(good)))
+    result = compare(load_run(base), load_run(new))
+    assert result.failed and result.reasons() == "1 capacity collapsed" and not result.capacity_bounds
+    (line,) = result.capacity_collapses
+    assert line.startswith("CAPACITY COLLAPSED: ")
+    assert "1 of 2 new builds fell below min_rate (0.5 req/s failed), none of the base's 2" in line
+    assert cli.main(["compare", base, new]) == 1
+    assert "CAPACITY COLLAPSED" in capsys.readouterr().out
+    # The session's compare gate and an A/B session judge it alike.
+    gate = run_comparison(base, new)
+    assert gate.failed and len(gate.capacity_collapses) == 1
+    folders = ab_session(tmp_path / "ab", bracket(20.0, 21.0, builds=2), two_builds(good, collapsed_build(good)))
+    paired = compare_pairs(*folders, threshold=0.1, alpha=0.05)
+    assert paired.failed and "3 of 6 new builds fell below min_rate" in paired.capacity_collapses[0]
+
+
+def test_a_collapse_on_the_base_side_too_is_judged_on_the_bounds_unless_the_new_side_lost_every_build(tmp_path):
+    good = bracket(20.0, 21.0)[0]
+    base = load_run(write_rows(tmp_path / "base.csv", two_builds(good, collapsed_build(good))))
+    # As broken on both sides (one build of two): no collapse; the bounds overlap.
+    same = compare(base, load_run(write_rows(tmp_path / "same.csv", two_builds(good, collapsed_build(good)))))
+    assert not same.capacity_collapses and [b.change for b in same.capacity_bounds] == [0] and not same.failed
+    # Every new build collapsed where one base build did not.
+    every = two_builds(collapsed_build(good), collapsed_build(good, over=0.4))
+    gone = compare(base, load_run(write_rows(tmp_path / "gone.csv", every)))
+    assert (
+        gone.failed
+        and "2 of 2 new builds fell below min_rate (0.4 req/s failed), 1 of the base's 2"
+        in (gone.capacity_collapses[0])
+    )

@@ -4,8 +4,12 @@ metric; one that stopped otherwise knows only an interval: at least what it pass
 ``max_rate``, or a limit with only passes), below what it failed (below ``min_rate``, or a
 limit with only fails), or the bracket a limit left. A case where any search of either
 side did not bracket (``load.bracketed_only`` keeps it from the t-test) is judged here on
-those intervals; a case whose new searches all fell below the range is named on its own
-(a collapse), and fails the comparison."""
+those intervals. A case where some new build fell below the range and no base build did (or
+every new build and not every base build) is named on its own (a collapse), and fails the
+comparison: one build of two that serves nothing within its SLOs is no interval's low end,
+and the other's bracket would hide it. A search capped at ``max_rate`` is a bound, at least
+that: under what the other side passed it is not comparable, and the line says to raise
+``capacity.max_rate``."""
 
 from __future__ import annotations
 
@@ -28,6 +32,9 @@ class Interval:
     low: float
     high: float
     stops: tuple[str, ...]  # each search that did not bracket: "stopped at max_rate 8", ...
+    # The highest max_rate a build passed all the way up to (above max_rate): a bound, at least
+    # that, whatever lies above; nan where no build was capped.
+    capped: float = math.nan
 
     def __str__(self) -> str:
         if self.low > 0 and math.isinf(self.high):
@@ -63,7 +70,25 @@ def interval(rows: pd.DataFrame) -> Interval:
     lows = rows[PASSED].astype(float).fillna(0.0)
     highs = rows["capacity_over_rps"].astype(float).fillna(math.inf)
     stops = (_stopped(str(row["search_stop"]), row) for _, row in rows.iterrows() if row["search_stop"] != BRACKETED)
-    return Interval(float(lows.min()), float(highs.max()), tuple(dict.fromkeys(stops)))
+    capped = rows[rows["search_stop"] == ABOVE_RANGE]
+    caps = capped.get("capacity_max_rate", capped[PASSED]).astype(float).fillna(capped[PASSED].astype(float))
+    top = float(caps.max()) if len(caps) else math.nan
+    return Interval(float(lows.min()), float(highs.max()), tuple(dict.fromkeys(stops)), top)
+
+
+def _not_comparable(base: Interval, new: Interval) -> str | None:
+    """Where a side's searches were capped (``max_rate``) under what the other side passed: a
+    capped capacity is a bound, at least the cap, and a bound under a value says nothing of
+    which is higher (a lowered ``capacity.max_rate`` is no 60 % fall). None where neither was."""
+    for side, mine, other_side, other in (("new", new, "base", base), ("base", base, "new", new)):
+        if mine.capped < other.low:  # nan (not capped) is never under
+            past = other.high if math.isfinite(other.high) else other.low
+            return (
+                f"not comparable: the {side} search was capped at max_rate {mine.capped:g} (a bound: at least "
+                f"{mine.capped:g} req/s), under the {other.low:g} req/s the {other_side} passed; raise "
+                f"capacity.max_rate past {past:g} on the {side} side"
+            )
+    return None
 
 
 def judge_bounds(base: Interval, new: Interval, threshold: float) -> tuple[int, str]:
@@ -75,10 +100,30 @@ def judge_bounds(base: Interval, new: Interval, threshold: float) -> tuple[int, 
         return -1, f"at least {1 - new.high / base.low:.0%} lower"
     if base.high * (1 + threshold) <= new.low:
         return 1, f"at least {new.low / base.high - 1:.0%} higher"
+    capped = _not_comparable(base, new)
+    if capped:
+        return 0, capped
     if new.low < base.high and base.low < new.high:
         stopped = "; ".join(f"{side} search {s}" for side, i in (("new", new), ("base", base)) for s in i.stops)
         return 0, f"cannot tell: {stopped}; the bounds overlap"
     return 0, f"not shown: apart by less than the threshold ({threshold:.0%})"
+
+
+def collapse(base: pd.DataFrame, new: pd.DataFrame) -> str | None:
+    """How many of the new side's builds of a case fell below their search's range (failed
+    even at the lowest rate a probe can judge), where that is a collapse: some did and no base
+    build did, or all did and not all of the base's. One build of two that collapses is a
+    capacity gone on that build, not a wider interval: judged on bounds, the other build's
+    bracket would pass it. Where both sides have some, the base was as broken, and the case is
+    judged on its bounds. None where it is no collapse."""
+    fell = [int((rows["search_stop"] == BELOW_RANGE).sum()) for rows in (base, new)]
+    builds = [len(base), len(new)]
+    if not fell[1] or (fell[0] and (fell[1] < builds[1] or fell[0] == builds[0])):
+        return None
+    rates = new.loc[new["search_stop"] == BELOW_RANGE, "capacity_over_rps"].astype(float).dropna()
+    at = f" ({rates.min():g} req/s failed)" if len(rates) else ""
+    base_said = f"{fell[0]} of the base's {builds[0]}" if fell[0] else f"none of the base's {builds[0]}"
+    return f"{fell[1]} of {builds[1]} new builds fell below min_rate{at}, {base_said}"
 
 
 def _sides(base: Run, new: Run) -> tuple[pd.DataFrame, pd.DataFrame] | None:
@@ -89,10 +134,10 @@ def _sides(base: Run, new: Run) -> tuple[pd.DataFrame, pd.DataFrame] | None:
 
 
 def capacity_verdicts(base: Run, new: Run, threshold: float) -> tuple[list[str], list[str], list[CapacityBound]]:
-    """The cases whose capacity collapsed, those whose new searches stopped with no verdict
-    (a server that failed requests, a client that fell behind: nothing to judge, and a run to
-    look at), and those judged on bounds (every other shared case where a search of either
-    side did not bracket: each case is named once)."""
+    """The cases whose capacity collapsed (on some new build: ``collapse``), those whose new
+    searches stopped with no verdict (a server that failed requests, a client that fell behind:
+    nothing to judge, and a run to look at), and those judged on bounds (every other shared
+    case where a search of either side did not bracket: each case is named once)."""
     sides = _sides(base, new)
     if sides is None:
         return [], [], []
@@ -102,10 +147,11 @@ def capacity_verdicts(base: Run, new: Run, threshold: float) -> tuple[list[str],
         stops = [set(g[key]["search_stop"]) for g in groups]
         label = ", ".join(f"{k}: {v}" for k, v in case_of(key).items() if v)
         no_verdict = sorted(s for s in stops[1] if str(s).startswith(NO_VERDICT))
+        fell = collapse(groups[0][key], groups[1][key])
         if no_verdict:
             unjudged.append(f"CAPACITY NOT FOUND: {label}: a new search stopped with no verdict ({no_verdict[0]})")
-        elif stops[1] == {BELOW_RANGE} and stops[0] - {BELOW_RANGE}:
-            collapsed.append(f"CAPACITY COLLAPSED: {label}: every new search failed at its lowest rate ({BELOW_RANGE})")
+        elif fell:
+            collapsed.append(f"CAPACITY COLLAPSED: {label}: {fell}")
         elif stops[0] | stops[1] != {BRACKETED}:
             sides_at = interval(groups[0][key]), interval(groups[1][key])
             bounds.append(CapacityBound(case_of(key), *sides_at, *judge_bounds(*sides_at, threshold)))
