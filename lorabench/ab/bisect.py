@@ -1,4 +1,4 @@
-"""lorabench bisect: the first environment of a chain where a pytest selection got slower.
+"""lorabench bisect: the first environment of a chain where a pytest selection got slower, or changed as --kind asks.
 
 The chain is a file of interpreters or virtual environments, oldest first, one a line, with
 an optional label after it (``~/venvs/vllm-0401/bin/python nightly-0401``). Each step is a
@@ -8,8 +8,9 @@ itself (the selection must not call its own reference slower: else it is too noi
 bisect) and the last against the first (it must be slower: else there is nothing to find),
 then a binary search between the last good and the first bad. An environment whose session
 cannot run (exit status 2: it cannot build an engine, say) is skipped, as ``git bisect
-skip`` does, and the search takes the nearest other one. Each step's verdict is kept in
-``OUT/bisect.json`` as soon as it is known, so ``--resume`` goes on from there.
+skip`` does, and the search takes the nearest other one. A step is judged by the findings
+of one kind (``--kind``, ``lorabench.ab.kinds``) its session's comparison recorded. Each
+verdict is kept in ``OUT/bisect.json`` as soon as it is known, so ``--resume`` goes on.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lorabench.ab.plan import NEW, ABError, check_comparison, check_selection
+from lorabench.ab.kinds import KINDS, SLOWDOWN, against_itself, evidence, said
+from lorabench.ab.plan import BASE, NEW, ABError, check_comparison, check_selection
 from lorabench.ab.record import read_record
-from lorabench.ab.runner import DEFAULT_PAIRS, FAILED_SIDE, UNTESTED
+from lorabench.ab.runner import DEFAULT_PAIRS, FAILED_SIDE, FOUND, UNTESTED
 from lorabench.analysis.compare.options import add_compare_arguments
 from lorabench.analysis.history.gate import GATE_THRESHOLD
 
@@ -32,7 +34,8 @@ GOOD, BAD, SKIP = "good", "bad", "skip"
 # Not slower as far as the step's pairs could show, with changes past the threshold they could
 # not show either way (not significant, too few pairs): taken as a skip, not as good.
 UNCLEAR = "unclear"
-_VERDICTS = {0: GOOD, 1: BAD, 2: SKIP}
+# Why a search stopped without an answer: the last environment has nothing of the kind asked.
+NONE_FOUND = "none found"
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,12 @@ class Env:
 
 @dataclass
 class Bisection:
-    """The search's state: each environment's verdict against the first, as found."""
+    """The search's state: each environment's verdict on one kind of change against the first."""
 
     envs: list[Env]
     verdicts: dict[int, str] = field(default_factory=dict)
+    kind: str = SLOWDOWN
+    found: dict[int, dict[str, int]] = field(default_factory=dict)  # each step's findings, by kind
 
     def bounds(self) -> tuple[int, int]:
         """The last environment known good before the first known bad, and that bad one."""
@@ -62,17 +67,25 @@ class Bisection:
         return min(left, key=lambda i: (abs(i - middle), i)) if left else None
 
 
-def _kept_verdicts(record: Path, state: Bisection, envs: str) -> dict[int, str]:
-    """The verdicts of an interrupted bisection, for --resume; one line where it cannot be."""
+def _resume(record: Path, state: Bisection, envs: str) -> None:
+    """An interrupted bisection's verdicts into ``state``, for --resume; one line where they
+    cannot be: another chain, or another kind (a step good for a slowdown may be bad for another)."""
     try:
         kept = json.loads(record.read_text(encoding="utf-8"))
         same = kept["envs"] == [e.__dict__ for e in state.envs]
         verdicts = {int(i): str(v) for i, v in kept["verdicts"].items()}
+        found = {int(i): {str(k): int(n) for k, n in f.items()} for i, f in kept.get("found", {}).items()}
+        kind = kept.get("kind")
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ABError(f"--resume: {record} is not a bisection record ({exc}); start again with a new --out") from None
     if not same:
         raise ABError(f"--resume: {envs} is not the chain {record} was started with")
-    return verdicts
+    if kind is None:  # any finding of a step's session was "slower" then
+        raise ABError(f"--resume: {record} was started before --kind; start again with a new --out")
+    if kind != state.kind:
+        fix = f"add --kind {kind} to continue it, or give a new --out"
+        raise ABError(f"--resume: --kind {state.kind}, but {record} bisects --kind {kind}: {fix}")
+    state.verdicts, state.found = verdicts, found
 
 
 def read_envs(path: Path) -> list[Env]:
@@ -100,10 +113,10 @@ def read_envs(path: Path) -> list[Env]:
 
 def bisect(state: Bisection, verdict_of: Callable[[int], str], say: Callable[[str], None]) -> str:
     """Run the search on ``state``; ``verdict_of(i)`` runs environment i against the first.
-    Returns why it stopped: ``found``, ``range`` (skips left more than one), ``no slowdown``,
+    Returns why it stopped: ``found``, ``range`` (skips left more than one), ``none found``,
     ``noisy``, ``first skip``, ``last skip``, ``first unclear`` or ``last unclear``."""
     last = len(state.envs) - 1
-    for i, needed, stop in ((0, GOOD, "noisy"), (last, BAD, "no slowdown")):
+    for i, needed, stop in ((0, GOOD, "noisy"), (last, BAD, NONE_FOUND)):
         if i not in state.verdicts:
             state.verdicts[i] = verdict_of(i)
             say(_step_line(state, i))
@@ -119,7 +132,8 @@ def bisect(state: Bisection, verdict_of: Callable[[int], str], say: Callable[[st
 
 
 def _step_line(state: Bisection, i: int) -> str:
-    return f"lorabench bisect: {state.envs[i].label} against {state.envs[0].label}: {state.verdicts[i]}"
+    verdict = said(state.verdicts[i], state.found.get(i, {}), state.kind)
+    return f"lorabench bisect: {state.envs[i].label} against {state.envs[0].label}: {verdict}"
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -137,6 +151,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help=f"pairs of turns in each step's A/B session (default {DEFAULT_PAIRS})",
     )
     parser.add_argument("--config", default="config/common.json", help="the benchmark configuration every step runs")
+    parser.add_argument(
+        "--kind",
+        choices=list(KINDS),
+        default=SLOWDOWN,
+        metavar="KIND",
+        help=f"the kind of change that makes a step bad ({', '.join(KINDS)}); the others are said, not judged",
+    )
     parser.add_argument("--resume", action="store_true", help="go on from the steps bisect.json in --out records")
     add_compare_arguments(_gate_default(parser), runs=False)
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest selection and options")
@@ -156,7 +177,8 @@ def _gate_default(parser: argparse.ArgumentParser) -> Callable[..., object]:
 
 def _record(out: Path, state: Bisection) -> None:
     path = out / "bisect.json"
-    text = json.dumps({"envs": [e.__dict__ for e in state.envs], "verdicts": state.verdicts}, indent=1)
+    kept = {"envs": [e.__dict__ for e in state.envs], "kind": state.kind, "verdicts": state.verdicts}
+    text = json.dumps({**kept, "found": state.found}, indent=1)
     path.with_suffix(".tmp").write_text(text, encoding="utf-8")
     path.with_suffix(".tmp").replace(path)
 
@@ -165,7 +187,7 @@ def _start(args: argparse.Namespace) -> tuple[Bisection, Path]:
     out = Path(args.out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise ABError(f"--out {args.out}: a file is there; give a folder for the steps")
-    state = Bisection(read_envs(Path(args.envs)))
+    state = Bisection(read_envs(Path(args.envs)), kind=args.kind)
     check_selection(args.pytest_args, args.pairs, args.config)
     check_comparison(args.threshold, args.alpha)
     for env in state.envs:
@@ -175,7 +197,7 @@ def _start(args: argparse.Namespace) -> tuple[Bisection, Path]:
     if args.resume:
         if not record.is_file():
             raise ABError(f"--resume: {args.out} holds no bisection (no bisect.json); leave out --resume to start one")
-        state.verdicts = _kept_verdicts(record, state, args.envs)
+        _resume(record, state, args.envs)
     elif record.exists():
         raise ABError(
             f"--out {args.out}: holds an earlier bisection; add --resume to continue it, or give a new folder"
@@ -200,35 +222,38 @@ def _session(args: argparse.Namespace, state: Bisection, out: Path) -> Callable[
             command.append("--resume")
         with (out / f"step-{i:03d}.log").open("w") as log:
             status = subprocess.run([*command, "--", *args.pytest_args], stdout=log, stderr=log).returncode
-        if status not in _VERDICTS:  # killed (out of memory?), crashed: not a verdict to keep
+        if status not in (0, 1, 2):  # killed (out of memory?), crashed: not a verdict to keep
             raise ABError(f"{state.envs[i].label}'s session ended with status {status}: see {log.name}; then --resume")
-        verdict = _verdict(folder, status)
-        state.verdicts[i] = verdict
+        state.verdicts[i], state.found[i] = _verdict(folder, status, state.kind)
         _record(out, state)
-        return verdict
+        return state.verdicts[i]
 
     return verdict_of
 
 
-def _verdict(folder: Path, status: int) -> str:
-    """The step's verdict from its ``ab`` session's status and record. An environment whose
-    own turn failed (it crashed, could not build an engine) is skipped, not called slower:
-    ``ab`` exits 1 for that, a finding of its own. A session that found nothing, but changes
-    past the threshold that its pairs could not show, is unclear, not good."""
+def _verdict(folder: Path, status: int, kind: str) -> tuple[str, dict[str, int]]:
+    """The step's verdict on ``kind`` and its findings by kind, from its ``ab`` session's record:
+    ``ab`` exits 1 for any finding. Skipped: a session that could not run or compare (exit 2),
+    a new side whose turn failed (a crash: ``ab`` exits 1), a base side's whose fewer pairs
+    found no ``kind``. No slowdown, but changes the pairs could not show: unclear, not good."""
     try:
         record = read_record(folder / "ab.json")
     except ABError:
-        record = {}  # no session record (it stopped before its first turn): the status alone
-    if record.get(FAILED_SIDE) == NEW:
-        return SKIP
-    if status == 0 and record.get(UNTESTED):
-        return UNCLEAR
-    return _VERDICTS[status]
+        record = {}  # no session record (it stopped before its first turn): no verdict
+    found = record.get(FOUND)
+    if status == 2 or record.get(FAILED_SIDE) == NEW or not isinstance(found, dict):
+        return SKIP, {}
+    found = {str(k): n for k, n in found.items() if isinstance(n, int)}
+    if found.get(kind):
+        return BAD, found
+    if record.get(FAILED_SIDE) == BASE:
+        return SKIP, found
+    return (UNCLEAR if kind == SLOWDOWN and record.get(UNTESTED) else GOOD), found
 
 
 def main(args: argparse.Namespace) -> int:
-    """Exit status 1: the first slower environment found (or its range); 0: the last is not
-    slower than the first; 2: bad input, or a chain that cannot be bisected as given."""
+    """Exit status 1: the first environment with the kind of change asked (or its range); 0:
+    the last has none against the first; 2: bad input, or a chain that cannot be bisected."""
     if args.pytest_args[:1] == ["--"]:
         args.pytest_args = args.pytest_args[1:]
     say = lambda line: print(line, file=sys.stderr)  # noqa: E731
@@ -238,28 +263,37 @@ def main(args: argparse.Namespace) -> int:
     except ABError as exc:
         print(f"lorabench bisect: {exc}", file=sys.stderr)
         return 2
-    envs = state.envs
-    if stop == "no slowdown":
-        print(f"no slowdown: {envs[-1].label} is not slower than {envs[0].label} (steps in {out})")
+    return _answer(state, stop, out)
+
+
+def _answer(state: Bisection, stop: str, out: Path) -> int:
+    """The answer on stdout, with the kind of evidence it rests on (why there is none on
+    stderr), and the exit status."""
+    envs, kind = state.envs, KINDS[state.kind]
+    if stop == NONE_FOUND:
+        print(f"{kind.none}: {envs[-1].label} against {envs[0].label} (steps in {out})")
         return 0
     if stop not in ("found", "range"):
-        which = envs[-1 if stop.startswith("last") else 0].label
-        print(f"lorabench bisect: {which} {_ENDS[stop.split()[-1]]} ({out})", file=sys.stderr)
+        which, why = envs[-1 if stop.startswith("last") else 0].label, _ENDS.get(stop.split()[-1])
+        print(f"lorabench bisect: {which} {why or against_itself(kind.name)} ({out})", file=sys.stderr)
         return 2
     good, bad = state.bounds()
-    between = [f"{envs[i].label} ({state.verdicts[i]})" for i in range(good + 1, bad)]
+    shown = evidence(kind.name, envs[0].label, state.found.get(bad, {}))
     if stop == "found":
-        print(f"first slower environment: {envs[bad].label} (after {envs[good].label}), {len(state.verdicts)} sessions")
+        sessions = len(state.verdicts)
+        print(f"{kind.first}: {envs[bad].label} (after {envs[good].label}), {sessions} sessions (evidence: {shown})")
     else:
-        print(f"first slower environment: one of {', '.join([*between, envs[bad].label])} (those between not told)")
+        between = [f"{envs[i].label} ({state.verdicts[i]})" for i in range(good + 1, bad)]
+        told = f"those between not told; {envs[bad].label}'s evidence: {shown}"
+        print(f"{kind.first}: one of {', '.join([*between, envs[bad].label])} ({told})")
     for i in sorted(state.verdicts):
-        print(f"  {envs[i].label}: {state.verdicts[i]} ({out / f'step-{i:03d}' / 'comparison.txt'})")
+        verdict = said(state.verdicts[i], state.found.get(i, {}), kind.name)
+        print(f"  {envs[i].label}: {verdict} ({out / f'step-{i:03d}' / 'comparison.txt'})")
     return 1
 
 
 # Why a search stopped at an end of the chain (the first against itself, the last against the first).
 _ENDS = {
-    "noisy": "called slower than itself: raise --pairs",
     SKIP: "could not run: see its step's log",
     UNCLEAR: "has changes past the threshold that its pairs could not show either way: raise --pairs",
 }

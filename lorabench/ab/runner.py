@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from lorabench.ab.kinds import found_in
 from lorabench.ab.plan import (
     BASE,
     NEW,
@@ -55,6 +56,9 @@ class TurnFailed(Exception):
 FAILED_SIDE = "failed_side"
 # How many case-metrics passed the threshold without being shown (not significant, too few pairs).
 UNTESTED = "past_threshold_untested"
+# How many findings of each kind the comparison had (lorabench.ab.kinds): ab's exit 1 is any
+# of them, and bisect is steered by the one kind it was asked for.
+FOUND = "found"
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -272,10 +276,10 @@ def _compare(out: Path, args: argparse.Namespace) -> int:
     except CompareError as exc:
         print(f"lorabench ab: nothing to compare: {exc}", file=sys.stderr)
         return 2
-    # What bisect reads: a step with changes past the threshold that the pairs could not show
-    # is no "not slower".
+    # What bisect reads: what the comparison found, by kind; and a step with changes past the
+    # threshold that the pairs could not show is no "not slower".
     untested = sum(f.verdict in (NOT_SIGNIFICANT, TOO_FEW) for f in result.findings)
-    note(out, **{UNTESTED: untested})
+    note(out, **{UNTESTED: untested, FOUND: found_in(result)})
     (out / "comparison.txt").write_text(render_text(result) + "\n", encoding="utf-8")
     print(f"lorabench ab: comparison of {len(result.base.paths)} pairs in {out / 'comparison.txt'}", file=sys.stderr)
     return show_comparison(result, args.format)
