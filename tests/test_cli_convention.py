@@ -66,6 +66,7 @@ BAD_INPUT_CASES = {
     ("serve-command",): ["--config", "{tmp}/config.json"],
     ("bisect",): ["--envs", "{tmp}/envs.txt", "--out", "{tmp}/bisect"],
     ("history", "add"): ["--db", "{tmp}/h.db", "{tmp}/run.csv"],
+    ("history", "accept"): ["--db", "{tmp}/h.db", "-k", "bs8", "--reason", "dropped"],
     ("history", "show"): ["--db", "{tmp}/h.db"],
     ("history", "check"): ["--db", "{tmp}/h.db"],
     ("history", "report"): ["--db", "{tmp}/h.db", "--out", "{tmp}/page"],
@@ -172,7 +173,10 @@ def test_an_option_name_means_one_thing_in_every_subcommand():
     for path, parser in subcommands().items():
         for action in options(parser):
             choices = tuple(action.choices) if action.choices else None
-            meaning = (action.dest, action.type, action.nargs, choices, type(action), action.metavar)
+            # A type by its name, not its identity: a module imported again (tests that break an
+            # import take lorabench's modules out of sys.modules) makes a second `seed` function.
+            kind = f"{getattr(action.type, '__module__', '')}.{getattr(action.type, '__qualname__', action.type)}"
+            meaning = (action.dest, kind, action.nargs, choices, type(action).__name__, action.metavar)
             for option in action.option_strings:
                 seen.setdefault(option, {}).setdefault(meaning, []).append(" ".join(path))
     differing = {option: meanings for option, meanings in seen.items() if len(meanings) > 1}

@@ -2,9 +2,10 @@
 
 add: put result files' runs in the store (again: nothing changes). show: each case's metric
 over the runs, in order, with its change points. report: the same as one static page.
-check: the nightly gate, exit status 1 when the newest run lies after a change point that
-made a metric worse beyond its threshold, an adapter's output changed in it, or it lacks a
-case or a figure earlier runs had (MISSING, NOT MEASURED).
+check: the nightly gate (``history_check``), exit status 1 when the newest run's level, or
+its newest nights, made a metric worse beyond its threshold, an adapter's output changed, it
+lacks a case or a figure earlier runs had, or the store's newest run is too old. accept: a
+known change or a retired case becomes the baseline, with its reason.
 Exit status 0: done, nothing found; 1: a finding (check); 2: bad input.
 """
 
@@ -12,21 +13,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timedelta
 from pathlib import Path
 
 from lorabench.analysis.history.changes import MIN_SIZE
-from lorabench.analysis.history.gate import GATE_THRESHOLD, output_changes, regressions, unconfirmed
-from lorabench.analysis.history.render import regression_line, render_series
-from lorabench.analysis.history.runs import HistoryError, parse_time
+from lorabench.analysis.history.gate import GATE_THRESHOLD
+from lorabench.analysis.history.render import render_series
+from lorabench.analysis.history.runs import HistoryError
 from lorabench.analysis.history.series import Series, machine, ordered_runs, series
-from lorabench.analysis.history.store import StoredRun, add_runs, connect, run_digests
-from lorabench.results.provenance import HOSTNAME_ENV
+from lorabench.analysis.history.store import StoredRun, add_runs, connect
+from lorabench.cli import history_check as check_
 from lorabench.results.records import is_companion, result_files
 
 DEFAULT_METRICS = ("ttft_ms", "decode_ms", "e2e_ms")
-# A machine whose newest run is this much older than the store's newest is no longer judged.
-STALE_AFTER = timedelta(hours=24)
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +57,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "repeat per metric, e.g. decode_ms=3%%; overrides the config's",
     )
     check.add_argument("--config", help="a benchmark config whose history section sets the thresholds (default: none)")
+    check_.add_check_args(check)
     check.set_defaults(run=_check)
+    check_.add_accept_parser(actions)
     report = actions.add_parser("report", help="the history as one static page: DIR/index.html, opened offline")
     _add_selection(report, f"a result column to draw; repeat for more (default: {', '.join(DEFAULT_METRICS)})")
     report.add_argument("--out", required=True, help="folder for index.html (made if missing)")
@@ -139,9 +139,10 @@ def _report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise HistoryError(f"--out {out}: is a file: name a folder for index.html")
-    found = _series(args, list(DEFAULT_METRICS))[1]
+    runs, found = _series(args, list(DEFAULT_METRICS))
+    findings = check_.page_findings(args.db, runs, found, GATE_THRESHOLD, _selector)
     try:
-        page = write_dashboard(found, out, f"lorabench history: {args.db.name}")
+        page = write_dashboard(found, out, f"lorabench history: {args.db.name}", findings)
     except OSError as exc:
         raise HistoryError(f"--out {out}: cannot be written ({exc.strerror})") from None
     print(f"report: {page}")
@@ -152,132 +153,47 @@ def _check(args: argparse.Namespace) -> int:
     from lorabench.analysis.cases import METRICS, OCCASIONAL
     from lorabench.analysis.compare import CompareError, parse_thresholds
 
-    given = [*_config_thresholds(args.config), *args.threshold]  # the command line's last: they win
+    max_age = check_.parse_age(args.max_age)
+    given = [*check_.config_thresholds(args.config), *args.threshold]  # the command line's last: they win
     try:
         threshold, per_metric = parse_thresholds(given, default=GATE_THRESHOLD)
     except CompareError as exc:
         raise HistoryError(str(exc)) from None
     runs, found = _series(args, list(METRICS))
+    stale_store = check_.check_age(runs, max_age)
+    accepted = check_.stored_acceptances(args.db)
+    for a in accepted:
+        print(f"ACCEPTED -k {a.case_expr!r} {a.metric}: from run {a.run_id} on ({a.reason}; {a.accepted_at})")
     # Each machine's newest run is judged: a store several hosts add to holds series of each.
-    by_machine = _by_machine(runs)
-    stale = _stale(by_machine)
+    by_machine = check_.by_machine_of(runs)
+    stale = check_.stale_machines(by_machine)
     by_machine = {host: runs_of for host, runs_of in by_machine.items() if host not in stale}
     found = [s for s in found if machine(s.runs[-1]) in by_machine]
-    _new_machines(by_machine)
+    check_.new_machines(by_machine)
     newest = {host: runs_of[-1] for host, runs_of in by_machine.items()}
     judged = [s for s in found if s.runs[-1].run_id == newest[machine(s.runs[-1])].run_id]
-    newest_of = {s.case: newest[machine(s.runs[-1])].run_id for s in found}
-    missing = sorted({s.case for s in found} - {s.case for s in judged})
-    for case in missing:
-        print(f"MISSING {case}: measured before, not in the newest run {newest_of[case]} (did it fail?)")
+    missing = check_.missing_cases(found, judged, by_machine, accepted, _selector)
+    found = check_.baselined(found, runs, accepted, _selector)  # an accepted level is the baseline
+    judged = [s for s in found if s.runs[-1].run_id == newest[machine(s.runs[-1])].run_id]
     cases, judged_ids = {s.case for s in judged}, {id(s) for s in judged}
     unmeasured = [s for s in found if s.case in cases and id(s) not in judged_ids and s.metric not in OCCASIONAL]
     for s in unmeasured:
         print(
             f"NOT MEASURED {s.case} {s.metric}: measured before (last in run {s.runs[-1].run_id}), blank in the "
-            f"newest run {newest_of[s.case]} (a capacity search that found only a bound, a failed measurement)"
+            f"newest run {newest[machine(s.runs[-1])].run_id} (a capacity search that found only a bound, a failed "
+            "measurement)"
         )
-    failed = regressions(judged, threshold, per_metric)
-    for r in failed:
-        print(regression_line(r, len(judged)))
-    watch = unconfirmed(judged, threshold, per_metric, failed)
-    for u in watch:
-        print(
-            f"UNCONFIRMED {u.series.case} {u.series.metric}: the newest run {u.series.runs[-1].run_id} is "
-            f"{100 * u.worse:.1f} % worse than its level ({u.level:.3f} -> {u.newest:.3f}) and than every run of "
-            f"it; a change point needs {MIN_SIZE} runs after it, so no night fails for it yet: watch the next ones"
-        )
-    changed = [line for runs_of in by_machine.values() for line in _output_changes(args.db, runs_of)]
-    verdict = f"{len(failed)} regressed" if failed else "no regression"
-    verdict += f" ({len(watch)} unconfirmed)" if watch else ""
+    failed = check_.say_findings(judged, threshold, per_metric)
+    changed = [line for runs_of in by_machine.values() for line in check_.changed_outputs(args.db, runs_of)]
+    verdict = f"{failed} regressed" if failed else "no regression"
     outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
     newest_runs = ", ".join(r.run_id for r in newest.values())
-    # A change point needs MIN_SIZE runs each side: a shorter series passes because it cannot fail.
-    short = sum(len(s.runs) < 2 * MIN_SIZE for s in judged)
-    unjudged = f" ({short} of them under {2 * MIN_SIZE} runs: too short to judge)" if short else ""
+    # The newest level needs MIN_SIZE runs before it: a shorter series cannot fail.
+    short = sum(len(s.runs) < MIN_SIZE + check_.CONFIRM for s in judged)
+    unjudged = f" ({short} of them under {MIN_SIZE + check_.CONFIRM} runs: too short to judge)" if short else ""
     print(
         f"history check: {verdict} beyond {threshold:.0%} (or the metric's own) in {len(judged)} series of the "
-        f"newest run ({newest_runs}){unjudged}; {len(missing)} case(s) missing from it, {len(unmeasured)} "
+        f"newest run ({newest_runs}){unjudged}; {missing} case(s) missing from it, {len(unmeasured)} "
         f"figure(s) blank in it; {outputs}"
     )
-    return 1 if failed or changed or missing or unmeasured else 0
-
-
-def _stale(by_machine: dict[str, list[StoredRun]]) -> list[str]:
-    """The machines whose newest run is over ``STALE_AFTER`` older than the store's newest,
-    each said and left unjudged: a retired host's last night would fail (or pass) the gate
-    every night after it."""
-    when = {host: _time(runs_of[-1]) for host, runs_of in by_machine.items()}
-    known = [t for t in when.values() if t is not None]
-    latest = max(known, default=None)
-    stale = [host for host, t in when.items() if t is not None and latest - t > STALE_AFTER]
-    for host in stale:
-        days = (latest - when[host]).total_seconds() / 86400
-        print(
-            f"STALE {host}: its newest run {by_machine[host][-1].run_id} is {days:.1f} days older than the store's "
-            "newest, so it is not judged (a retired host, or one whose runs stopped reaching the store)"
-        )
-    return stale
-
-
-def _time(run: StoredRun) -> datetime | None:
-    try:
-        return parse_time(run.timestamp)
-    except ValueError:
-        return None  # a run stored before timestamps were checked: judged as before
-
-
-def _new_machines(by_machine: dict[str, list[StoredRun]]) -> None:
-    """Say which machines have too few runs to judge while others have enough: a host name
-    that changes every run (a container's) starts a new series each night, and its gate
-    would pass every night in silence."""
-    enough = [host for host, runs_of in by_machine.items() if len(runs_of) >= 2 * MIN_SIZE]
-    for host, runs_of in by_machine.items():
-        if enough and len(runs_of) < 2 * MIN_SIZE:
-            print(
-                f"NEW MACHINE {host}: {len(runs_of)} run(s), under the {2 * MIN_SIZE} a change point needs, so "
-                f"nothing of it is judged; the store's longer series are of {', '.join(enough)}. A host name that "
-                f"changes every run starts a new series each time: set {HOSTNAME_ENV} to one name (docs/history.md)"
-            )
-
-
-def _by_machine(runs: list[StoredRun]) -> dict[str, list[StoredRun]]:
-    """The runs of each machine, in the series' order."""
-    grouped: dict[str, list[StoredRun]] = {}
-    for run in runs:
-        grouped.setdefault(machine(run), []).append(run)
-    return grouped
-
-
-def _config_thresholds(path: str | None) -> list[str]:
-    """The config's history thresholds, spelt as --threshold values."""
-    if path is None:
-        return []
-    from lorabench.config import ConfigError, read_config_file
-
-    if not Path(path).is_file():
-        raise HistoryError(f"--config {path}: no such file: name a benchmark config with a history section")
-    try:
-        history = read_config_file(Path(path)).history
-    except ConfigError as exc:
-        raise HistoryError("\n".join(exc.problems)) from None
-    overall = [] if history.threshold_pct is None else [f"{history.threshold_pct}%"]
-    return overall + [f"{metric}={pct}%" for metric, pct in history.metrics_pct.items()]
-
-
-def _output_changes(db: Path, runs: list[StoredRun]) -> list[str]:
-    """OUTPUT CHANGED lines: the newest run against the one before it (of one machine: hosts
-    may answer differently), adapter by adapter."""
-    if len(runs) < 2:
-        return []
-    before, newest = runs[-2], runs[-1]
-    with connect(db, create=False) as conn:
-        changed = output_changes(run_digests(conn, newest.run_id), run_digests(conn, before.run_id))
-    lines = [
-        f"OUTPUT CHANGED {model} ({device}) adapter {adapter}: greedy output {old} -> {new} between run "
-        f"{before.run_id} and {newest.run_id} (stack {before.stack_id} -> {newest.stack_id})"
-        for (model, device, adapter), old, new in changed
-    ]
-    for line in lines:
-        print(line)
-    return lines
+    return 1 if failed or changed or missing or unmeasured or stale_store else 0

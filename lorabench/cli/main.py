@@ -246,7 +246,7 @@ _COMMANDS: tuple[tuple[str, str, Callable[[argparse.ArgumentParser], None]], ...
     ),
     (
         "bisect",
-        "the first environment of a chain where the selection got slower, by A/B sessions",
+        "the first environment of a chain with a change of one kind (slower by default), by A/B sessions",
         _tool("lorabench.ab.bisect"),
     ),
     (

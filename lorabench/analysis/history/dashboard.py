@@ -9,13 +9,16 @@ matplotlib figure each took a good part of a second.
 
 from __future__ import annotations
 
+import hashlib
 import html
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from lorabench.analysis.history.series import Series, settings_changed
+from lorabench.analysis.history.store import StoredRun
 
 WIDTH, HEIGHT, PAD = 640, 180, 36
 
@@ -82,13 +85,28 @@ def _svg(s: Series) -> str:
                 f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="2.5" fill="#7570b3">'
                 f"<title>{html.escape(run.run_id)} ({run.timestamp}): {v:.3f}</title></circle>"
             )
+    for i in range(1, n):  # a release of vLLM: a dashed line, its version under the axis
+        version = s.runs[i].stack.get("vllm_version")
+        if version and version != s.runs[i - 1].stack.get("vllm_version"):
+            parts.append(
+                f'<line x1="{x(i - 0.5):.1f}" x2="{x(i - 0.5):.1f}" y1="{PAD / 2}" y2="{HEIGHT - PAD}" '
+                f'stroke="#999" stroke-dasharray="3,3"/><text x="{x(i - 0.5):.1f}" y="{HEIGHT - 20}" '
+                f'font-size="9" text-anchor="middle">vLLM {html.escape(version)}</text>'
+            )
     axis = (
         f'<text x="4" y="{y(high - 0.1 * span) + 4:.1f}" font-size="10">{high - 0.1 * span:.3g}</text>'
         f'<text x="4" y="{y(low + 0.1 * span) + 4:.1f}" font-size="10">{low + 0.1 * span:.3g}</text>'
-        f'<text x="{x(0):.1f}" y="{HEIGHT - 8}" font-size="10">run 0</text>'
-        f'<text x="{x(n - 1):.1f}" y="{HEIGHT - 8}" font-size="10" text-anchor="end">run {n - 1}</text>'
+        f'<text x="{x(0):.1f}" y="{HEIGHT - 6}" font-size="10">{html.escape(_day(s.runs[0]))}</text>'
+        f'<text x="{x(n - 1):.1f}" y="{HEIGHT - 6}" font-size="10" text-anchor="end">'
+        f"{html.escape(_day(s.runs[-1]))}</text>"
     )
     return f'<svg width="{WIDTH}" height="{HEIGHT}" role="img">{"".join(parts)}{axis}</svg>'
+
+
+def _day(run: StoredRun) -> str:
+    """A run's date and vLLM release, what a reader of a nightly's axis looks for."""
+    version = run.stack.get("vllm_version")
+    return f"{run.timestamp[:10]}" + (f" (vLLM {version})" if version else "")
 
 
 def _options(element: str, label: str, values: Sequence[str]) -> str:
@@ -97,28 +115,69 @@ def _options(element: str, label: str, values: Sequence[str]) -> str:
     return f"<label>{label} {select}</label>"
 
 
-def write_dashboard(found: Sequence[Series], out: Path, title: str) -> Path:
-    """The page, ``out/index.html``; its figures are in it."""
-    figures, scenarios, configs = [], set(), set()
+@dataclass(frozen=True)
+class Finding:
+    """A line of the page's summary: what was found, how bad (for the order), and its series."""
+
+    kind: str  # REGRESSION, WATCH, OUTPUT CHANGED, NOT COMPARABLE, MISSING, ACCEPTED
+    text: str
+    severity: float = 0.0  # the larger, the higher in the summary
+    series: Series | None = None
+
+
+_RANK = {"REGRESSION": 5, "OUTPUT CHANGED": 4, "MISSING": 3, "WATCH": 2, "NOT COMPARABLE": 1, "ACCEPTED": 0}
+
+
+def _anchor(s: Series) -> str:
+    return "s" + hashlib.sha256(f"{s.case}|{s.metric}".encode()).hexdigest()[:10]
+
+
+def _summary(findings: Sequence[Finding]) -> str:
+    """What changed, worst first, each linking to its chart; a page with nothing says so."""
+    if not findings:
+        return "<h2>Summary</h2><p>Nothing changed: no regression, no step watched, no output changed.</p>"
+    items = []
+    for f in sorted(findings, key=lambda f: (-_RANK.get(f.kind, 0), -f.severity)):
+        link = f' <a href="#{_anchor(f.series)}">chart</a>' if f.series is not None else ""
+        items.append(f"<li><b>{html.escape(f.kind)}</b> {html.escape(f.text)}{link}</li>")
+    return f"<h2>Summary</h2><ul>{''.join(items)}</ul>"
+
+
+def _figure(s: Series) -> tuple[str, str, str]:
+    scenario, config = s.case.split(" ")[:2]
+    caption = f"{s.case}: {s.metric} over {len(s.runs)} runs, {len(s.changes)} change point(s)"
+    figure = (
+        f'<figure id="{_anchor(s)}" data-scenario="{html.escape(scenario)}" data-config="{html.escape(config)}">'
+        f"{_svg(s)}<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
+    return scenario, config, figure
+
+
+def write_dashboard(found: Sequence[Series], out: Path, title: str, findings: Sequence[Finding] = ()) -> Path:
+    """The page, ``out/index.html``: the summary of ``findings`` first, then the charts of the
+    series they name or that changed, then the unchanged ones folded away; its figures are in it."""
+    named = {id(f.series) for f in findings if f.series is not None}
+    shown, folded, scenarios, configs = [], [], set(), set()
     for s in found:
-        scenario, config = s.case.split(" ")[:2]
+        scenario, config, figure = _figure(s)
         scenarios.add(scenario)
         configs.add(config)
-        caption = f"{s.case}: {s.metric} over {len(s.runs)} runs, {len(s.changes)} change point(s)"
-        figures.append(
-            f'<figure data-scenario="{html.escape(scenario)}" data-config="{html.escape(config)}">'
-            f"{_svg(s)}<figcaption>{html.escape(caption)}</figcaption></figure>"
-        )
+        (shown if s.changes or id(s) in named else folded).append(figure)
+    rest = (
+        f"<details><summary>{len(folded)} series with no change point</summary>{''.join(folded)}</details>"
+        if folded
+        else ""
+    )
     out.mkdir(parents=True, exist_ok=True)
     page = out / "index.html"
     page.write_text(
         f'<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<script>{_SCRIPT}</script></head><body><h1>{html.escape(title)}</h1>"
-        f"<p>{_options('scenario', 'scenario', sorted(scenarios))} "
+        f"<script>{_SCRIPT}</script></head><body><h1>{html.escape(title)}</h1>{_summary(findings)}"
+        f"<h2>Charts</h2><p>{_options('scenario', 'scenario', sorted(scenarios))} "
         f"{_options('config', 'configuration', sorted(configs))}</p>"
         "<p>Points: each build; line: each run's median; orange: a change point and the runs it may lie between; "
-        "text above: what changed in the stack.</p>"
-        f"{''.join(figures)}</body></html>",
+        "dashed: a new vLLM release; text above: what changed in the stack.</p>"
+        f"{''.join(shown)}{rest}</body></html>",
         encoding="utf-8",
     )
     return page

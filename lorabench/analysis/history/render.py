@@ -8,13 +8,35 @@ from lorabench.analysis.history.series import Series
 
 
 def regression_line(r: Regression, family: int) -> str:
-    """The gate's line for a regression, what changed around it at its end."""
+    """The gate's line for a regression: how much, how sure, and each change on the way with
+    its own share and what changed around it (two steps that add up are both named)."""
     s, c = r.series, r.change
-    return (
+    head = (
         f"REGRESSION {s.case} {s.metric}: {r.level:.3f} -> {r.newest:.3f} ({100 * r.worse:.1f} % worse, "
-        f"threshold {100 * r.threshold:g} %, p {r.p_value:.2g} over {family} series) since run "
-        f"{s.runs[c.position].run_id}{change_range(s, c)}: "
-        f"{r.stack_change()}"
+        f"threshold {100 * r.threshold:g} %, p {r.p_value:.2g} over {family} series)"
+    )
+    if r.nights:
+        return f"{head} in the newest {r.nights} runs, since run {s.runs[c.position].run_id}: {r.stack_change()}"
+    if len(r.steps) <= 1:
+        return f"{head} since run {s.runs[c.position].run_id}{change_range(s, c)}: {r.stack_change()}"
+    steps = "; ".join(
+        f"{100 * step.worse:+.1f} % since run {s.runs[step.change.position].run_id}{change_range(s, step.change)} "
+        f"({r.stack_change(step.change)})"
+        for step in r.steps
+    )
+    return f"{head} in {len(r.steps)} steps: {steps}"
+
+
+def watch_line(w: Regression, family: int) -> str:
+    """A suspected step the family's test has not confirmed: said each night until it is, or
+    until the newest runs come back to their level."""
+    s = w.series
+    since = s.runs[w.change.position].run_id
+    nights = f"the newest {w.nights} run(s), since run {since}" if w.nights else f"the level since run {since}"
+    return (
+        f"WATCH {s.case} {s.metric}: {nights} {100 * w.worse:.1f} % worse than the level before "
+        f"({w.level:.3f} -> {w.newest:.3f}, p {w.p_value:.2g} for this series, not yet for the {family} judged; "
+        f"{w.stack_change()}): no night fails for it yet"
     )
 
 

@@ -21,12 +21,18 @@ from pathlib import Path
 from lorabench.analysis.cases import CORE_METRICS, KEY_SEP, MATCH_KEY, METRICS, REQUIRED_KEY
 from lorabench.results.records import digests_path_for
 from lorabench.results.schema import ENGINE_KEY, OLDER_FILES, STACK_COLUMNS
-from lorabench.results.search_stops import ABOVE_RANGE, BRACKETED
+from lorabench.results.search_stops import ABOVE_RANGE, BELOW_RANGE, BRACKETED
 
 
 class HistoryError(Exception):
     """Input the history cannot take; the command line exits 2 with its one line."""
 
+
+# Stored beside a build's capacity_rps where its search passed every rate up to its max_rate:
+# that max_rate. Such a capacity is a bound (at least this), no measurement; the series keeps
+# it as a point (a rise past the range is no regression, a measured fall from it is one), and
+# this says which points are bounds (docs/history.md).
+CAPPED_AT = "capacity_capped_at"
 
 # What a stack is: the software and host a run measured, and lorabench's own commit.
 STACK_ID_COLUMNS = (*STACK_COLUMNS, "git_commit")
@@ -45,6 +51,18 @@ class ReadRun:
     digests: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
     # The config it ran with, flat (``compare.settings``); None: unknown.
     settings: dict[str, str] | None = None
+    # The cases some build of which fell below its capacity search's range (a collapse).
+    collapsed: set[str] = field(default_factory=set)
+
+    def blank_collapsed(self) -> None:
+        """No capacity point for a case where any build collapsed (fell below its search's
+        range): the run's point is the median of its builds, and with the collapsed build
+        left out the others' median read as if nothing happened (one build of two, or of
+        three, gone). A blank the newest run has where earlier runs measured fails the gate
+        that night (``NOT MEASURED``), as a collapse fails ``compare``."""
+        for key, _, _, metrics in self.rows:
+            if key in self.collapsed:
+                metrics.pop("capacity_rps", None)
 
 
 @functools.lru_cache(maxsize=1 << 16)  # a key's values repeat from run to run
@@ -83,7 +101,7 @@ class _Columns:
         self.metrics = [(m, at[m]) for m in METRICS if m in at]
         self.stack = [(c, at.get(c)) for c in STACK_ID_COLUMNS]
         self.engine_id, self.build = at.get("engine_id"), at.get("build")
-        self.search_stop = at.get("search_stop")
+        self.search_stop, self.capacity_max_rate = at.get("search_stop"), at.get("capacity_max_rate")
         self.run_id, self.timestamp = at["run_id"], at["timestamp"]
         self.target = at.get("target")
 
@@ -118,14 +136,29 @@ class _Columns:
                 continue
             if math.isfinite(value):
                 metrics[metric] = value
-        if self._get(row, self.search_stop) not in ("", BRACKETED, ABOVE_RANGE):
+        stop = self._get(row, self.search_stop)
+        if stop not in ("", BRACKETED, ABOVE_RANGE):
             # A search stopped by a limit or below its range found no capacity, or only a
             # bound under one (docs/capacity.md): not a point of the series, and the gate says
-            # it is missing. One that passed the top of its range stands at that rate: a rise
-            # past the range is no regression, and a fall from it is one.
+            # it is missing. A collapse blanks its case's other builds too (blank_collapsed).
             metrics.pop("capacity_rps", None)
+            if stop == BELOW_RANGE:
+                run.collapsed.add(key)
+        elif stop == ABOVE_RANGE and "capacity_rps" in metrics:
+            # One that passed the top of its range stands at that rate, marked as the bound it is.
+            cap = self._get(row, self.capacity_max_rate)
+            metrics[CAPPED_AT] = _number(cap, metrics["capacity_rps"])
         run.rows.append((key, engine, _build(self._get(row, self.build)), metrics))
         run.timestamp = max(run.timestamp, _timestamp(row[self.timestamp]))
+
+
+def _number(text: str, default: float) -> float:
+    """``text`` as a finite number, else ``default``."""
+    try:
+        value = float(text)
+    except ValueError:
+        return default
+    return value if math.isfinite(value) else default
 
 
 def parse_time(text: str) -> datetime:
@@ -184,6 +217,8 @@ def read_runs(path: Path) -> list[ReadRun]:
         raise HistoryError(f"{path}: {exc}") from None
     if not runs:
         raise HistoryError(f"{path}: has no result rows")
+    for run in runs.values():
+        run.blank_collapsed()
     _read_digests(digests_path_for(path), runs)
     from lorabench.analysis.compare.settings import run_settings
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from lorabench.analysis.cases import MATCH_KEY, case_label, case_of
 from lorabench.analysis.history.changes import Change, change_points
-from lorabench.analysis.history.runs import HistoryError
+from lorabench.analysis.history.runs import CAPPED_AT, HistoryError
 from lorabench.analysis.history.store import StoredRun, case_keys, case_rows, stored_runs
 
 
@@ -29,6 +29,9 @@ class Series:
     builds: list[np.ndarray]  # each run's builds: replicates of one point
     changes: list[Change]
     scenario: str = ""  # the case's, whose settings can move it (compare.settings.for_case)
+    # Per run: its point is a bound, not a measurement (a capacity search that passed every
+    # rate up to its max_rate: at least that); empty where no run's is.
+    bounds: tuple[bool, ...] = ()
 
     @functools.cached_property
     def medians(self) -> np.ndarray:
@@ -126,11 +129,16 @@ def _one(
     name: str, metric: str, rows: list[tuple[int, dict[str, float]]], runs: Sequence[StoredRun], scenario: str
 ) -> Series | None:
     by_run: dict[int, list[float]] = {}
+    capped: set[int] = set()
     for at, measured in rows:
         if metric in measured:
             by_run.setdefault(at, []).append(measured[metric])
+            if metric == "capacity_rps" and CAPPED_AT in measured:
+                capped.add(at)
     if not by_run:
         return None
     order = sorted(by_run)
     builds = [np.array(by_run[at]) for at in order]
-    return Series(name, metric, [runs[at] for at in order], builds, change_points(run_medians(builds)), scenario)
+    bounds = tuple(at in capped for at in order) if capped else ()
+    points = change_points(run_medians(builds))
+    return Series(name, metric, [runs[at] for at in order], builds, points, scenario, bounds)

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorabench.analysis.cases import KEY_SEP, MATCH_KEY
 from lorabench.analysis.history.runs import HistoryError, ReadRun, read_runs
 
 # How long a writer waits for another's transaction to end before it gives up.
@@ -59,7 +60,21 @@ CREATE TABLE IF NOT EXISTS settings (
     run_id TEXT PRIMARY KEY REFERENCES runs(run_id),
     settings TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS accepted (
+    run_id TEXT NOT NULL,
+    case_expr TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    accepted_at TEXT NOT NULL
+);
 """
+# The store's layout: 2 records the columns its case keys hold (``meta.key_columns``) and
+# acceptances; a store of 1 is migrated when opened (``_migrate``).
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -104,9 +119,56 @@ def connect(db: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
     except sqlite3.DatabaseError as exc:
         raise HistoryError(f"{db}: not a lorabench history database ({exc})") from None
     try:
+        if _version(conn) != SCHEMA_VERSION or _key_columns(conn) != list(MATCH_KEY):
+            conn.close()  # a lorabench store of another layout: opened to be migrated, once
+            conn = sqlite3.connect(db, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            _migrate(conn, db)
         yield conn
+    except sqlite3.DatabaseError as exc:
+        raise HistoryError(f"{db}: cannot be read as a lorabench history database ({exc})") from None
     finally:
         conn.close()
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _key_columns(conn: sqlite3.Connection) -> list[str] | None:
+    """The columns the stored case keys hold, in order; None where the store does not say."""
+    try:
+        found = conn.execute("SELECT value FROM meta WHERE name = 'key_columns'").fetchone()
+    except sqlite3.OperationalError:  # no meta table: a store of schema 1
+        return None
+    return json.loads(found[0]) if found else None
+
+
+def _migrate(conn: sqlite3.Connection, db: Path) -> None:
+    """Bring a store to ``SCHEMA_VERSION`` and this lorabench's key columns: each stored case
+    key rewritten by column name (a column added since is blank in old runs' keys; one gone
+    is dropped). A store that never said which columns its keys hold is taken to hold these
+    only where every key has as many; else it cannot be read, and says how to start anew."""
+    conn.executescript(_TABLES)
+    columns = _key_columns(conn)
+    keys = case_keys(conn)
+    if columns is None:
+        widths = {len(k.split(KEY_SEP)) for k in keys}
+        if widths - {len(MATCH_KEY)}:
+            raise HistoryError(
+                f"{db}: its case keys hold {', '.join(map(str, sorted(widths)))} columns and this lorabench's "
+                f"{len(MATCH_KEY)}, and the store (from before lorabench recorded them) does not say which: "
+                f"add the runs' result files to a new store (lorabench history add --db NEW.db RESULTS)"
+            )
+        columns = list(MATCH_KEY)
+    conn.execute("BEGIN IMMEDIATE")
+    for key in keys:
+        values = dict(zip(columns, key.split(KEY_SEP)))
+        new = KEY_SEP.join(values.get(c, "") for c in MATCH_KEY)
+        if new != key:
+            conn.execute("UPDATE rows SET case_key = ? WHERE case_key = ?", (new, key))
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('key_columns', ?)", (json.dumps(list(MATCH_KEY)),))
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    conn.execute("COMMIT")
 
 
 ADDED, GREW, STORED = "added", "grew", "already stored"
@@ -184,3 +246,26 @@ def run_digests(conn: sqlite3.Connection, run_id: str) -> dict[tuple[str, str, s
     """A run's adapters' output digests: (model, device type, adapter) -> its digests, joined."""
     found = conn.execute("SELECT model, device_type, adapter, digests FROM digests WHERE run_id = ?", (run_id,))
     return {(m, d, a): digests for m, d, a, digests in found}
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """A known change or a retired case, said with ``history accept``: for the cases ``-k``
+    selects (and ``metric``, or every one: ``*``), the runs from ``run_id`` on are the baseline."""
+
+    run_id: str
+    case_expr: str
+    metric: str
+    reason: str
+    accepted_at: str
+
+
+def accept(db: Path, found: Acceptance) -> None:
+    with connect(db, create=True) as conn:
+        conn.execute("INSERT INTO accepted VALUES (?, ?, ?, ?, ?)", (*vars(found).values(),))
+
+
+def acceptances(conn: sqlite3.Connection) -> list[Acceptance]:
+    """Every acceptance, oldest first."""
+    found = conn.execute("SELECT run_id, case_expr, metric, reason, accepted_at FROM accepted ORDER BY accepted_at")
+    return [Acceptance(*row) for row in found]
