@@ -1,7 +1,8 @@
 """What a benchmark session does at its end, after every case: the report page, the run
 added to the history, and the comparison with a base (``--bench-report``,
 ``--bench-history``, ``--bench-compare``), judged by the rules ``lorabench report``,
-``lorabench history`` and ``lorabench compare`` use.
+``lorabench history`` and ``lorabench compare`` use; and a session whose benchmark cases
+were all skipped fails, since it measured nothing.
 
 The two are independent: a report that cannot be drawn is said in the summary and the
 comparison still runs, since a gate (``--bench-compare-fail``) must not pass or fail on
@@ -10,12 +11,21 @@ whether a page of figures could be written.
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from lorabench.pytest_plugin import options
+from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE
 from lorabench.pytest_plugin.session import STATE, BenchState
+
+# What to check when a device's cases all skipped: the platform vLLM resolved was another.
+DEVICE_HINTS = {
+    "npu": "on an NPU node: are CANN's and NNAL's set_env.sh sourced, and vllm-ascend installed? ",
+    "cuda": "on a GPU node: are vLLM's CUDA build installed, and a GPU visible (nvidia-smi)? ",
+}
 
 
 def compare_problems(config: pytest.Config) -> list[str]:
@@ -44,6 +54,7 @@ def compare_problems(config: pytest.Config) -> list[str]:
 def finish_session(session: pytest.Session) -> None:
     config = session.config
     state = config.stash[STATE]
+    _fail_if_all_skipped(session, state)
     if state.writer is None or state.writer.path is None:
         return
     report = options.value(config, "bench_report")
@@ -78,6 +89,47 @@ def finish_session(session: pytest.Session) -> None:
     if fail and result.failed:
         state.comparison.append(f"{result.reasons()}: the session fails (--bench-compare-fail)")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _fail_if_all_skipped(session: pytest.Session, state: BenchState) -> None:
+    """Benchmark cases were collected and every one was skipped: nothing was measured, which
+    pytest calls a pass (exit status 0). It is bad input instead (exit status 2, one line on
+    stderr with the skip's reason): a node where CANN's set_env.sh was not sourced runs vLLM
+    on the CPU, and a nightly that skips every NPU case must not pass. A session that
+    measured anything, or collected no benchmark case, keeps pytest's status. The outcomes
+    are the terminal reporter's (without it, ``-p no:terminal``, nothing is judged)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if session.exitstatus != pytest.ExitCode.OK or session.config.option.collectonly or reporter is None:
+        return
+    ours = {item.nodeid for item in session.items if ENGINE_FIXTURE in getattr(item, "fixturenames", ())}
+    skipped = [r for r in reporter.stats.get("skipped", []) if r.nodeid in ours]
+    outcomes = ("passed", "failed", "error", "xfailed", "xpassed")
+    ran = {r.nodeid for key in outcomes for r in reporter.stats.get(key, [])}
+    if not ours or ran & ours or {r.nodeid for r in skipped} != ours:
+        return
+    hint = others = ""
+    if state.skip_reason:  # a device mark: the platform vLLM resolved is not the config's device
+        device = state.file.device if state.file is not None else None
+        hint = f"; {DEVICE_HINTS.get(device, '')}lorabench doctor --config {state.config_path} says what is missing"
+    else:
+        reasons = Counter(_skip_reason(r) for r in skipped).most_common()
+        state.skip_reason = reasons[0][0]  # also the summary's "benchmark cases skipped" line
+        if len(reasons) > 1:
+            others = f" (and {len(reasons) - 1} other reason{'s' if len(reasons) > 2 else ''}: pytest -rs lists them)"
+    sys.stdout.flush()
+    print(
+        f"lorabench: every benchmark case skipped ({len(ours)} collected): {state.skip_reason}{others}{hint}; "
+        f"nothing was measured (exit status {options.BAD_INPUT})",
+        file=sys.stderr,
+    )
+    session.exitstatus = options.BAD_INPUT
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    """A skip's reason as ``pytest -rs`` gives it, without its "Skipped: " prefix."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return text.removeprefix("Skipped: ")
 
 
 def _add_to_history(state: BenchState, db: Path) -> None:
