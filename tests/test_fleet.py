@@ -353,10 +353,10 @@ class _FakeFleet:
 @pytest.mark.parametrize(
     "slowdown, drift, said",
     [
-        (1.3, [1.0] * 6, "NOT COMPARABLE: beside its neighbours e-build0 ran 1.30x as long (e2e_ms)*"),
-        (0.7, [1.0] * 6, "NOT COMPARABLE: beside its neighbours e-build0 ran 0.70x as long (e2e_ms)*"),
-        (1.0, [1.0, 1.01, 0.99, 1.0, 1.02, 1.01], "comparable: within 5% of alone on every latency*"),
-        (1.0, [1.0, 1.3, 1.0, 0.8, 1.1, 1.0], "not shown either way: an interval reaches past 5%*"),
+        (1.3, [1.0] * 6, "NOT COMPARABLE for e: beside its neighbours e-build0 ran 1.30x as long (e2e_ms)*"),
+        (0.7, [1.0] * 6, "NOT COMPARABLE for e: beside its neighbours e-build0 ran 0.70x as long (e2e_ms)*"),
+        (1.0, [1.0, 1.01, 0.99, 1.0, 1.02, 1.01], "comparable for e only: within 5% of alone on every latency*"),
+        (1.0, [1.0, 1.3, 1.0, 0.8, 1.1, 1.0], "not shown either way for e: an interval reaches past 5%*"),
     ],
     ids=["interference", "faster-beside", "none", "noise"],
 )

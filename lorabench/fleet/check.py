@@ -14,6 +14,7 @@ when it lies wholly above; anything else is not shown either way.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ METRICS = ("e2e_ms", "decode_ms_p50", "ttft_ms_p50")
 # What a check's probe worker is told, so that a test can plant interference where the
 # stand-in cannot feel it: "alone" or "beside".
 ROLE_ENV = "LORABENCH_FLEET_CHECK"
+_BUILD = re.compile(r"-build\d+$")
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,17 @@ CPU_CAVEAT = (
 )
 
 
+def configuration(engine_id: str) -> str:
+    """The engine configuration a task builds: its engine id without the build."""
+    return _BUILD.sub("", engine_id)
+
+
 def lines(engine_id: str, neighbours: int, verdicts: Sequence[Verdict], on_the_cpu: bool = False) -> list[str]:
-    """What the check prints: a line a metric, then what it means for this node's rows."""
+    """What the check prints: a line a metric, then what it means for this node's rows of the
+    configuration checked, named: the check measured that one only (``coverage`` names the rest)."""
     if not verdicts:
         return [f"fleet check: {engine_id}: no latency measured on both sides; nothing to tell"]
+    checked = configuration(engine_id)
     others = f"{neighbours} other worker{'s' if neighbours > 1 else ''}"
     said = [
         f"fleet check: {engine_id} beside {others} / alone, {v.metric}: {v.ratio:.3f}x "
@@ -91,17 +100,32 @@ def lines(engine_id: str, neighbours: int, verdicts: Sequence[Verdict], on_the_c
     if False in states:
         worst = max((v for v in verdicts if v.comparable is False), key=lambda v: v.off_by)
         said.append(
-            f"fleet check: NOT COMPARABLE: beside its neighbours {engine_id} ran {worst.ratio:.2f}x as long "
-            f"({worst.metric}); compare a parallel run of this node with parallel runs only, or run sequentially"
+            f"fleet check: NOT COMPARABLE for {checked}: beside its neighbours {engine_id} ran {worst.ratio:.2f}x as "
+            f"long ({worst.metric}); compare a parallel run of this node with parallel runs only, or run sequentially"
         )
     elif states == {True}:
         said.append(
-            f"fleet check: comparable: within {TOLERANCE:.0%} of alone on every latency; rows of a parallel run "
-            "compare with sequential ones on this node" + (CPU_CAVEAT if on_the_cpu else "")
+            f"fleet check: comparable for {checked} only: within {TOLERANCE:.0%} of alone on every latency; its rows "
+            "of a parallel run compare with sequential ones on this node" + (CPU_CAVEAT if on_the_cpu else "")
         )
     else:
         said.append(
-            f"fleet check: not shown either way: an interval reaches past {TOLERANCE:.0%}; "
+            f"fleet check: not shown either way for {checked}: an interval reaches past {TOLERANCE:.0%}; "
             "run the check again, or compare parallel runs with parallel runs only"
         )
     return said
+
+
+def coverage(probe: str, engine_ids: Sequence[str]) -> list[str]:
+    """The line that names the session's configurations the check did not measure: its verdict
+    is the probe's configuration's alone. Another may feel its neighbours otherwise (more
+    adapters, larger batches: more memory traffic), so none is implied comparable."""
+    checked = configuration(probe)
+    unchecked = list(dict.fromkeys(c for c in map(configuration, engine_ids) if c != checked))
+    if not unchecked:
+        return []
+    total = len(unchecked) + 1
+    return [
+        f"fleet check: not checked: {', '.join(unchecked)} ({len(unchecked)} of the {total} configurations "
+        f"selected): the verdict is {checked}'s alone; check another with -k selecting its cases"
+    ]

@@ -7,7 +7,9 @@ names; a worker sees only its own through ``ASCEND_RT_VISIBLE_DEVICES`` or
 ``CUDA_VISIBLE_DEVICES``. On the CPU a device is a set of cores: a worker runs on them
 alone (its affinity, which vLLM's CPU backend reads to bind its threads). Without
 ``--bench-devices`` each NUMA node is a device, and a machine of one node is split into
-two halves, so that a fleet on the CPU is a fleet and not one engine after another.
+two halves, so that a fleet on the CPU is a fleet and not one engine after another. Slots
+are of one size: where NUMA nodes are not (``0-15`` and ``16``), the smaller idle
+(``equal_slots``), and named sets of unequal size are refused.
 """
 
 from __future__ import annotations
@@ -44,6 +46,16 @@ class Slot:
         if self.device_type == "cpu":
             return {CPUS_ENV: ",".join(str(c) for d in self.devices for c in d)}
         return {smi.VISIBLE_VARIABLES[self.device_type]: ",".join(str(d[0]) for d in self.devices)}
+
+    @property
+    def size(self) -> int:
+        """What one engine on it has: its cores on the CPU (a row's ``device_count``), else its devices."""
+        return sum(len(d) for d in self.devices)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Each device's size, smallest first: two slots are equal when their shapes are."""
+        return tuple(sorted(len(d) for d in self.devices))
 
 
 def _span(cores: tuple[int, ...]) -> str:
@@ -145,6 +157,38 @@ def slots(devices: list[tuple[int, ...]], device_type: str, per_engine: int) -> 
         )
     count = len(devices) // per_engine
     return [Slot(device_type, tuple(devices[i * per_engine : (i + 1) * per_engine])) for i in range(count)]
+
+
+def equal_slots(found: list[Slot]) -> tuple[list[Slot], list[Slot]]:
+    """The slots of one size that have the most cores among them (on a tie the larger slots,
+    each engine nearer a sequential run's), and the others, left idle. A configuration's builds
+    are averaged as replicates wherever they ran, and the summary ranks configurations by their
+    rows: a build on 16 cores beside one on 1 core is neither (docs/fleet.md#devices)."""
+    groups: dict[tuple[int, ...], list[Slot]] = {}
+    for slot in found:
+        groups.setdefault(slot.shape, []).append(slot)
+    kept = max(groups.values(), key=lambda g: (sum(s.size for s in g), g[0].size))
+    return kept, [s for s in found if s not in kept]
+
+
+def unequal(named: str, found: list[Slot]) -> str:
+    """Why ``--bench-devices`` sets of unequal size are refused, and how to name them."""
+    sizes = ", ".join(f"{s.label}: {s.size}" for s in found)
+    return (
+        f"--bench-devices {named}: sets of unequal size ({sizes} cores): a configuration's builds on them "
+        "would be averaged as replicates; name sets of one size, such as 0-7,8-15 (docs/fleet.md#devices)"
+    )
+
+
+def idle_line(kept: list[Slot], idle: list[Slot]) -> str:
+    """The run's one line on the slots ``equal_slots`` left idle."""
+    unit = "core" if kept[0].device_type == "cpu" else "device"
+    sizes = ", ".join(f"{s.label}: {s.size} {unit}{'s' if s.size > 1 else ''}" for s in idle)
+    return (
+        f"fleet: left idle {sizes}, against {kept[0].size} on each of {', '.join(s.label for s in kept)}: "
+        "builds of one configuration run on slots of one size, not averaged across engines of another "
+        "(name equal sets with --bench-devices)"
+    )
 
 
 def pin_from_env() -> None:

@@ -34,6 +34,7 @@ from lorabench.fleet.tasks import (
     Task,
     worker_argv,
 )
+from lorabench.results.provenance import HOSTNAME_ENV
 
 RESOURCES = {"npu": "NPU", "cuda": "GPU", "cpu": "CPU"}
 SEND_EVERY_S = 0.5
@@ -248,7 +249,9 @@ def run_worker(spec: dict[str, Any], command: list[str], cwd: str, name: str, in
     node = context.get_node_id()
     ids = {kind: v for kind, v in context.get_accelerator_ids().items() if v}
     devices = "; ".join(f"{kind.lower()} {','.join(v)}" for kind, v in ids.items()) or "cpu"
-    where = f"{socket.gethostname()}:{node[:8]} {devices}"
+    # The node's name as the history keeps it (runs.NODE): the one LORABENCH_HOSTNAME gives a
+    # container whose own name changes each start, as on a host of its own.
+    where = f"{os.environ.get(HOSTNAME_ENV) or socket.gethostname()}:{node[:8]} {devices}"
     folder = Path(tempfile.mkdtemp(prefix=f"lorabench-{name}-"))
     (folder / TASK_FILE).write_text(json.dumps({**spec, "slot": where}), encoding="utf-8")
     (folder / REPORTS_FILE).touch()

@@ -17,7 +17,8 @@ import pytest
 
 from lorabench.config.target import URL
 from lorabench.fleet import ray_cluster
-from lorabench.fleet.devices import DeviceError, Slot, chosen_devices, slots
+from lorabench.fleet.check import coverage
+from lorabench.fleet.devices import DeviceError, Slot, chosen_devices, equal_slots, idle_line, slots, unequal
 from lorabench.fleet.local import LocalFleet
 from lorabench.fleet.merging import InOrder
 from lorabench.fleet.tasks import LOG_FILE, Attempt, Callbacks, Fleet, Halted, Task, worker_command
@@ -38,12 +39,18 @@ def run_columns(provenance: dict[str, Any], device_type: str) -> dict[str, Any]:
     return {name: provenance[name] for name in names}
 
 
-def fleet_slots(config: pytest.Config, device_type: str, per_engine: int) -> list[Slot]:
-    """The slots of ``--bench-fleet local``; bad devices are bad input (refused, exit 2)."""
+def fleet_slots(config: pytest.Config, device_type: str, per_engine: int) -> tuple[list[Slot], list[str]]:
+    """The slots of ``--bench-fleet local``, all of one size, and the line that says which were
+    left idle for it; bad devices, and named sets of unequal size, are bad input (refused, exit 2)."""
+    named = options.value(config, "bench_devices")
     try:
-        return slots(chosen_devices(options.value(config, "bench_devices"), device_type), device_type, per_engine)
+        found = slots(chosen_devices(named, device_type), device_type, per_engine)
     except DeviceError as exc:
         options.refuse([str(exc)])
+    kept, idle = equal_slots(found)
+    if idle and named:
+        options.refuse([unequal(named, found)])
+    return kept, [idle_line(kept, idle)] if idle else []
 
 
 def fleet_tasks(items: Sequence[pytest.Item]) -> list[Task]:
@@ -72,6 +79,7 @@ class FleetDriver:
         self.config, self.slots, self.tasks, self.make, self.words = config, list(slots), list(tasks), make, words
         self.locations: dict[str, Any] = {}
         self.lost: list[str] = []
+        self.notes: list[str] = []  # what the run says of its slots (those left idle), at its start and end
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
@@ -94,12 +102,16 @@ class FleetDriver:
             merged.attempts = fleet.attempts
             return fleet
 
+        for note in self.notes:
+            say(self.config, note)
         if options.value(self.config, "bench_fleet_check"):
-            from lorabench.pytest_plugin.fleet_check import run_check  # scipy's statistics: imported for the check only
+            from lorabench.pytest_plugin.fleet_check import probe_of, run_check  # scipy: imported for the check only
 
             pairs = options.value(self.config, "bench_fleet_check_pairs")
             checked = state.writer.log_dir / "fleet-check" / folder.name
-            state.fleet = run_check(self.slots, self.tasks, launch, checked, on.say, pairs)
+            found = run_check(self.slots, self.tasks, launch, checked, on.say, pairs)
+            unchecked = coverage(probe_of(self.tasks).engine_id, [t.engine_id for t in self.tasks])
+            state.fleet = [*self.notes, *found, *unchecked]
             return True
         alone = "; one worker: one build after another (on the CPU, --bench-devices 0,1 makes two)"
         say(
@@ -157,6 +169,7 @@ class FleetDriver:
         return [
             f"fleet: {len(self.tasks)} engine builds on {self.words} in {wall_s:.1f} s; "
             f"the workers ran {busy:.1f} s in all ({busy / wall_s if wall_s else 0:.2f} at once on average)",
+            *self.notes,
             *self.lost,
             *(f"fleet: {a.where}: {note}" for a in attempts for note in _notes(a)),
             f"fleet workers' folders (task, reports, pytest output): {folder}",
@@ -188,13 +201,13 @@ def start(config: pytest.Config, state: BenchState, items: Sequence[pytest.Item]
         )
     device_type, per_engine = state.platform.device_type, state.config.devices_per_engine
     if where == options.LOCAL:
-        found = fleet_slots(config, device_type, per_engine)
+        found, notes = fleet_slots(config, device_type, per_engine)
         if options.value(config, "bench_fleet_check") and len(found) < 2:
-            options.refuse(
-                [f"--bench-fleet-check: one worker ({found[0].label}) has no neighbours; name two devices or more"]
-            )
+            alone = f"--bench-fleet-check: one worker ({found[0].label}) has no neighbours; name two devices or more"
+            options.refuse([alone, *notes])
         words = f"{len(found)} workers: {', '.join(s.label for s in found)}"
         driver = FleetDriver(config, found, fleet_tasks(items), _local, words)
+        driver.notes = notes
     else:
         driver = FleetDriver(
             config,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 import math
 import operator
 import re
@@ -36,6 +37,14 @@ CAPPED_AT = "capacity_capped_at"
 
 # What a stack is: the software and host a run measured, and lorabench's own commit.
 STACK_ID_COLUMNS = (*STACK_COLUMNS, "git_commit")
+# A fleet's rows may each have measured another stack: a Ray fleet's nodes have their own
+# devices and drivers (its hostname is the session's on every row; ``NODE`` names the node,
+# from ``fleet_devices``), a CPU fleet's slots their own cores (``device_count``). A run whose
+# rows hold several is stored with the first row's stack as today, plus ``STACKS`` (the rows'
+# distinct stacks, as JSON) and each row's own under ``ROW_STACK`` among its metrics (an index
+# into them): the store's layout is unchanged, and a run of one stack is stored as before.
+# ``series`` files each row under its own stack's machine (docs/history.md).
+NODE, STACKS, ROW_STACK = "node", "row_stacks", "row_stack"
 _BUILD = re.compile(r"-build\d+$")
 
 
@@ -53,6 +62,19 @@ class ReadRun:
     settings: dict[str, str] | None = None
     # The cases some build of which fell below its capacity search's range (a collapse).
     collapsed: set[str] = field(default_factory=set)
+    # Its rows' distinct stacks, the first row's first, and each row's (an index into them).
+    stacks: list[dict[str, str]] = field(default_factory=list)
+    row_stacks: list[int] = field(default_factory=list)
+    _stack_at: dict[tuple[str, ...], int] = field(default_factory=dict)
+
+    def file_stacks(self) -> None:
+        """Where its rows measured several stacks, keep each row's (``STACKS``, ``ROW_STACK``),
+        so that no row is filed under the first row's node."""
+        if len(self.stacks) < 2:
+            return
+        self.stack = {**self.stacks[0], STACKS: json.dumps(self.stacks, sort_keys=True)}
+        for (_, _, _, metrics), at in zip(self.rows, self.row_stacks):
+            metrics[ROW_STACK] = at
 
     def blank_collapsed(self) -> None:
         """No capacity point for a case where any build collapsed (fell below its search's
@@ -103,15 +125,28 @@ class _Columns:
         self.engine_id, self.build = at.get("engine_id"), at.get("build")
         self.search_stop, self.capacity_max_rate = at.get("search_stop"), at.get("capacity_max_rate")
         self.run_id, self.timestamp = at["run_id"], at["timestamp"]
-        self.target = at.get("target")
+        self.target, self.fleet_devices = at.get("target"), at.get("fleet_devices")
 
     def stack_of(self, row: list[str]) -> dict[str, str]:
-        """The run's stack. A ``serve`` target's endpoint is left out: lorabench started that
+        """The row's stack. A ``serve`` target's endpoint is left out: lorabench started that
         server on a free port of this host, another each run, and no change of the stack."""
         stack = {c: self._get(row, i) or "unknown" for c, i in self.stack}
         if self._get(row, self.target) == "serve":
             stack["endpoint"] = "unknown"
+        node = _node(self._get(row, self.fleet_devices))
+        if node:
+            stack[NODE] = node
         return stack
+
+    def stack_index(self, run: ReadRun, row: list[str]) -> int:
+        """Which of ``run``'s stacks the row measured, added where it is a new one."""
+        values = (*(self._get(row, i) for _, i in self.stack), self._get(row, self.target))
+        values = (*values, _node(self._get(row, self.fleet_devices)))
+        at = run._stack_at.get(values)
+        if at is None:
+            at = run._stack_at[values] = len(run.stacks)
+            run.stacks.append(self.stack_of(row))
+        return at
 
     @staticmethod
     def _get(row: list[str], i: int | None, default: str = "") -> str:
@@ -149,7 +184,15 @@ class _Columns:
             cap = self._get(row, self.capacity_max_rate)
             metrics[CAPPED_AT] = _number(cap, metrics["capacity_rps"])
         run.rows.append((key, engine, _build(self._get(row, self.build)), metrics))
+        run.row_stacks.append(self.stack_index(run, row))
         run.timestamp = max(run.timestamp, _timestamp(row[self.timestamp]))
+
+
+def _node(devices: str) -> str:
+    """The node a Ray fleet's row ran on, from its ``fleet_devices`` (``host:1a2b3c4d npu 0``:
+    ``host``); "" for any other row (a local fleet's slot, ``cpu 0-3``, is on the run's host)."""
+    first = devices.split(" ", 1)[0]
+    return first.split(":", 1)[0] if ":" in first else ""
 
 
 def _number(text: str, default: float) -> float:
@@ -219,6 +262,7 @@ def read_runs(path: Path) -> list[ReadRun]:
         raise HistoryError(f"{path}: has no result rows")
     for run in runs.values():
         run.blank_collapsed()
+        run.file_stacks()
     _read_digests(digests_path_for(path), runs)
     from lorabench.analysis.compare.settings import run_settings
 

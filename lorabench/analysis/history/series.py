@@ -8,6 +8,7 @@ first; a run whose stack the file does not list is refused, not guessed at.
 from __future__ import annotations
 
 import functools
+import json
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,8 +18,8 @@ import numpy as np
 
 from lorabench.analysis.cases import MATCH_KEY, case_label, case_of
 from lorabench.analysis.history.changes import Change, change_points
-from lorabench.analysis.history.runs import CAPPED_AT, HistoryError
-from lorabench.analysis.history.store import StoredRun, case_keys, case_rows, stored_runs
+from lorabench.analysis.history.runs import CAPPED_AT, ROW_STACK, STACKS, HistoryError
+from lorabench.analysis.history.store import StoredRun, case_keys, case_rows, stack_id, stored_runs
 
 
 @dataclass(frozen=True, eq=False)  # eq: its arrays have no single truth value
@@ -46,10 +47,18 @@ def run_medians(builds: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def ordered_runs(conn: sqlite3.Connection, order_file: Path | None = None) -> list[StoredRun]:
-    """The stored runs in the series' order: by time, or by ``order_file``'s stack ids."""
+    """The stored runs in the series' order (by time, or by ``order_file``'s stack ids), each
+    as one run per machine its rows measured on (``parts``): a Ray fleet's run is one run of
+    each kind of node, so each machine's newest run is judged on that machine's rows."""
     runs = stored_runs(conn)
-    if order_file is None:
-        return runs
+    if order_file is not None:
+        runs = _in_order(runs, order_file)
+    return [part for run in runs for part in parts(run)]
+
+
+def _in_order(runs: list[StoredRun], order_file: Path) -> list[StoredRun]:
+    """``runs`` in the order of ``order_file``'s stack ids: a run's own (as ``history add``
+    prints it), or any of its rows' (as ``history show`` prints a run of several)."""
     try:
         order = [line.split()[0] for line in order_file.read_text().splitlines() if line.strip()]
     except OSError as exc:
@@ -57,10 +66,39 @@ def ordered_runs(conn: sqlite3.Connection, order_file: Path | None = None) -> li
     except UnicodeDecodeError:
         raise HistoryError(f"--order {order_file}: not a text file of stack ids, one a line") from None
     position = {stack: i for i, stack in enumerate(order)}
-    unknown = sorted({r.stack_id for r in runs} - set(position))
+
+    placed = {}
+    for run in runs:
+        ids = [run.stack_id, *(stack_id(s) for s in row_stacks(run))]
+        placed[run.run_id] = min((position[i] for i in ids if i in position), default=None)
+    unknown = sorted({r.stack_id for r in runs if placed[r.run_id] is None})
     if unknown:
         raise HistoryError(f"--order {order_file}: does not list stack {unknown[0]}: add a line for it")
-    return sorted(runs, key=lambda r: (position[r.stack_id], r.timestamp))
+    return sorted(runs, key=lambda r: (placed[r.run_id], r.timestamp))
+
+
+def row_stacks(run: StoredRun) -> list[dict[str, str]]:
+    """The stacks a run's rows measured (``runs.STACKS``); a run of one: its own."""
+    return json.loads(run.stack[STACKS]) if STACKS in run.stack else [run.stack]
+
+
+def part(run: StoredRun, stacks: Sequence[dict[str, str]]) -> StoredRun:
+    """``run`` as the rows that measured ``stacks`` (of one machine) see it: a column they
+    differ on is their values, joined (``driver_version 1.0, 2.0``), as ``compare`` says it."""
+    joined: dict[str, str] = {}
+    for column in dict.fromkeys(c for stack in stacks for c in stack):
+        joined[column] = ", ".join(sorted({stack.get(column, "unknown") for stack in stacks}))
+    return StoredRun(run.run_id, run.timestamp, stack_id(joined), joined, run.settings)
+
+
+def parts(run: StoredRun) -> list[StoredRun]:
+    """``run`` once per machine its rows measured on (itself, for a run of one stack)."""
+    if STACKS not in run.stack:
+        return [run]
+    by_machine: dict[str, list[dict[str, str]]] = {}
+    for stack in row_stacks(run):
+        by_machine.setdefault(machine_of(stack), []).append(stack)
+    return [part(run, stacks) for stacks in by_machine.values()]
 
 
 def labels(keys: Sequence[str]) -> dict[str, str]:
@@ -79,10 +117,15 @@ def labels(keys: Sequence[str]) -> dict[str, str]:
 
 
 def machine(run: StoredRun) -> str:
-    """The host a run measured on: runs of two machines are two series, never one. A server
-    measured through its URL (a ``url`` target) is named by that URL too: two servers
-    measured from one client host are two machines."""
-    stack = run.stack
+    """The host a run measured on: runs of two machines are two series, never one (a run of
+    several, a fleet's: ``parts``)."""
+    return machine_of(run.stack)
+
+
+def machine_of(stack: dict[str, str]) -> str:
+    """A stack's machine: its host, device and count. A server measured through its URL (a
+    ``url`` target) is named by that URL too: two servers measured from one client host are
+    two machines."""
     device = f"{stack.get('device_name', 'unknown')} x{stack.get('device_count', '?')}"
     host = f"{stack.get('hostname', 'unknown')} ({device})"
     endpoint = stack.get("endpoint", "unknown")
@@ -108,25 +151,45 @@ def series(
     select: Callable[[str], bool] = lambda label: True,
 ) -> list[Series]:
     """Each selected case's series for each of ``metrics`` it has values of, one per machine
-    (a case measured on two hosts is labelled with each)."""
-    place = {r.run_id: i for i, r in enumerate(runs)}
+    (a case measured on two hosts is labelled with each). Each row is filed under its own
+    stack's machine, and each point's run carries the stack of the case's rows in it: a case
+    whose builds moved to another node is a change of stack at that run (``node a -> b``)."""
+    place, stacks = _places(conn, runs)
     found = []
     for key, label in labels(case_keys(conn)).items():
         if not select(label):
             continue
-        by_machine: dict[str, list[tuple[int, dict[str, float]]]] = {}
+        by_machine: dict[str, dict[int, list[tuple[int, dict[str, float]]]]] = {}
         for run_id, _, measured in case_rows(conn, key):
             if run_id in place:
-                by_machine.setdefault(machine(runs[place[run_id]]), []).append((place[run_id], measured))
+                at = int(measured.get(ROW_STACK, 0))
+                host = machine_of(stacks[run_id][at])
+                by_machine.setdefault(host, {}).setdefault(place[run_id], []).append((at, measured))
         for host, rows in sorted(by_machine.items()):
             name = f"{label} on {host}" if len(by_machine) > 1 else label
+            seen = {at: _seen(runs[at], stacks[runs[at].run_id], {i for i, _ in r}) for at, r in rows.items()}
+            flat = [(at, measured) for at, r in rows.items() for _, measured in r]
             scenario = case_of(key)["scenario"]
-            found += [s for m in metrics if (s := _one(name, m, rows, runs, scenario)) is not None]
+            found += [s for m in metrics if (s := _one(name, m, flat, seen, scenario)) is not None]
     return found
 
 
+def _places(conn: sqlite3.Connection, runs: Sequence[StoredRun]) -> tuple[dict[str, int], dict[str, list]]:
+    """Each run's place in ``runs`` (its first part's), and its rows' stacks, as stored."""
+    place: dict[str, int] = {}
+    for i, run in enumerate(runs):
+        place.setdefault(run.run_id, i)
+    return place, {r.run_id: row_stacks(r) for r in stored_runs(conn) if r.run_id in place}
+
+
+def _seen(given: StoredRun, stacks: list[dict[str, str]], indices: set[int]) -> StoredRun:
+    """The run as a case's rows in it see it: ``given`` where the run measured one stack, else
+    the stacks of those rows (``part``)."""
+    return given if len(stacks) == 1 else part(given, [stacks[i] for i in sorted(indices)])
+
+
 def _one(
-    name: str, metric: str, rows: list[tuple[int, dict[str, float]]], runs: Sequence[StoredRun], scenario: str
+    name: str, metric: str, rows: list[tuple[int, dict[str, float]]], seen: dict[int, StoredRun], scenario: str
 ) -> Series | None:
     by_run: dict[int, list[float]] = {}
     capped: set[int] = set()
@@ -141,4 +204,4 @@ def _one(
     builds = [np.array(by_run[at]) for at in order]
     bounds = tuple(at in capped for at in order) if capped else ()
     points = change_points(run_medians(builds))
-    return Series(name, metric, [runs[at] for at in order], builds, points, scenario, bounds)
+    return Series(name, metric, [seen[at] for at in order], builds, points, scenario, bounds)
