@@ -26,7 +26,7 @@ import psutil
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.host import processes
 from lorabench.host.memory import ACCELERATORS
-from lorabench.targets.engine_env import SPAWN
+from lorabench.targets.engine_env import SPAWN, engine_environment
 from lorabench.targets.failures import EngineBuildError, EngineDied
 from lorabench.targets.http.engine import HttpEngine
 
@@ -106,7 +106,8 @@ class ServeEngine(HttpEngine):
         return server_command(self.config, self.spec, HOST, port)
 
     def _server_env(self) -> dict[str, str]:
-        env = {**os.environ, **self._environment(), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+        env = {**os.environ, **engine_environment(self.config.file.env, self.device_type)}
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
         if self.device_type in ACCELERATORS:
             env.setdefault(SPAWN, "spawn")
         return env
