@@ -22,6 +22,7 @@ from typing import Any
 
 from lorabench.results.records import (
     ADAPTER_COLUMNS,
+    CANARY_COLUMNS,
     DIGEST_COLUMNS,
     ISOLATION_COLUMNS,
     PROBE_COLUMNS,
@@ -50,6 +51,7 @@ REPLAY_FILES = {
     "adapters": ADAPTER_COLUMNS,
     "probes": PROBE_COLUMNS,
     "isolation": ISOLATION_COLUMNS,
+    "canary": CANARY_COLUMNS,
 }
 # The kind ``append_records`` takes for samples a case keeps before its row (a capacity
 # search's, probe by probe): they go to the run's samples file.

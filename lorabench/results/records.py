@@ -167,6 +167,22 @@ def counted_by_rank(finished: object, arrival_s: object, warmup_s: object) -> bo
 
 
 # Enough to find a sample's case row: the run, the engine build and the case key.
+@dataclass(frozen=True, kw_only=True)
+class CanaryRecord:
+    """One greedy answer of a canary, in the order sent."""
+
+    # base, alone, batched, control (a base-only batch), first, repeat, evictor, after.
+    step: str
+    adapter: str  # BASE ("") for the base model
+    prompt: int
+    # The batch it was sent in, as adapter:prompt, space-separated, the base model as "base";
+    # blank where it was sent alone.
+    batch: str
+    digest: str
+    token_ids: str  # the answer, space-separated
+    prompt_token_ids: str
+
+
 SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))
 SAMPLE_COLUMNS = SAMPLE_KEY + field_names(Sample)
 TIMELINE_FIELDS = field_names(TimelineRecord)
@@ -174,6 +190,7 @@ TIMELINE_COLUMNS = SAMPLE_KEY + TIMELINE_FIELDS
 ADAPTER_COLUMNS = SAMPLE_KEY + field_names(AdapterRecord)
 PROBE_COLUMNS = SAMPLE_KEY + field_names(ProbeRecord)
 ISOLATION_COLUMNS = SAMPLE_KEY + field_names(IsolationRecord)
+CANARY_COLUMNS = SAMPLE_KEY + field_names(CanaryRecord)
 DIGEST_COLUMNS = field_names(DigestRecord)
 
 

@@ -253,6 +253,13 @@ class ResultRow:
     isolation_unjudged: int | None = column(METRIC, optional=True)
     isolation_uncached: int | None = column(METRIC, optional=True)
     isolation_cached_tokens: int | None = column(METRIC, optional=True)
+    # The LoRA correctness canaries (docs/canaries.md#the-columns), one row a check: its verdict
+    # (passes, FAILS, not judged; reference: a lora-off build's answers, kept to judge against),
+    # its comparisons judged, those that failed, and those whose reference could not tell.
+    canary_verdict: str | None = column(METRIC, optional=True)
+    canary_checked: int | None = column(METRIC, optional=True)
+    canary_failed: int | None = column(METRIC, optional=True)
+    canary_unjudged: int | None = column(METRIC, optional=True)
     peak_memory_mb: float = column(ENGINE)
     memory_source: str = column(ENGINE)
     test_id: str = column(ENGINE)

@@ -6,7 +6,7 @@ is a module here that subclasses ``Scenario`` and a line below.
 
 from __future__ import annotations
 
-from lorabench.scenarios import capacity, churn, isolation, multilora, no_lora, online, residency, working_set
+from lorabench.scenarios import canary, capacity, churn, isolation, multilora, no_lora, online, residency, working_set
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 
 SCENARIOS: dict[str, Scenario] = {
@@ -20,6 +20,7 @@ SCENARIOS: dict[str, Scenario] = {
         capacity.SCENARIO,
         churn.SCENARIO,
         isolation.SCENARIO,
+        canary.SCENARIO,
     )
 }
 

@@ -4,7 +4,7 @@ into. What a move costs is the test's (``Costs``); which adapter is evicted foll
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.scheduler import LoraRef
@@ -19,6 +19,8 @@ class AdapterCache:
         self.disk_loads = 0
         self.cpu: OrderedDict[int, LoraRef] = OrderedDict()
         self.slots: OrderedDict[int, None] = OrderedDict()
+        # How many times each adapter has been moved into a slot (a planted bug reads it).
+        self.activations: Counter[int] = Counter()
 
     def to_slot(self, lora: LoraRef, active: set[int]) -> float:
         """Into a slot, read from disk first unless cached; the milliseconds it costs.
@@ -52,6 +54,7 @@ class AdapterCache:
                 return self.costs.slot_load_ms
             del self.slots[idle]
         self.slots[lora_id] = None
+        self.activations[lora_id] += 1
         return self.costs.slot_load_ms
 
     def _cache(self, lora: LoraRef, active: set[int]) -> None:

@@ -31,3 +31,9 @@ class Costs:
     # A vLLM that keys blocks by the adapter's weights too, which 0.32 does not: an adapter
     # reloaded in place with new weights then finds nothing its old weights cached.
     blocks_keyed_by_weights: bool = False
+    # Planted multi-LoRA bugs, one a class the correctness canaries check (docs/canaries.md;
+    # lorabench.targets.standin.planted says what each does): not costs either.
+    plant_no_effect: bool = False
+    plant_base_changed_by_lora: bool = False
+    plant_batch_variance: bool = False
+    plant_stale_after_eviction: bool = False

@@ -15,6 +15,7 @@ from typing import Any
 from lorabench.config import EngineSpec
 from lorabench.targets import clock
 from lorabench.targets.failures import EngineDied
+from lorabench.targets.standin import planted
 from lorabench.targets.standin.adapter_cache import AdapterCache
 from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.prefix_cache import Owner, PrefixCache
@@ -68,6 +69,7 @@ class StandInLLM:
     ) -> None:
         self.costs, self.max_num_seqs, self.weights = costs, max_num_seqs, weights
         self.max_loras = spec.max_loras or 0
+        self.lora_enabled = bool(spec.enable_lora)
         self.adapters = AdapterCache(costs, self.max_loras, spec.max_cpu_loras or 0)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -155,7 +157,8 @@ class StandInLLM:
         prompt = list(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else prompt
         name = lora_request and lora_request.lora_name
         weights = self.weights.get(name, "") if lora_request else "base"
-        seed = hashlib.sha256(f"{name}|{weights}|{prompt}".encode()).digest()
+        seen, seen_weights = planted.seen_as(self.costs, self.lora_enabled, lora_request, weights, prompt)
+        seed = hashlib.sha256(f"{seen}|{seen_weights}|{prompt}".encode()).digest()
         if self.kv.blocks_for(len(prompt) + params.max_tokens) > self.kv.total:
             raise ValueError(f"{len(prompt)} + {params.max_tokens} tokens do not fit the stand-in's KV cache")
         request = Request(
@@ -247,7 +250,8 @@ class StandInLLM:
         for request in list(self.running):
             preempted, request.preemptions = preempted + request.preemptions, 0
             index = len(request.tokens)
-            digest = hashlib.sha256(request.seed + index.to_bytes(4, "little")).digest()
+            taint = planted.taint(self.costs, request, self.running, self.adapters.activations)
+            digest = hashlib.sha256(request.seed + index.to_bytes(4, "little") + taint).digest()
             request.tokens.append(int.from_bytes(digest[:4], "little") % VOCAB_SIZE)
             if index == 0:
                 request.metrics.first_token_ts = now

@@ -1,0 +1,157 @@
+"""``canary``: LoRA correctness canaries, one case a class of real multi-LoRA bug
+(docs/canaries.md). Each check answers greedily with a few tokens and is judged from the
+answers' token ids (``lorabench.measure.canary``, ``canary_judge``): it passes, FAILS (the case
+fails after its row and every answer, the reproducer, are written), or is not judged where its
+reference cannot tell. The classes a CPU engine cannot run are collected, named, and skipped
+with the reason.
+
+The scenario runs on the lora-off build too (``with_lora_off``): the base_changed check compares
+a LoRA build's base answers with it. pytest shares session-scoped engines by value, so that is
+the lora-off build ``no_lora`` builds, in a run that has both, and the LoRA builds are build 0 of
+the configurations the other scenarios use: the canaries add no build to such a run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from lorabench.config.traces import length_limit
+from lorabench.measure import canary as send
+from lorabench.measure.canary import BASE_CHANGED, BATCH, CANARY_ADAPTERS, NO_EFFECT, PROMPT_LEN, SWAP
+from lorabench.measure.canary_judge import Verdict, judge_base_changed, judge_batch, judge_no_effect, judge_swap
+from lorabench.measure.canary_records import KIND, Asker, kept_answers
+from lorabench.measure.correctness import OUTPUT_LEN
+from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
+
+if TYPE_CHECKING:
+    from lorabench.config import ConfigFile
+    from lorabench.load.adapters import Adapter
+    from lorabench.targets.engine import Engine
+
+# The checks that run, by the class each names in a finding.
+CLASSES = {
+    NO_EFFECT: "adapter has no effect",
+    BASE_CHANGED: "enabling LoRA changes base requests",
+    BATCH: "an adapter answers otherwise in a mixed batch",
+    SWAP: "an adapter answers otherwise after it was evicted and loaded again",
+}
+# The classes named and skipped, with the reason.
+NOT_RUN = {
+    "tensor_parallel": (
+        "LoRA slots sharded over tensor-parallel ranks (reported upstream: vLLM PR #20873) need an engine at "
+        "tensor_parallel_size 2 or more on 2 devices; the canaries add no build of their own, and vLLM's CPU "
+        "backend is run at 1 here. A config whose engine sets tensor_parallel_size runs the other checks on it"
+    ),
+    "graph_capture": (
+        "a LoRA mapping frozen into a captured CUDA or ACL graph (reported upstream: vLLM #42999, vllm-ascend "
+        "PR #14225) cannot show on vLLM's CPU backend, which captures no graphs (cudagraph_capture_sizes is "
+        "empty); on a GPU or NPU the batch_invariance check runs on graph-mode engines (enforce_eager false)"
+    ),
+    "dp_runtime_loading": (
+        "adapters loaded at run time into a data-parallel deployment need data_parallel_size 2 or more and "
+        "vllm serve's /v1/load_lora_adapter on every rank; the canaries build one engine per configuration"
+    ),
+    "spec_decode": (
+        "speculative decoding with LoRA (n-gram: reported upstream, vLLM #20284) needs a speculative_config "
+        "build of its own, which the canaries do not add"
+    ),
+    "prompt_logprobs": (
+        "prompt_logprobs with LoRA (reported upstream: vLLM #29955): vLLM's SamplingParams takes "
+        "prompt_logprobs, but lorabench's requests (Engine.sampling_params) never ask for them, in process "
+        "or over HTTP, so no answer carries them to compare"
+    ),
+}
+COLUMNS = frozenset({"canary_verdict", "canary_checked", "canary_failed", "canary_unjudged"})
+
+
+class Canary(Scenario):
+    name = "canary"
+    with_lora_off = True
+    columns = COLUMNS | {"input_len", "output_len"}
+
+    def parametrize(self, file: ConfigFile) -> list[Parametrization]:
+        skipped = [pytest.param(n, id=n, marks=pytest.mark.skip(reason=f"{n}: {r}")) for n, r in NOT_RUN.items()]
+        return [Parametrization("canary", [*CLASSES, *skipped], ids=[*CLASSES, *NOT_RUN])]
+
+    def builds(self, file: ConfigFile) -> int | None:
+        return 1  # a correctness canary: a second build checks nothing a first did not
+
+    def run(self, ctx: Context, engine: Engine, *, canary: str) -> Outcome:  # type: ignore[override]
+        adapters = _adapters(ctx, engine, canary)
+        limit, where = length_limit(ctx.config.file, ctx.config.model)
+        if limit is not None and PROMPT_LEN + OUTPUT_LEN > limit:
+            pytest.skip(
+                f"the canaries send prompts of {PROMPT_LEN} tokens and answers of {OUTPUT_LEN}: {where} is {limit}"
+            )
+        ask = Asker(engine, send.canary_prompts(engine, ctx.config.matrix.seed))
+        evicted = _send(canary, engine, ask, adapters)
+        fields: dict[str, object] = {
+            "workload": canary,
+            "num_adapters": len(adapters),
+            "input_len": PROMPT_LEN,
+            "output_len": OUTPUT_LEN,
+            "rounds": 1,
+            "warmup_rounds": 0,
+        }
+        # Every answer made durable before any verdict: the reproducer, and base_changed's reference.
+        path = ctx.keep(KIND, ask.answers, fields)
+        if canary == NO_EFFECT:
+            verdict = judge_no_effect(ask.answers, {a.name for a in adapters if a.same_as_base})
+        elif canary == BASE_CHANGED:
+            verdict = judge_base_changed(kept_answers(path, canary, engine.id), engine.id, engine.spec.enable_lora)
+        elif canary == BATCH:
+            verdict = judge_batch(ask.answers)
+        else:
+            verdict = judge_swap(ask.answers, evicted)
+        _say_unjudged(ctx, engine, canary, verdict)
+        return Outcome({**fields, **verdict.columns()}, [], failure=verdict.failure(CLASSES[canary]))
+
+
+def _adapters(ctx: Context, engine: Engine, canary: str) -> list[Adapter]:
+    """The adapters ``canary`` uses on ``engine``; a skip, saying why, where it cannot run."""
+    adapters = list(ctx.config.adapters)
+    if not engine.spec.enable_lora:
+        if canary != BASE_CHANGED:
+            pytest.skip(f"{canary} runs on LoRA engines: {engine.id} answers the base_changed check's reference only")
+        return []
+    if canary == NO_EFFECT and len(adapters) < 2:
+        pytest.skip(
+            f"{ctx.config.path}: no_effect needs 2 adapters at least (another adapter shows a prompt can tell), "
+            f"the config has {len(adapters)}"
+        )
+    if canary == SWAP:
+        slots, cached = engine.spec.max_loras or 1, engine.spec.max_cpu_loras or 0
+        if len(adapters) <= slots:
+            pytest.skip(
+                f"{ctx.config.path}: swap_eviction needs more adapters than max_loras ({slots}) to evict one from "
+                f"its slot; the config has {len(adapters)}"
+            )
+        # Enough others to push it out of the CPU cache too, where the config has them.
+        return adapters[: 1 + (cached if len(adapters) > cached else slots)]
+    if canary == BATCH:
+        return adapters[: min(CANARY_ADAPTERS, engine.spec.max_loras or 1)]
+    return adapters[:CANARY_ADAPTERS] if canary == NO_EFFECT else []
+
+
+def _send(canary: str, engine: Engine, ask: Asker, adapters: list[Adapter]) -> str:
+    """Send ``canary``'s requests; what evicted the adapter, for swap_eviction's findings."""
+    if canary == NO_EFFECT:
+        send.no_effect(ask, adapters)
+    elif canary == BASE_CHANGED:
+        send.base_answers(ask)
+    elif canary == BATCH:
+        send.batch_invariance(ask, adapters)
+    else:
+        return send.swap_eviction(engine, ask, adapters[0], adapters[1:])
+    return ""
+
+
+def _say_unjudged(ctx: Context, engine: Engine, canary: str, verdict: Verdict) -> None:
+    """A check that passed or was not judged says on the terminal what it could not judge."""
+    if verdict.unjudged and not verdict.failed and ctx.progress is not None:
+        ctx.progress(f"canary {canary} on {engine.id}: not judged: {'; '.join(verdict.unjudged)}")
+
+
+SCENARIO = Canary()

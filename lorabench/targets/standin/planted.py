@@ -1,0 +1,55 @@
+"""The stand-in's planted multi-LoRA bugs: one switch a class of real bug (``Costs.plant_*``),
+each making the stand-in answer wrongly as that class does, so that the correctness canaries'
+tests (docs/canaries.md) can see each one caught, and a clean stand-in never flagged.
+
+The stand-in's answer to a request is a hash of its adapter's name and weights and of its
+prompt (``llm.StandInLLM.generate``), each token a hash of that and the token's index. A
+planted bug changes what goes into the hash:
+
+- ``plant_no_effect``: the adapters with an even LoRA id lose their LoRA on a prompt longer than
+  one KV block (16 tokens) and answer as the base model does, as a kernel path that only some
+  slots and lengths take would; the build's digest probe (a 16-token prompt) does not see it;
+- ``plant_base_changed_by_lora``: a request with no adapter answers otherwise on a build with
+  LoRA enabled than on one without;
+- ``plant_batch_variance``: a LoRA request in a step beside a request of another adapter (or of
+  none) takes each token from a wrong mapping;
+- ``plant_stale_after_eviction``: an adapter moved back into a device slot after it left one
+  answers with what the slot held before: otherwise each time it comes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from lorabench.targets.standin.scheduler import BLOCK_SIZE, LoraRef, Request
+
+if TYPE_CHECKING:
+    from lorabench.targets.standin.costs import Costs
+
+
+def seen_as(
+    costs: Costs, lora_enabled: bool, lora: LoraRef | None, weights: str, prompt: Sequence[int]
+) -> tuple[str | None, str]:
+    """The adapter name and weights a request's answer is hashed from: its own, unless a
+    planted bug swaps them."""
+    if lora is not None and costs.plant_no_effect and lora.lora_int_id % 2 == 0 and len(prompt) > BLOCK_SIZE:
+        return None, "base"
+    if lora is None and costs.plant_base_changed_by_lora and lora_enabled:
+        return None, "base+lora-enabled"
+    return (lora.lora_name if lora else None), weights
+
+
+def taint(costs: Costs, request: Request, running: Sequence[Request], activations: Mapping[int, int]) -> bytes:
+    """What a planted bug adds to the hash of a request's next token; nothing on a clean stand-in.
+    ``activations``: how many times each adapter has been moved into a device slot."""
+    lora = request.lora
+    if lora is None:
+        return b""
+    added = b""
+    if costs.plant_batch_variance and any(r.lora_name != lora.lora_name for r in running):
+        added += b"batch"
+    moved_in = activations.get(lora.lora_int_id, 0)
+    if costs.plant_stale_after_eviction and moved_in > 1:
+        added += b"stale%d" % moved_in
+    return added

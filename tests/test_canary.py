@@ -1,0 +1,176 @@
+"""The LoRA correctness canaries on the stand-in: each planted bug (``Costs.plant_*``) caught by
+its check in 20 of 20 seeds, a clean stand-in never flagged; and the judges' verdicts on
+answers made up to show each case. (The stand-in's answers are hashes of the adapter's name
+and weights and the prompt: the seeds vary the prompts.)"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from lorabench.config import EngineSpec, read_config_file, resolve_config
+from lorabench.measure import canary
+from lorabench.measure.canary_judge import (
+    FAILS,
+    NOT_JUDGED,
+    PASSES,
+    REFERENCE,
+    judge_base_changed,
+    judge_batch,
+    judge_no_effect,
+    judge_swap,
+)
+from lorabench.measure.canary_records import Asker, CanaryRecord
+from lorabench.measure.correctness import DigestBook
+from lorabench.targets.standin import Costs, StandIn, write_config
+
+SEEDS = range(20)
+LORA = EngineSpec(True, 2, 8, 4)
+LORA_OFF = EngineSpec(False)
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory):
+    """6 adapters, 2 slots, a CPU cache of 4: swap_eviction can push one out of both."""
+    path = write_config(tmp_path_factory.mktemp("canary"), adapters=6)
+    return resolve_config(path, read_config_file(path), needs_lora=True)
+
+
+def answers(config, costs, spec, seed, send):
+    """What ``send(engine, ask)`` kept on a fresh stand-in build, prepared as a case's build is
+    (the digest probe, then each adapter's load from disk)."""
+    with StandIn(costs, virtual_clock=True).engine(config, spec, "cpu", None) as engine:
+        if spec.enable_lora:
+            provenance = {"run_id": "r", "model": "m", "device_type": "cpu"}
+            DigestBook().check_build(engine, config.adapters, provenance)
+            engine.measure_adapter_loads(config.adapters)
+        ask = Asker(engine, canary.canary_prompts(engine, seed))
+        extra = send(engine, ask)
+        return ask.answers, extra
+
+
+def no_effect(config, costs, seed):
+    got, _ = answers(config, costs, LORA, seed, lambda e, ask: canary.no_effect(ask, list(config.adapters[:4])))
+    return judge_no_effect(got, set())
+
+
+def batch(config, costs, seed):
+    got, _ = answers(config, costs, LORA, seed, lambda e, ask: canary.batch_invariance(ask, list(config.adapters[:2])))
+    return judge_batch(got)
+
+
+def swap(config, costs, seed):
+    target, *others = config.adapters[:5]
+    got, evicted = answers(config, costs, LORA, seed, lambda e, ask: canary.swap_eviction(e, ask, target, others))
+    return judge_swap(got, evicted)
+
+
+def kept(engine_id, lora, records):
+    """Answers as ``kept_answers`` reads them back from the run's canary.csv."""
+    return [
+        {"engine_id": engine_id, "enable_lora": str(lora), "prompt": str(r.prompt)}
+        | {"digest": r.digest, "token_ids": r.token_ids}
+        for r in records
+    ]
+
+
+def base_changed(config, costs, seed):
+    """The lora-off build's case first (the reference), then the LoRA build's, which judges."""
+    send = lambda e, ask: canary.base_answers(ask)  # noqa: E731
+    off, _ = answers(config, costs, LORA_OFF, seed, send)
+    on, _ = answers(config, costs, LORA, seed, send)
+    rows = kept("lora-off-build0", False, off)
+    assert judge_base_changed(rows, "lora-off-build0", False).word == REFERENCE
+    rows += kept("loras2-rank8-cpu4-build0", True, on)
+    return judge_base_changed(rows, "loras2-rank8-cpu4-build0", True)
+
+
+CHECKS = {
+    "no_effect": (no_effect, Costs(plant_no_effect=True), 4),
+    "base_changed": (base_changed, Costs(plant_base_changed_by_lora=True), 2),
+    "batch_invariance": (batch, Costs(plant_batch_variance=True), 4),
+    "swap_eviction": (swap, Costs(plant_stale_after_eviction=True), 2),
+}
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_each_planted_bug_is_caught_in_20_of_20_seeds(config, check):
+    judge, planted, checked = CHECKS[check]
+    verdicts = [judge(config, planted, seed) for seed in SEEDS]
+    assert [v.word for v in verdicts] == [FAILS] * 20
+    assert all(v.checked == checked and not v.unjudged for v in verdicts), verdicts[0]
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_a_clean_stand_in_passes_every_check_in_20_of_20_seeds(config, check):
+    judge, _, checked = CHECKS[check]
+    verdicts = [judge(config, Costs(), seed) for seed in SEEDS]
+    assert [(v.word, v.checked, v.failed, v.unjudged) for v in verdicts] == [(PASSES, checked, [], [])] * 20
+
+
+def test_each_finding_names_its_adapters_prompt_and_both_answers(config):
+    (line,) = [ln for ln in no_effect(config, Costs(plant_no_effect=True), 0).failed if ln.startswith("a3 ")]
+    assert line.startswith("a3 answers every prompt as the base model does: prompt 0 [")
+    assert "(the base model: [" in line and "where a0 answers [" in line, "even LoRA ids (a1, a3) lose their LoRA"
+    (line,) = base_changed(config, Costs(plant_base_changed_by_lora=True), 0).failed[:1]
+    assert line.startswith("the base model answers prompt 0 [") and "on loras2-rank8-cpu4-build0 (LoRA enabled)" in line
+    assert line.endswith("on lora-off-build0")
+    failed = batch(config, Costs(plant_batch_variance=True), 0).failed
+    assert [ln.split(" [")[0] for ln in failed] == ["a0 answers prompt 0", "a1 answers prompt 1"]
+    assert failed[0].endswith("in the batch base:0 a0:0 a1:1 base:1")
+    failed = swap(config, Costs(plant_stale_after_eviction=True), 0).failed
+    assert failed[0].startswith("a0 answers prompt 0 [") and "] first and [" in failed[0]
+    assert failed[0].endswith("after 4 other adapters took its device slot and pushed it out of the CPU cache")
+
+
+record = functools.partial(CanaryRecord, batch="", token_ids="1 2", prompt_token_ids="")
+
+
+def test_no_effect_judges_an_adapter_only_where_another_moves_the_prompt():
+    base = [record(step="base", adapter="", prompt=k, digest=f"b{k}") for k in (0, 1)]
+    as_base = [record(step="alone", adapter=a, prompt=k, digest=f"b{k}") for a in ("a0", "a1") for k in (0, 1)]
+    verdict = judge_no_effect(base + as_base, set())
+    assert verdict.word == NOT_JUDGED and len(verdict.unjudged) == 2, "every adapter answers as the base model"
+    moved = [
+        record(step="alone", adapter="a2", prompt=0, digest="x"),
+        record(step="alone", adapter="a2", prompt=1, digest="b1"),
+    ]
+    verdict = judge_no_effect(base + as_base + moved, set())
+    assert (verdict.word, verdict.checked, len(verdict.failed)) == (FAILS, 3, 2), "a2 passes: it moves prompt 0"
+    verdict = judge_no_effect(base + as_base + moved, {"a0", "a1"})
+    assert (verdict.word, verdict.checked, len(verdict.unjudged)) == (PASSES, 1, 2), "same_as_base is not judged"
+
+
+def test_a_batch_whose_base_only_control_changes_is_not_judged():
+    alone = [record(step="alone", adapter=a, prompt=k, digest=f"{a}{k}") for a, k in (("", 0), ("a0", 0), ("", 1))]
+    mixed = [record(step="batched", adapter=a, prompt=k, digest=f"{a}{k}x") for a, k in (("", 0), ("a0", 0), ("", 1))]
+    control = [record(step="control", adapter="", prompt=k, digest="numerics") for k in (0, 0, 1)]
+    verdict = judge_batch(alone + mixed + control)
+    assert (verdict.word, verdict.checked, len(verdict.unjudged)) == (NOT_JUDGED, 0, 3)
+    assert "the engine is not batch-invariant without LoRA" in verdict.unjudged[0]
+    held = [record(step="control", adapter="", prompt=k, digest=f"{k}") for k in (0, 0, 1)]
+    verdict = judge_batch(alone + mixed + held)
+    assert (verdict.word, len(verdict.failed)) == (FAILS, 3), "base requests changed by LoRA neighbours fail too"
+    assert verdict.failed[0].startswith("the base model answers prompt 0 [1 2] alone and [1 2] in the batch")
+
+
+def test_a_swap_whose_repeat_changed_with_nothing_evicted_is_not_judged():
+    steps = [
+        record(step=s, adapter="a0", prompt=0, digest=d) for s, d in (("first", "f"), ("repeat", "r"), ("after", "x"))
+    ]
+    verdict = judge_swap(steps, "2 other adapters took its device slot")
+    assert (verdict.word, verdict.checked, verdict.failure("t")) == (NOT_JUDGED, 0, None)
+    assert verdict.unjudged == ["a0's answer to prompt 0 changed with nothing evicted ([1 2], then [1 2])"]
+
+
+def test_base_changed_is_judged_by_whichever_of_the_two_builds_answers_second():
+    on = [{"engine_id": "loras2", "enable_lora": "True", "prompt": "0", "digest": "d", "token_ids": "1"}]
+    off = [{"engine_id": "lora-off", "enable_lora": "False", "prompt": "0", "digest": "e", "token_ids": "2"}]
+    first = judge_base_changed(on, "loras2", True)
+    assert first.word == NOT_JUDGED and "one that runs later judges it" in first.unjudged[0]
+    second = judge_base_changed(on + off, "lora-off", False)
+    assert second.word == FAILS and second.failure("enabling LoRA changes base requests") == (
+        "CANARY FAILS: enabling LoRA changes base requests: the base model answers prompt 0 [1] on loras2 "
+        "(LoRA enabled) and [2] on lora-off"
+    )
