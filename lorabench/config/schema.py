@@ -84,6 +84,11 @@ class Matrix(Strict):
     input_len: PositiveInt | None = None
     warmup_rounds: NonNegativeInt = 1
     rounds: PositiveInt = 3
+    # Sequential stopping (docs/metrics.md#sequential-stopping): rounds go on past `rounds`
+    # until each headline metric's 95 % interval is within precision_pct percent of it, or
+    # max_rounds (default 4 x rounds) ran; --bench-precision overrides precision_pct.
+    max_rounds: int | None = Field(default=None, ge=2)
+    precision_pct: float | None = Field(default=None, gt=0, lt=100)
     # Each engine configuration is built this many times per run. Builds of the same
     # code settle at speeds that differ more than rounds within one build do, and
     # `lorabench compare` needs at least two a side to tell that noise from a change.
@@ -102,6 +107,19 @@ class Matrix(Strict):
     @classmethod
     def _no_repeats(cls, value: Any) -> Any:
         return unique(value)
+
+    @field_validator("max_rounds")
+    @classmethod
+    def _at_least_the_minimum(cls, value: int | None, info: ValidationInfo) -> int | None:
+        rounds = info.data.get("rounds")
+        if value is not None and rounds is not None and value < rounds:
+            raise ValueError(f"rounds = {rounds} is the minimum a case runs: give {rounds} or more")
+        return value
+
+    @property
+    def rounds_at_most(self) -> int:
+        """The most rounds sequential stopping runs a case: ``max_rounds``, else 4 x ``rounds`` (2 at least)."""
+        return self.max_rounds or max(4 * self.rounds, 2)
 
     @field_validator("shared_prefix_len")
     @classmethod

@@ -10,12 +10,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
 from lorabench.analysis.compare.options import ALPHA_HELP, NOISE_FROM_HELP, THRESHOLD_HELP, parse_alpha
 from lorabench.config.target import parse_target
+
+if TYPE_CHECKING:
+    from lorabench.config import ConfigFile
 
 GROUP = ("lorabench", "multi-LoRA benchmarks on vLLM")
 BAD_INPUT = 2  # the exit status of bad input, as the lorabench command line's (pytest's usage error is 4)
@@ -39,6 +42,17 @@ def _pairs(text: str) -> int:
     if pairs < 2:
         raise ValueError("an interval needs at least 2 pairs")
     return pairs
+
+
+def parse_precision(text: str) -> float:
+    """``--bench-precision``: a relative half-width in percent, ``5%`` or ``5``, above 0 and below 100."""
+    try:
+        pct = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise ValueError("expected a percentage such as 5%") from None
+    if not 0 < pct < 100:  # nan too
+        raise ValueError("a relative half-width lies above 0 % and below 100 %, such as 5%")
+    return pct
 
 
 def parse_fleet(text: str) -> str:
@@ -88,6 +102,14 @@ OPTIONS = {
             "lorabench compare needs 2 or more a side to test a change",
             "N",
             convert=_builds,
+        ),
+        Option(
+            "bench_precision",
+            "run each batch case's rounds, past matrix.rounds, until the 95-percent interval of its e2e_ms, "
+            "ttft_ms and decode_ms is within PCT (such as 5) of each, or matrix.max_rounds ran; "
+            "overrides matrix.precision_pct",
+            "PCT",
+            convert=parse_precision,
         ),
         Option(
             "bench_compare",
@@ -208,6 +230,16 @@ def refuse(problems: list[str]) -> NoReturn:
     for problem in problems:
         print(f"lorabench: {problem}", file=sys.stderr)
     pytest.exit(f"lorabench: bad input: nothing ran (exit status {BAD_INPUT})", returncode=BAD_INPUT)
+
+
+def with_precision(config: pytest.Config, file: ConfigFile) -> ConfigFile:
+    """The config with ``--bench-precision`` (else its ini twin) as ``matrix.precision_pct``:
+    the option wins over the file, as ``--bench-builds`` over ``matrix.builds``. Its value was
+    checked when the session was configured (``checked``)."""
+    pct = value(config, "bench_precision")
+    if pct is None:
+        return file
+    return file.model_copy(update={"matrix": file.matrix.model_copy(update={"precision_pct": pct})})
 
 
 def lone_fleet_options(config: pytest.Config) -> list[str]:

@@ -69,6 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
         problems=problems,
     )
     options.checked(config, "bench_compare_alpha", problems)  # a bad value is refused now, not after the run
+    options.checked(config, "bench_precision", problems)
     problems += compare_problems(config)
     options.checked(config, "bench_fleet", problems)
     options.checked(config, "bench_fleet_check_pairs", problems)
@@ -167,6 +168,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             state.skip_reason = device_skip(bench_items[0], state.platform)
         return
     _stop_on_sigterm(state)
+    state.file = options.with_precision(config, state.file)
     state.config = _resolve_run(state, runnable)
     if options.value(config, "bench_fleet") and not state.fleet_columns:
         from lorabench.pytest_plugin import fleet_driver  # a fleet's driver only: it imports what merges and checks

@@ -84,6 +84,10 @@ class ResultRow:
     # blank with caching off, and in files whose cached rows reused earlier rounds' prompts.
     prefix_cache_salted: bool | None = column(PARAMETER, key=True, optional=True, by_engine=True)
     rounds: int = column(PARAMETER)
+    # Sequential stopping (--bench-precision): target and achieved half-width (docs/metrics.md#sequential-stopping).
+    precision_target_pct: float | None = column(PARAMETER, optional=True)
+    precision_pct: float | None = column(METRIC, optional=True)
+    precision_reached: bool | None = column(METRIC, optional=True)
     tier: str | None = column(PARAMETER, key=True, optional=True)
     working_set: int | None = column(PARAMETER, key=True, optional=True)
     base_share: float | None = column(PARAMETER, key=True, optional=True)

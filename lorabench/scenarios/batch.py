@@ -1,4 +1,5 @@
 """A batch sent at once, timed over warm-up and measured rounds: the no-LoRA and multi-LoRA cases.
+With a precision target, measured rounds go on until it is met (``lorabench.measure.sequential``).
 
 Order matters for honest numbers: the batch is built and its adapters are loaded before
 the first round, so neither is inside any timed region. Around each round, outside its
@@ -9,10 +10,13 @@ timing, vLLM's worker says how many adapters it loaded from disk in it anyway
 from __future__ import annotations
 
 import statistics
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lorabench.load.workload import Batch, Prompt, build_batch
 from lorabench.measure.latency import measure_round, summarize
+from lorabench.measure.sequential import Design, Verdict, round_values
 from lorabench.measure.wallclock import MEASURED, WARMUPS
 from lorabench.results.columns import PER_REQUEST_METRICS, PERCENTILES
 from lorabench.results.records import Sample
@@ -32,6 +36,8 @@ COUNTED_COLUMNS = frozenset({"timed_adapter_loads"})
 MIXED_COLUMNS = frozenset({"base_share", "base_ttft_ms", "lora_ttft_ms", "base_decode_ms", "lora_decode_ms"})
 SKEWED_COLUMNS = frozenset({"skew_alpha"})
 PREFIX_COLUMNS = frozenset({"shared_prefix_len", "shared_prefix_share"})
+# Sequential stopping (matrix.precision_pct, --bench-precision): blank without a target.
+PRECISION_COLUMNS = frozenset({"precision_target_pct", "precision_pct", "precision_reached"})
 
 
 def batch_sizes(file: ConfigFile) -> Parametrization:
@@ -101,13 +107,38 @@ def split_by_adapter(samples: list[Sample]) -> dict[str, float]:
     return out
 
 
-def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | None) -> Outcome:
-    """``workload=None``: the same batch with no adapter."""
+# One round as run: (seconds, outputs, adapters vLLM loaded from disk in it; None uncounted).
+Raw = tuple[float, list[Any], int | None]
+
+
+def _until_precise(
+    ctx: Context, one_round: Callable[[], None], values: Callable[[], list[dict[str, float]]], design: Design
+) -> Verdict:
+    """More measured rounds, one at a time, until a look of the design finds every headline
+    metric within its target, or its last look is reached (``lorabench.measure.sequential``).
+    Each is timed as ``Context.time`` times the first: measured time on the session's clock,
+    and one more round in pytest-benchmark's statistics (its pedantic mode runs a fixed count)."""
+    while not design.stops(verdict := design.judge(values())):
+        start = time.perf_counter()
+        try:
+            one_round()
+        finally:
+            took = time.perf_counter() - start
+            ctx.clock.add(MEASURED, took)
+        stats = getattr(ctx.benchmark, "stats", None)
+        if stats is not None:
+            stats.update(took)
+    assert verdict is not None  # the design stops at a look only
+    return verdict
+
+
+def _rounds(ctx: Context, engine: Engine, batch: Batch) -> tuple[list[Raw], Verdict | None]:
+    """The batch's rounds as run, warm-ups first: ``matrix.rounds`` measured ones, and with a
+    precision target (``matrix.precision_pct``) more until it is met, with the verdict. With
+    ``--benchmark-disable`` pedantic runs one unwarmed round, and nothing more is run."""
     m = ctx.config.matrix
-    batch = _batch(ctx, engine, batch_size, workload)
     adapters, salt = [r.adapter for r in batch.requests], engine.cold_salt()
-    # Per round: (seconds, outputs, adapters vLLM loaded from disk in it; None uncounted).
-    raw: list[tuple[float, list[Any], int | None]] = []
+    raw: list[Raw] = []
 
     def one_round() -> None:
         prompts, salted = round_inputs(batch, len(raw), salt)
@@ -119,8 +150,23 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
 
     engine.load_adapters(batch.adapters)
     ctx.time(one_round, rounds=m.rounds, warmup_rounds=m.warmup_rounds)
+    if m.precision_pct is None or getattr(ctx.benchmark, "disabled", False):
+        return raw, None
+    warm = len(raw) - m.rounds
+
+    def values() -> list[dict[str, float]]:
+        return [round_values(measure_round(i, e, out, batch, m.output_len)) for i, (e, out, _) in enumerate(raw[warm:])]
+
+    return raw, _until_precise(ctx, one_round, values, Design.of(m.precision_pct, m.rounds, m.rounds_at_most))
+
+
+def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | None) -> Outcome:
+    """``workload=None``: the same batch with no adapter."""
+    m = ctx.config.matrix
+    batch = _batch(ctx, engine, batch_size, workload)
+    raw, verdict = _rounds(ctx, engine, batch)
     # pedantic runs the warm-up rounds first; with --benchmark-disable it runs once, unwarmed.
-    kept = raw[-m.rounds :]
+    kept = raw[-(verdict.rounds if verdict is not None else m.rounds) :]
     measured = [measure_round(i, elapsed, outputs, batch, m.output_len) for i, (elapsed, outputs, _) in enumerate(kept)]
     metrics = summarize(measured)
     prompt_tokens = [r.prompt_tokens for rnd in measured for r in rnd.requests]
@@ -135,6 +181,10 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
         **metrics,
     }
     samples = [s for rnd in measured for s in rnd.requests]
+    extra_info: dict[str, Any] = dict(metrics)
+    if verdict is not None:
+        fields.update(verdict.fields())
+        extra_info["intervals"] = {k: vars(i) for k, i in verdict.intervals.items()}
     if workload is not None:
         baseline = baseline_e2e_ms(ctx, engine, batch, len(raw) - len(kept), len(kept))
         counts = [n for _, _, n in kept]
@@ -146,4 +196,4 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
         fields["skew_alpha"] = ctx.config.shape.skew_alpha
     if m.shared_prefix_len:
         fields.update(shared_prefix_len=m.shared_prefix_len, shared_prefix_share=m.shared_prefix_share)
-    return Outcome(fields, samples, extra_info=metrics)
+    return Outcome(fields, samples, extra_info=extra_info)

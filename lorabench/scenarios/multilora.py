@@ -15,6 +15,7 @@ from lorabench.scenarios.batch import (
     COUNTED_COLUMNS,
     LORA_COLUMNS,
     MIXED_COLUMNS,
+    PRECISION_COLUMNS,
     PREFIX_COLUMNS,
     SKEWED_COLUMNS,
     run_batch,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 class MultiLora(Scenario):
     name = "multilora"
     columns = COLUMNS | LORA_COLUMNS
-    maybe_columns = MIXED_COLUMNS | SKEWED_COLUMNS | PREFIX_COLUMNS | COUNTED_COLUMNS
+    maybe_columns = MIXED_COLUMNS | SKEWED_COLUMNS | PREFIX_COLUMNS | COUNTED_COLUMNS | PRECISION_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         share = file.matrix.mixed_base_share
