@@ -126,6 +126,7 @@ def test_the_configurations_the_check_did_not_measure_are_named_not_implied_comp
 
 
 @TWO_CORES
+@pytest.mark.engine  # no vLLM, but a whole check of two fleets of two workers: 20-35 s, and timing-bound
 def test_a_check_of_a_grid_says_which_configurations_its_verdict_covers(pytester):
     """The stand-in feels no neighbours: the verdict may be comparable, and must then say of
     which configuration, and name the two the check never ran."""
