@@ -100,7 +100,8 @@ def test_an_accepted_change_is_the_new_baseline_and_said(tmp_path, capsys):
     capsys.readouterr()
     assert check(db, "--metric", "ttft_ms") == 0
     out = capsys.readouterr().out
-    assert "ACCEPTED -k 'multilora' *: from run run-013 on (vLLM 0.33 trades TTFT;" in out and "REGRESSION" not in out
+    assert "ACCEPTED -k 'multilora' * (accepted): from run run-013 on (vLLM 0.33 trades TTFT)" in out
+    assert "REGRESSION" not in out
 
 
 def test_a_missing_case_fails_until_accepted_or_retired(tmp_path, capsys):
@@ -111,10 +112,14 @@ def test_a_missing_case_fails_until_accepted_or_retired(tmp_path, capsys):
     db = tmp_path / "h.db"
     main(["history", "add", "--db", str(db), *map(str, paths)])
     assert check(db, "--metric", "ttft_ms") == 1 and "MISSING" in capsys.readouterr().out
-    main(["history", "accept", "--db", str(db), "-k", "bs8", "--reason", "bs8 dropped from the matrix"])
+    main(["history", "accept", "--db", str(db), "-k", "bs8", "--reason", "a new baseline"])
+    capsys.readouterr()
+    assert check(db, "--metric", "ttft_ms") == 1, "accepting a level retires nothing"
+    assert "MISSING multilora loras2-rank16-cpu4 bs8" in capsys.readouterr().out
+    main(["history", "accept", "--db", str(db), "-k", "bs8", "--retire", "--reason", "bs8 dropped from the matrix"])
     capsys.readouterr()
     assert check(db, "--metric", "ttft_ms") == 0
-    assert "RETIRED multilora loras2-rank16-cpu4 bs8 in16 out4: accepted at run run-007" in capsys.readouterr().out
+    assert "RETIRED multilora loras2-rank16-cpu4 bs8 in16 out4: retired at run run-007" in capsys.readouterr().out
 
 
 def test_a_case_missing_for_14_runs_is_retired_not_failed_forever(tmp_path, capsys):

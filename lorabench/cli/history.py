@@ -15,12 +15,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from lorabench.analysis.history.changes import MIN_SIZE
 from lorabench.analysis.history.gate import GATE_THRESHOLD
 from lorabench.analysis.history.render import render_series
 from lorabench.analysis.history.runs import HistoryError
-from lorabench.analysis.history.series import Series, machine, ordered_runs, series
+from lorabench.analysis.history.series import Series, ordered_runs, series
 from lorabench.analysis.history.store import StoredRun, add_runs, connect
+from lorabench.cli import history_accept
 from lorabench.cli import history_check as check_
 from lorabench.results.records import is_companion, result_files
 
@@ -48,7 +48,20 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "changed an adapter's output, or lacks a case or a figure earlier runs had",
     )
     _add_selection(check, "a result column to judge; repeat for more (default: every compared column)")
-    check.add_argument(
+    _add_thresholds(check)
+    check_.add_check_args(check)
+    check.set_defaults(run=_check)
+    history_accept.add_accept_parser(actions, _accept)
+    report = actions.add_parser("report", help="the history as one static page: DIR/index.html, opened offline")
+    _add_selection(report, f"a result column to draw; repeat for more (default: {', '.join(DEFAULT_METRICS)})")
+    report.add_argument("--out", required=True, help="folder for index.html (made if missing)")
+    _add_thresholds(report)
+    report.set_defaults(run=_report)
+
+
+def _add_thresholds(parser: argparse.ArgumentParser) -> None:
+    """The gate's thresholds: check's, and the page's summary, which is the gate's."""
+    parser.add_argument(
         "--threshold",
         action="append",
         default=[],
@@ -56,14 +69,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help=f"smallest worsening that fails the gate, default {100 * GATE_THRESHOLD:.0f}%%; "
         "repeat per metric, e.g. decode_ms=3%%; overrides the config's",
     )
-    check.add_argument("--config", help="a benchmark config whose history section sets the thresholds (default: none)")
-    check_.add_check_args(check)
-    check.set_defaults(run=_check)
-    check_.add_accept_parser(actions)
-    report = actions.add_parser("report", help="the history as one static page: DIR/index.html, opened offline")
-    _add_selection(report, f"a result column to draw; repeat for more (default: {', '.join(DEFAULT_METRICS)})")
-    report.add_argument("--out", required=True, help="folder for index.html (made if missing)")
-    report.set_defaults(run=_report)
+    parser.add_argument("--config", help="a benchmark config whose history section sets the thresholds (default: none)")
 
 
 def _add_selection(parser: argparse.ArgumentParser, metric_help: str) -> None:
@@ -134,66 +140,51 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from lorabench.analysis.cases import METRICS
     from lorabench.analysis.history.dashboard import write_dashboard
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise HistoryError(f"--out {out}: is a file: name a folder for index.html")
     runs, found = _series(args, list(DEFAULT_METRICS))
-    findings = check_.page_findings(args.db, runs, found, GATE_THRESHOLD, _selector)
+    threshold, per_metric = _thresholds(args)
+    # The summary is the gate's, judged as check judges (every metric, the same family).
+    judged_runs, every = _series(argparse.Namespace(**{**vars(args), "metric": None}), list(METRICS))
+    verdict = check_.judge(args.db, judged_runs, every, threshold, per_metric, None, _selector)
     try:
-        page = write_dashboard(found, out, f"lorabench history: {args.db.name}", findings)
+        page = write_dashboard(found, out, f"lorabench history: {args.db.name}", verdict.findings)
     except OSError as exc:
         raise HistoryError(f"--out {out}: cannot be written ({exc.strerror})") from None
     print(f"report: {page}")
     return 0
 
 
-def _check(args: argparse.Namespace) -> int:
-    from lorabench.analysis.cases import METRICS, OCCASIONAL
+def _accept(args: argparse.Namespace) -> int:
+    """The series ``-k`` and ``--metric`` select, checked as ``show`` checks them (a bad
+    expression, an unknown metric, no match: one line, exit 2), then the acceptance kept."""
+    from lorabench.analysis.cases import METRICS
+
+    return history_accept.record(args, _series(args, list(METRICS))[1])
+
+
+def _thresholds(args: argparse.Namespace) -> tuple[float, dict[str, float]]:
     from lorabench.analysis.compare import CompareError, parse_thresholds
 
-    max_age = check_.parse_age(args.max_age)
     given = [*check_.config_thresholds(args.config), *args.threshold]  # the command line's last: they win
     try:
-        threshold, per_metric = parse_thresholds(given, default=GATE_THRESHOLD)
+        return parse_thresholds(given, default=GATE_THRESHOLD)
     except CompareError as exc:
         raise HistoryError(str(exc)) from None
+
+
+def _check(args: argparse.Namespace) -> int:
+    from lorabench.analysis.cases import METRICS
+
+    max_age = check_.parse_age(args.max_age)
+    threshold, per_metric = _thresholds(args)
     runs, found = _series(args, list(METRICS))
-    stale_store = check_.check_age(runs, max_age)
-    accepted = check_.stored_acceptances(args.db)
-    for a in accepted:
-        print(f"ACCEPTED -k {a.case_expr!r} {a.metric}: from run {a.run_id} on ({a.reason}; {a.accepted_at})")
-    # Each machine's newest run is judged: a store several hosts add to holds series of each.
-    by_machine = check_.by_machine_of(runs)
-    stale = check_.stale_machines(by_machine)
-    by_machine = {host: runs_of for host, runs_of in by_machine.items() if host not in stale}
-    found = [s for s in found if machine(s.runs[-1]) in by_machine]
-    check_.new_machines(by_machine)
-    newest = {host: runs_of[-1] for host, runs_of in by_machine.items()}
-    judged = [s for s in found if s.runs[-1].run_id == newest[machine(s.runs[-1])].run_id]
-    missing = check_.missing_cases(found, judged, by_machine, accepted, _selector)
-    found = check_.baselined(found, runs, accepted, _selector)  # an accepted level is the baseline
-    judged = [s for s in found if s.runs[-1].run_id == newest[machine(s.runs[-1])].run_id]
-    cases, judged_ids = {s.case for s in judged}, {id(s) for s in judged}
-    unmeasured = [s for s in found if s.case in cases and id(s) not in judged_ids and s.metric not in OCCASIONAL]
-    for s in unmeasured:
-        print(
-            f"NOT MEASURED {s.case} {s.metric}: measured before (last in run {s.runs[-1].run_id}), blank in the "
-            f"newest run {newest[machine(s.runs[-1])].run_id} (a capacity search that found only a bound, a failed "
-            "measurement)"
-        )
-    failed = check_.say_findings(judged, threshold, per_metric)
-    changed = [line for runs_of in by_machine.values() for line in check_.changed_outputs(args.db, runs_of)]
-    verdict = f"{failed} regressed" if failed else "no regression"
-    outputs = f"{len(changed)} adapter output(s) changed" if changed else "no output changed"
-    newest_runs = ", ".join(r.run_id for r in newest.values())
-    # The newest level needs MIN_SIZE runs before it: a shorter series cannot fail.
-    short = sum(len(s.runs) < MIN_SIZE + check_.CONFIRM for s in judged)
-    unjudged = f" ({short} of them under {MIN_SIZE + check_.CONFIRM} runs: too short to judge)" if short else ""
-    print(
-        f"history check: {verdict} beyond {threshold:.0%} (or the metric's own) in {len(judged)} series of the "
-        f"newest run ({newest_runs}){unjudged}; {missing} case(s) missing from it, {len(unmeasured)} "
-        f"figure(s) blank in it; {outputs}"
-    )
-    return 1 if failed or changed or missing or unmeasured or stale_store else 0
+    verdict = check_.judge(args.db, runs, found, threshold, per_metric, max_age, _selector)
+    for f in verdict.findings:
+        print(f"{f.kind} {f.text}" if f.kind else f.text)
+    print(verdict.summary(threshold))
+    return 1 if verdict.failed else 0

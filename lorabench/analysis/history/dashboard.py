@@ -125,7 +125,18 @@ class Finding:
     series: Series | None = None
 
 
-_RANK = {"REGRESSION": 5, "OUTPUT CHANGED": 4, "MISSING": 3, "WATCH": 2, "NOT COMPARABLE": 1, "ACCEPTED": 0}
+# The summary's order: what fails the gate first, then what is watched, then what is said.
+_RANK = {
+    "STALE STORE": 7,
+    "REGRESSION": 6,
+    "OUTPUT CHANGED": 5,
+    "MISSING": 4,
+    "NOT MEASURED": 4,
+    "WATCH": 3,
+    "NOT COMPARABLE": 2,
+    "STALE": 1,
+    "NEW MACHINE": 1,
+}
 
 
 def _anchor(s: Series) -> str:
@@ -134,10 +145,13 @@ def _anchor(s: Series) -> str:
 
 def _summary(findings: Sequence[Finding]) -> str:
     """What changed, worst first, each linking to its chart; a page with nothing says so."""
-    if not findings:
-        return "<h2>Summary</h2><p>Nothing changed: no regression, no step watched, no output changed.</p>"
+    said = [f for f in findings if f.kind]  # the plain lines (the newest run's age) are the terminal's
+    if not any(f.kind in _RANK for f in said):
+        nothing = "<p>Nothing changed: no regression, no step watched, no output changed, no case missing.</p>"
+        said_list = "".join(f"<li><b>{html.escape(f.kind)}</b> {html.escape(f.text)}</li>" for f in said)
+        return f"<h2>Summary</h2>{nothing}" + (f"<ul>{said_list}</ul>" if said_list else "")
     items = []
-    for f in sorted(findings, key=lambda f: (-_RANK.get(f.kind, 0), -f.severity)):
+    for f in sorted(said, key=lambda f: (-_RANK.get(f.kind, 0), -f.severity)):
         link = f' <a href="#{_anchor(f.series)}">chart</a>' if f.series is not None else ""
         items.append(f"<li><b>{html.escape(f.kind)}</b> {html.escape(f.text)}{link}</li>")
     return f"<h2>Summary</h2><ul>{''.join(items)}</ul>"
@@ -156,13 +170,13 @@ def _figure(s: Series) -> tuple[str, str, str]:
 def write_dashboard(found: Sequence[Series], out: Path, title: str, findings: Sequence[Finding] = ()) -> Path:
     """The page, ``out/index.html``: the summary of ``findings`` first, then the charts of the
     series they name or that changed, then the unchanged ones folded away; its figures are in it."""
-    named = {id(f.series) for f in findings if f.series is not None}
+    named = {_anchor(f.series) for f in findings if f.series is not None}  # the gate judged its own copies
     shown, folded, scenarios, configs = [], [], set(), set()
     for s in found:
         scenario, config, figure = _figure(s)
         scenarios.add(scenario)
         configs.add(config)
-        (shown if s.changes or id(s) in named else folded).append(figure)
+        (shown if s.changes or _anchor(s) in named else folded).append(figure)
     rest = (
         f"<details><summary>{len(folded)} series with no change point</summary>{''.join(folded)}</details>"
         if folded

@@ -9,8 +9,8 @@ newest runs against the level they follow, before a change point can be placed.
 
 Many series are judged at once (every case, every metric), so each series' p-value (Student's
 t, multiplied by the splits or blocks it was chosen from, and by the two ways) is judged for
-the whole family by Benjamini-Hochberg at ``FAMILY_ALPHA``: with no step anywhere, no night fails
-more often than that; with steps, they are not each held back by the rest. A suspected step
+the whole family by Benjamini-Hochberg at ``FAMILY_ALPHA``: with no step anywhere, few nights
+fail (2 in 300 on 200 series of noise, docs/lab/2026-12-measurements.md); with steps, they are not each held back by the rest. A suspected step
 the family test does not yet confirm is said every night until it is (WATCH).
 """
 
@@ -127,7 +127,8 @@ def _recent(s: Series, threshold: float, min_nights: int) -> Regression | None:
     if found is None:
         return None
     at = found.first
-    change = Change(at, at, at, found.level, found.newest, found.p_value)
+    # A change point where the block starts says where else the step may lie.
+    change = next((c for c in s.changes if c.position == at), Change(at, at, at, found.level, found.newest, 0.0))
     return Regression(
         s,
         change,

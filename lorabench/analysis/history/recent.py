@@ -56,7 +56,7 @@ def suspect(
     values, medians = on_scale(s.medians), s.medians
     n = len(values)
     tried, best = 0, None
-    for k in range(min_nights, MAX_BLOCK + 1):
+    for k in _blocks(s, n, min_nights):
         start = _level_start(s, n - k)
         if n - k - start < MIN_SIZE:
             break
@@ -76,6 +76,18 @@ def suspect(
         return None
     (p, _, _), k, level, newest, worse = best
     return Suspect(s, k, level, newest, worse, min(1.0, p * tried), p)
+
+
+def _blocks(s: Series, n: int, min_nights: int) -> range:
+    """The block sizes to try. Where a change point lies among the newest runs, the block is
+    the runs since it, and no other: a block that starts a run off the step would name the
+    wrong run (and the stacks of two runs on one side of it), and the level path judges a
+    step once it has ``MAX_BLOCK`` runs after it."""
+    near = [c.position for c in s.changes if c.position > n - MAX_BLOCK - MIN_SIZE]
+    if not near:
+        return range(min_nights, MAX_BLOCK + 1)
+    k = n - near[-1]
+    return range(k, k + 1) if min_nights <= k <= MAX_BLOCK else range(0)
 
 
 def _level_start(s: Series, end: int) -> int:

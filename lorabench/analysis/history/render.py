@@ -16,7 +16,8 @@ def regression_line(r: Regression, family: int) -> str:
         f"threshold {100 * r.threshold:g} %, p {r.p_value:.2g} over {family} series)"
     )
     if r.nights:
-        return f"{head} in the newest {r.nights} runs, since run {s.runs[c.position].run_id}: {r.stack_change()}"
+        since = f"since run {s.runs[c.position].run_id}{change_range(s, c)}"
+        return f"{head} in the newest {r.nights} runs, {since}: {r.stack_change()}"
     if len(r.steps) <= 1:
         return f"{head} since run {s.runs[c.position].run_id}{change_range(s, c)}: {r.stack_change()}"
     steps = "; ".join(

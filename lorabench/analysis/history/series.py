@@ -192,16 +192,18 @@ def _one(
     name: str, metric: str, rows: list[tuple[int, dict[str, float]]], seen: dict[int, StoredRun], scenario: str
 ) -> Series | None:
     by_run: dict[int, list[float]] = {}
-    capped: set[int] = set()
+    measured_builds: set[int] = set()  # runs with a build that measured, not only a bound
     for at, measured in rows:
         if metric in measured:
             by_run.setdefault(at, []).append(measured[metric])
-            if metric == "capacity_rps" and CAPPED_AT in measured:
-                capped.add(at)
+            if not (metric == "capacity_rps" and CAPPED_AT in measured):
+                measured_builds.add(at)
     if not by_run:
         return None
     order = sorted(by_run)
     builds = [np.array(by_run[at]) for at in order]
-    bounds = tuple(at in capped for at in order) if capped else ()
+    # A run is a bound where every build was capped: one build that measured makes it a
+    # measurement (a fall it shows is a fall, whatever the others' cap).
+    bounds = tuple(at not in measured_builds for at in order) if set(order) - measured_builds else ()
     points = change_points(run_medians(builds))
     return Series(name, metric, [seen[at] for at in order], builds, points, scenario, bounds)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from lorabench.analysis.cases import KEY_SEP, MATCH_KEY
 from lorabench.analysis.history.runs import HistoryError, ReadRun, read_runs
+from lorabench.results.schema import OLDER_FILES
 
 # How long a writer waits for another's transaction to end before it gives up.
 BUSY_TIMEOUT_S = 120.0
@@ -69,7 +70,8 @@ CREATE TABLE IF NOT EXISTS accepted (
     case_expr TEXT NOT NULL,
     metric TEXT NOT NULL,
     reason TEXT NOT NULL,
-    accepted_at TEXT NOT NULL
+    accepted_at TEXT NOT NULL,
+    retire INTEGER NOT NULL DEFAULT 0
 );
 """
 # The store's layout: 2 records the columns its case keys hold (``meta.key_columns``) and
@@ -144,12 +146,29 @@ def _key_columns(conn: sqlite3.Connection) -> list[str] | None:
 
 
 def _migrate(conn: sqlite3.Connection, db: Path) -> None:
-    """Bring a store to ``SCHEMA_VERSION`` and this lorabench's key columns: each stored case
-    key rewritten by column name (a column added since is blank in old runs' keys; one gone
-    is dropped). A store that never said which columns its keys hold is taken to hold these
-    only where every key has as many; else it cannot be read, and says how to start anew."""
+    """Bring a store to ``SCHEMA_VERSION`` and this lorabench's key columns, in one transaction
+    (two processes opening an old store at once migrate it once): each stored case key
+    rewritten by column name, a column added since given the value a file from before it is
+    read with (``OLDER_FILES``: runs added later then share its cases). A store that never
+    said which columns its keys hold is taken to hold these only where every key has as many;
+    one whose keys hold a column this lorabench lacks (written by a newer one) is refused, not
+    merged."""
     conn.executescript(_TABLES)
-    columns = _key_columns(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if _version(conn) == SCHEMA_VERSION and _key_columns(conn) == list(MATCH_KEY):
+            conn.execute("COMMIT")  # another process migrated it meanwhile
+            return
+        _rekey(conn, db, _key_columns(conn))
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('key_columns', ?)", (json.dumps(list(MATCH_KEY)),))
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _rekey(conn: sqlite3.Connection, db: Path, columns: list[str] | None) -> None:
     keys = case_keys(conn)
     if columns is None:
         widths = {len(k.split(KEY_SEP)) for k in keys}
@@ -159,16 +178,18 @@ def _migrate(conn: sqlite3.Connection, db: Path) -> None:
                 f"{len(MATCH_KEY)}, and the store (from before lorabench recorded them) does not say which: "
                 f"add the runs' result files to a new store (lorabench history add --db NEW.db RESULTS)"
             )
-        columns = list(MATCH_KEY)
-    conn.execute("BEGIN IMMEDIATE")
+        return
+    unknown = [c for c in columns if c not in MATCH_KEY]
+    if unknown:
+        raise HistoryError(
+            f"{db}: its case keys hold {', '.join(unknown)}, which this lorabench does not know (a newer "
+            "lorabench wrote it): use that lorabench, or add the result files to a new store"
+        )
     for key in keys:
         values = dict(zip(columns, key.split(KEY_SEP)))
-        new = KEY_SEP.join(values.get(c, "") for c in MATCH_KEY)
+        new = KEY_SEP.join(values.get(c, OLDER_FILES.get(c, "")) for c in MATCH_KEY)
         if new != key:
             conn.execute("UPDATE rows SET case_key = ? WHERE case_key = ?", (new, key))
-    conn.execute("INSERT OR REPLACE INTO meta VALUES ('key_columns', ?)", (json.dumps(list(MATCH_KEY)),))
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    conn.execute("COMMIT")
 
 
 ADDED, GREW, STORED = "added", "grew", "already stored"
@@ -258,14 +279,18 @@ class Acceptance:
     metric: str
     reason: str
     accepted_at: str
+    retire: bool = False  # the cases are retired: missing from the runs from run_id on is no failure
 
 
 def accept(db: Path, found: Acceptance) -> None:
     with connect(db, create=True) as conn:
-        conn.execute("INSERT INTO accepted VALUES (?, ?, ?, ?, ?)", (*vars(found).values(),))
+        values = (found.run_id, found.case_expr, found.metric, found.reason, found.accepted_at, int(found.retire))
+        conn.execute("INSERT INTO accepted VALUES (?, ?, ?, ?, ?, ?)", values)
 
 
 def acceptances(conn: sqlite3.Connection) -> list[Acceptance]:
     """Every acceptance, oldest first."""
-    found = conn.execute("SELECT run_id, case_expr, metric, reason, accepted_at FROM accepted ORDER BY accepted_at")
-    return [Acceptance(*row) for row in found]
+    found = conn.execute(
+        "SELECT run_id, case_expr, metric, reason, accepted_at, retire FROM accepted ORDER BY accepted_at"
+    )
+    return [Acceptance(*row[:5], bool(row[5])) for row in found]
