@@ -51,6 +51,15 @@ TREE = {
             def collective_rpc(self, method): ...
     """,
     "vllm/metrics.py": 'NAME = "vllm:kv_cache_usage_perc"\n',
+    "vllm/platforms.py": """
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from vllm.engine.base import Client
+            current_platform: object
+        def __getattr__(name):
+            if name == "current_platform":
+                return 1
+    """,
 }
 
 
@@ -76,6 +85,9 @@ def tree(tmp_path) -> Source:
         ("vllm.engine.core", "AsyncLLM.add_lora", False),
         ("vllm.engine.core", "FALLBACK", True),  # bound inside try/except
         ("vllm.engine.gone", "AsyncLLM", False),
+        ("vllm.platforms", "current_platform", True),  # answered by the module's __getattr__
+        ("vllm.platforms", "Client", False),  # imported for type checkers only: never at run time
+        ("vllm.platforms", "other_platform", False),
     ],
 )
 def test_the_reader_finds_a_name_where_python_would(tree, module, qualname, found):
@@ -85,7 +97,8 @@ def test_the_reader_finds_a_name_where_python_would(tree, module, qualname, foun
 def test_modules_and_metric_names(tree):
     assert tree.has_module("vllm.engine") and tree.has_module("vllm.engine.core")
     assert not tree.has_module("vllm.entrypoints.openai.api_server")
-    assert tree.mentions("vllm.metrics", "vllm:kv_cache_usage")
+    assert tree.mentions("vllm.metrics", "vllm:kv_cache_usage_perc")
+    assert not tree.mentions("vllm.metrics", "vllm:kv_cache_usage")  # the name itself, not a text that starts so
     assert not tree.mentions("vllm.metrics", "vllm:lora_requests_info")
 
 

@@ -49,11 +49,12 @@ class Source:
         return isinstance(found, ast.FunctionDef | ast.AsyncFunctionDef) and wanted in _parameters(found)
 
     def mentions(self, dotted: str, text: str) -> bool:
-        """Whether a string constant in ``dotted`` starts with ``text`` (a metric's name: vLLM
-        writes ``vllm:prefix_cache_hits``, and Prometheus serves it as ``..._total``)."""
+        """Whether ``dotted`` has the string constant ``text`` itself (a metric's name as vLLM
+        writes it, ``vllm:prefix_cache_hits``, which Prometheus serves as ``..._total``): not a
+        log message that names it."""
         tree = self.module(dotted)
         strings = (n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)) if tree is not None else ()
-        return any(isinstance(s, str) and s.startswith(text) for s in strings)
+        return any(s == text for s in strings)
 
     def _lookup(self, dotted: str, parts: list[str], depth: int) -> ast.AST | None:
         tree = self.module(dotted)
@@ -88,7 +89,12 @@ class Source:
         return None
 
     def _lazy_export(self, tree: ast.Module, dotted: str, parts: list[str], depth: int) -> ast.AST | None:
-        """vLLM's package ``__init__`` exports names lazily from a table ``{"Name": ".module:Name"}``."""
+        """vLLM's package ``__init__`` exports names lazily from a table ``{"Name": ".module:Name"}``;
+        a module's ``__getattr__`` that answers the name (``vllm.platforms.current_platform``)."""
+        getter = _top_level(tree, "__getattr__")
+        if len(parts) == 1 and isinstance(getter, ast.FunctionDef):
+            if any(isinstance(n, ast.Constant) and n.value == parts[0] for n in ast.walk(getter)):
+                return getter
         for node in ast.walk(tree):
             if isinstance(node, ast.Dict):
                 for key, value in zip(node.keys, node.values):
@@ -116,14 +122,26 @@ def _top_level(tree: ast.Module, name: str) -> ast.AST | None:
 
 
 def _statements(body: list[ast.stmt]):
+    """The statements that run, ``if``/``try``/``with`` blocks opened; not the body of an
+    ``if TYPE_CHECKING:`` or ``if False:``, whose imports a type checker sees and Python never runs."""
     for node in body:
-        if isinstance(node, _BLOCKS):
+        if isinstance(node, ast.If) and _never(node.test):
+            yield from _statements(node.orelse)
+        elif isinstance(node, _BLOCKS):
             yield from _statements(node.body)
             for handler in getattr(node, "handlers", []):
                 yield from _statements(handler.body)
             yield from _statements(getattr(node, "orelse", []))
         else:
             yield node
+
+
+def _never(test: ast.expr) -> bool:
+    """``TYPE_CHECKING``, ``typing.TYPE_CHECKING`` or ``False``: a block that never runs."""
+    if isinstance(test, ast.Constant):
+        return test.value is False
+    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", "")
+    return name == "TYPE_CHECKING"
 
 
 def _targets(node: ast.Assign | ast.AnnAssign) -> set[str]:
