@@ -162,3 +162,9 @@ def test_a_fleet_on_unequal_numa_nodes_runs_on_the_equal_ones_and_its_run_says_s
     rows = pd.read_csv(csv)
     assert set(rows["fleet_devices"]) == {Slot("cpu", ((CORES[0], CORES[1]),)).label}
     assert rows["build"].nunique() == 2
+
+
+def test_a_host_of_an_odd_number_of_cores_is_halved_evenly(tmp_path, monkeypatch):
+    """7 cores on one node: 0-2 and 3-6 were unequal, so only one slot ran; now 0-2 and 3-5."""
+    _numa(monkeypatch, tmp_path, {0: "0-6"}, set(range(7)))
+    assert devices.default_devices("cpu") == [(0, 1, 2), (3, 4, 5)]

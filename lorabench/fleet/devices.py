@@ -123,8 +123,8 @@ def default_devices(device_type: str) -> list[tuple[int, ...]]:
         return available(device_type)
     nodes = _numa_nodes(set(os.sched_getaffinity(0)))
     if len(nodes) == 1 and len(nodes[0]) > 1:
-        half = len(nodes[0]) // 2
-        return [nodes[0][:half], nodes[0][half:]]
+        half = len(nodes[0]) // 2  # two equal halves; an odd core is left over (slots must be equal)
+        return [nodes[0][:half], nodes[0][half : 2 * half]]
     return nodes
 
 

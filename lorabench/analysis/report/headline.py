@@ -108,7 +108,8 @@ def _checked(run: ReportRun) -> str:
     """What was checked and held, for a run that failed none: said, so that a run that
     checked nothing does not read as a clean one."""
     held = []
-    if (digests := _filled(run.rows, "digest_mismatches")) is not None:
+    if (digests := _filled(run.rows, "digest_mismatches")) is not None and digests["engine_id"].nunique() > 1:
+        # The digests are held to the run's first build: one build has nothing to match.
         held.append(f"greedy output digests matched on all {digests['engine_id'].nunique()} LoRA builds")
     if (canaries := _filled(run.rows, "isolation_checked")) is not None:
         held.append(f"adapter isolation held in {canaries['_key'].nunique()} cases")
