@@ -25,7 +25,7 @@ def test_the_canaries_judge_every_check_on_real_cpu_engines(tmp_path_factory):
     folder = tmp_path_factory.mktemp("canary-engine")
     # 4 adapters, 1 slot, a CPU cache of 2: swap_eviction evicts its adapter from both.
     config = write_tiny_config(folder, engine={"max_loras": 1, "max_cpu_loras": 2, "max_model_len": 128})
-    args = ("--bench-config", str(config), "-k", "canary", "-p", "no:cacheprovider", "-rs")
+    args = ("--bench-config", str(config), "-k", "canary", "-p", "no:cacheprovider", "-rfEs")  # f, E: session.failed()
     session = bench_session(folder, ("test_canary",), *args, timeout=900)
     rows = session.rows.set_index(["engine_id", "workload"])
     print(rows[["canary_verdict", "canary_checked", "canary_failed", "canary_unjudged"]].to_string())
