@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -62,6 +63,14 @@ def write_tiny_config(folder: Path, **overrides: object) -> Path:
             data[key] = value
     write_json(folder / "prompts.json", ["Say hello.", "Count to three.", "Name a colour."])
     return write_json(folder / "common.json", data)
+
+
+def load_script(name: str) -> Any:
+    """``scripts/NAME.py`` as a module: the scripts are no package, and their tests call their functions."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_json(path: Path, data: object) -> Path:

@@ -5,7 +5,6 @@ alone costs seconds); the reproduction itself runs on the real engine in the eng
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import types
@@ -15,17 +14,12 @@ import pytest
 
 from lorabench.config import engine_specs, read_config_file, resolve_config
 from lorabench.targets.engine_env import engine_environment
-from tests.helpers import ROOT
-
-SCRIPT = ROOT / "scripts" / "repro_reload_in_place.py"
+from tests.helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def repro():
-    spec = importlib.util.spec_from_file_location("repro_reload_in_place", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("repro_reload_in_place")
 
 
 def test_the_engine_is_built_as_the_plugin_builds_the_configs_first_lora_configuration(repro, tiny_config):

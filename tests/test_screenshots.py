@@ -4,23 +4,13 @@ sample in docs/images/ is what the plugin prints for the script's rows today."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
-from tests.helpers import ROOT
-
-SCRIPT = ROOT / "scripts" / "screenshots.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("screenshots", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import ROOT, load_script
 
 
 def test_the_pages_hold_the_planted_changes_and_no_chromium_skips_the_shots(tmp_path, capsys):
-    script = load_script()
+    script = load_script("screenshots")
     images, work = tmp_path / "images", tmp_path / "work"
     assert script.main(["--out", str(images), "--keep", str(work), "--chromium", str(tmp_path / "no-chromium")]) == 0
     assert "no screenshots" in capsys.readouterr().out and not list(images.glob("*.png"))
@@ -41,6 +31,6 @@ def test_the_pages_hold_the_planted_changes_and_no_chromium_skips_the_shots(tmp_
 
 
 def test_the_docs_summary_sample_is_what_the_plugin_prints_today():
-    script = load_script()
+    script = load_script("screenshots")
     sample = (ROOT / "docs" / "images" / "summary.txt").read_text()
     assert sample == script.summary_text(script.batch_rows()), "rerun scripts/screenshots.py"
