@@ -10,6 +10,7 @@ import functools
 import pytest
 
 from lorabench.config import EngineSpec, read_config_file, resolve_config
+from lorabench.load.padded import padded_adapter
 from lorabench.measure import canary
 from lorabench.measure.canary_judge import (
     FAILS,
@@ -19,6 +20,8 @@ from lorabench.measure.canary_judge import (
     judge_base_changed,
     judge_batch,
     judge_no_effect,
+    judge_prompt_logprobs,
+    judge_rank_padding,
     judge_swap,
 )
 from lorabench.measure.canary_records import Asker, CanaryRecord
@@ -28,6 +31,7 @@ from lorabench.targets.standin import Costs, StandIn, write_config
 SEEDS = range(20)
 LORA = EngineSpec(True, 2, 8, 4)
 LORA_OFF = EngineSpec(False)
+RANK16 = EngineSpec(True, 2, 16, 4)  # the rank-8 adapters are padded
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +90,33 @@ def base_changed(config, costs, seed):
     return judge_base_changed(rows, "loras2-rank8-cpu4-build0", True)
 
 
+def logprobs(config, costs, seed):
+    got, raised = answers(
+        config, costs, LORA, seed, lambda e, ask: canary.prompt_logprobs(ask, list(config.adapters[:2]))
+    )
+    return judge_prompt_logprobs(got, raised)
+
+
+def padding(config, costs, seed):
+    def send(engine, ask):
+        pairs = [(padded_adapter(a, 8), padded_adapter(a, 16)) for a in config.adapters[:2]]
+        for pair in pairs:
+            for copy in pair:
+                engine.register(copy)
+        canary.rank_padding(ask, pairs)
+        return {padded.name: a.name for a, padded in pairs}
+
+    got, padded_of = answers(config, costs, RANK16, seed, send)
+    return judge_rank_padding(got, padded_of)
+
+
 CHECKS = {
     "no_effect": (no_effect, Costs(plant_no_effect=True), 4),
     "base_changed": (base_changed, Costs(plant_base_changed_by_lora=True), 2),
     "batch_invariance": (batch, Costs(plant_batch_variance=True), 4),
     "swap_eviction": (swap, Costs(plant_stale_after_eviction=True), 2),
+    "prompt_logprobs": (logprobs, Costs(plant_prompt_logprobs_drop_lora=True), 4),
+    "rank_padding": (padding, Costs(plant_rank_padding=True), 4),
 }
 
 
@@ -174,3 +200,43 @@ def test_base_changed_is_judged_by_whichever_of_the_two_builds_answers_second():
         "CANARY FAILS: enabling LoRA changes base requests: the base model answers prompt 0 [1] on loras2 "
         "(LoRA enabled) and [2] on lora-off"
     )
+
+
+def test_prompt_logprobs_fails_a_changed_answer_a_short_count_and_a_crash_and_trusts_no_moved_base():
+    ids = "1 2 3"
+    alone = [record(step="alone", adapter=a, prompt=0, digest=f"{a}0", prompt_token_ids=ids) for a in ("", "a0", "a1")]
+    asked = [
+        record(step="logprobs", adapter="", prompt=0, digest="0", prompt_token_ids=ids, prompt_logprobs="3"),
+        record(step="logprobs", adapter="a0", prompt=0, digest="a00", prompt_token_ids=ids, prompt_logprobs="2"),
+        record(step="logprobs", adapter="a1", prompt=0, digest="moved", prompt_token_ids=ids, prompt_logprobs="3"),
+    ]
+    crash = ["a2 on prompt 0 with prompt_logprobs=1 raised RuntimeError: boom"]
+    verdict = judge_prompt_logprobs(alone + asked, crash)
+    assert (verdict.word, verdict.checked) == (FAILS, 3)
+    assert verdict.failed == [
+        crash[0],
+        "a0 asked for prompt 0's logprobs and got 2 of its 3 positions",
+        "a1 answers prompt 0 [1 2] and [1 2] when it asks for prompt logprobs",
+    ]
+    over_http = [record(**{**r.__dict__, "prompt_logprobs": ""}) for r in asked[:2]]
+    assert judge_prompt_logprobs(alone + over_http, []).word == PASSES, "no count over HTTP: the answers judge"
+    base_moved = [record(**{**asked[0].__dict__, "digest": "x"}), asked[2]]
+    verdict = judge_prompt_logprobs(alone + base_moved, [])
+    assert (verdict.word, verdict.checked, len(verdict.unjudged)) == (NOT_JUDGED, 0, 1)
+    assert "not an adapter's doing" in verdict.unjudged[0]
+
+
+def test_rank_padding_names_the_adapter_its_padded_copy_the_prompt_and_both_answers(config):
+    failed = padding(config, Costs(plant_rank_padding=True), 0).failed
+    assert failed[0].startswith("a0~r8 (padded by vLLM) answers prompt 0 [")
+    assert "] and a0~r16 (padded by lorabench) [" in failed[0]
+
+
+def test_rank_padding_leaves_a_pair_that_answers_as_the_base_model_to_no_effect():
+    base = record(step="base", adapter="", prompt=0, digest="b")
+    own = record(step="alone", adapter="a0~r8", prompt=0, digest="x")
+    padded = record(step="padded", adapter="a0~r16", prompt=0, digest="b")
+    verdict = judge_rank_padding([base, own, padded], {"a0~r16": "a0~r8"})
+    assert (verdict.word, verdict.unjudged) == (NOT_JUDGED, ["a0~r16 answer prompt 0 as the base model does"])
+    verdict = judge_rank_padding([base, own, record(**{**padded.__dict__, "digest": "y"})], {"a0~r16": "a0~r8"})
+    assert (verdict.word, verdict.checked, len(verdict.failed)) == (FAILS, 1, 1)

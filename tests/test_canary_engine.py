@@ -49,6 +49,10 @@ def test_the_canaries_judge_every_check_on_real_cpu_engines(tmp_path_factory):
         "no_effect": 10,
         "batch_invariance": 9,  # base, 1 adapter (max_loras 1), base: alone, mixed, base-only
         "swap_eviction": 8,  # 2 first, 2 repeats, 2 evictors (1 slot), 2 after
+        "prompt_logprobs": 12,  # the base model and 2 adapters on 2 prompts, without and with
+        "rank_padding": 10,  # the base model, the 2 rank-8 adapters at 8 and padded to 16, on 2 prompts
     }
+    asked = answers[answers["step"] == "logprobs"]
+    assert (asked["prompt_logprobs"] == asked["prompt_token_ids"].str.split().str.len()).all(), "one a position"
     for name in NOT_RUN:
         session.result.stdout.fnmatch_lines([f"SKIPPED * {name}: *"])

@@ -18,12 +18,16 @@ PLANTED = {
     "base_changed": Costs(plant_base_changed_by_lora=True),
     "batch_invariance": Costs(plant_batch_variance=True),
     "swap_eviction": Costs(plant_stale_after_eviction=True),
+    "prompt_logprobs": Costs(plant_prompt_logprobs_drop_lora=True),
+    "rank_padding": Costs(plant_rank_padding=True),
 }
+LORA_BUILD = "loras2-rank16-cpu4-build0"
 
 
 def run_canaries(pytester, costs, *args):
     pytester.makepyfile(test_bench_canary=(ROOT / "bench" / "test_canary.py").read_text())
-    config = write_config(pytester.path / "run", adapters=6)
+    # Rank-8 adapters at max_lora_rank 16: rank_padding has adapters to pad.
+    config = write_config(pytester.path / "run", adapters=6, engine={"max_lora_rank": 16})
     plugin = StandIn(costs, virtual_clock=True)
     result = pytester.runpytest(
         "--bench-config", str(config), "-p", "no:cacheprovider", "-rfs", *args, plugins=[plugin]
@@ -40,16 +44,16 @@ def bench_modules(pytester, *names):
 
 def test_a_clean_engine_passes_every_check_and_names_the_rest(pytester):
     result, plugin, rows, answers = run_canaries(pytester, Costs())
-    # The lora-off build: base_changed (the reference), the 3 LoRA checks skipped; every class
-    # not run on the CPU skipped on both builds.
-    result.assert_outcomes(passed=5, skipped=3 + 2 * len(NOT_RUN))
-    assert [e.spec.id for e in plugin.engines] == ["lora-off-build0", "loras2-rank8-cpu4-build0"], "one build each"
+    # The lora-off build: base_changed (the reference), the other LoRA checks skipped; every
+    # class not run on the CPU skipped on both builds.
+    result.assert_outcomes(passed=1 + len(CLASSES), skipped=len(CLASSES) - 1 + 2 * len(NOT_RUN))
+    assert [e.spec.id for e in plugin.engines] == ["lora-off-build0", LORA_BUILD], "one build each"
     for name in NOT_RUN:
         result.stdout.fnmatch_lines([f"SKIPPED * {name}: *"])
     result.stdout.fnmatch_lines(["SKIPPED * no_effect runs on LoRA engines: lora-off-build0 answers the base_changed*"])
     verdicts = {(r["engine_id"], r["workload"]): r["canary_verdict"] for r in rows.to_dict("records")}
     assert verdicts == {("lora-off-build0", "base_changed"): "reference"} | {
-        ("loras2-rank8-cpu4-build0", check): "passes" for check in CLASSES
+        (LORA_BUILD, check): "passes" for check in CLASSES
     }
     assert (rows["scenario"] == "canary").all() and (rows["canary_failed"] == 0).all()
     assert rows.set_index("workload").loc["swap_eviction", "num_adapters"] == 5, "4 others: the CPU cache's size"
@@ -61,22 +65,26 @@ def test_a_clean_engine_passes_every_check_and_names_the_rest(pytester):
         "no_effect": 10,  # the base model and 4 adapters, 2 prompts
         "batch_invariance": 12,  # 4 requests alone, in the mixed batch, in its base-only control
         "swap_eviction": 10,  # 2 first, 2 repeats, 4 evictors in 2 waves (2 slots), 2 after
+        "prompt_logprobs": 12,  # the base model and 2 adapters on 2 prompts, without and with
+        "rank_padding": 10,  # the base model, 2 adapters at their rank and padded to 16, on 2 prompts
     }
+    asked = answers[answers["step"] == "logprobs"]
+    assert (asked["prompt_logprobs"] == 32).all(), "every prompt position's, in process"
 
 
 @pytest.mark.parametrize("check", PLANTED)
 def test_a_planted_bug_fails_its_checks_case_only_with_every_answer_kept(pytester, check):
     result, _, rows, answers = run_canaries(pytester, PLANTED[check])
-    result.assert_outcomes(passed=4, failed=1, skipped=3 + 2 * len(NOT_RUN))
+    result.assert_outcomes(passed=len(CLASSES), failed=1, skipped=len(CLASSES) - 1 + 2 * len(NOT_RUN))
     assert result.ret == 1
     result.stdout.fnmatch_lines(
         [f"CANARY FAILS: {CLASSES[check]}: * (the row and its records are in *", f"FAILED *build0-{check}]*"]
     )
     assert "LoRA was not applied" not in result.stdout.str(), "the digest probe did not see it: the canary did"
     judged = rows.set_index(["engine_id", "workload"])
-    assert judged.loc[("loras2-rank8-cpu4-build0", check), "canary_verdict"] == "FAILS"
-    assert (judged["canary_verdict"] != "FAILS").sum() == 4
-    assert len(answers) == 36, "every answer kept, the failing case's among them"
+    assert judged.loc[(LORA_BUILD, check), "canary_verdict"] == "FAILS"
+    assert (judged["canary_verdict"] != "FAILS").sum() == len(CLASSES)
+    assert len(answers) == 58, "every answer kept, the failing case's among them"
 
 
 def test_the_canaries_add_no_build_to_a_run_with_the_baselines_and_the_batches(pytester):

@@ -58,7 +58,9 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def _materialize(target: Path, build: Callable[[Path], None]) -> Path:
+def materialize(target: Path, build: Callable[[Path], None]) -> Path:
+    """``target``, made once by ``build`` (into a temporary folder, then renamed): a cache entry
+    is whole or absent, and processes that make it at once agree on one."""
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -148,7 +150,7 @@ def ensure_model(name: str) -> Path:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
     key = _digest(config, TOKENIZER_VERSION, WEIGHTS_VERSION)
-    return _materialize(cache_dir() / "models" / f"{name}-{key}", build)
+    return materialize(cache_dir() / "models" / f"{name}-{key}", build)
 
 
 def ensure_dummy_adapters(
@@ -181,5 +183,5 @@ def ensure_dummy_adapters(
             seed=seed,
         )
 
-    folder = _materialize(cache_dir() / "adapters" / f"{model.name}-{key}", build)
+    folder = materialize(cache_dir() / "adapters" / f"{model.name}-{key}", build)
     return read_adapters_file(folder / "adapters.json")

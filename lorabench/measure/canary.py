@@ -12,7 +12,12 @@ session gives (``lorabench.measure.canary_judge``):
 - **swap_eviction**: one adapter answers each prompt twice (the second time is the control:
   answers that change with nothing evicted cannot tell), then other adapters are served until
   it has left its device slot, and the CPU cache where the config's adapters outnumber
-  ``max_cpu_loras``, then it answers again.
+  ``max_cpu_loras``, then it answers again;
+- **prompt_logprobs**: the base model and each adapter answer each prompt alone, then again
+  asking for the prompt's log probabilities (the base model's pair is the control);
+- **rank_padding**: a copy of each adapter of a rank below ``max_lora_rank`` answers each
+  prompt alone, and so does a copy padded to ``max_lora_rank`` by lorabench
+  (``lorabench.load.padded``), which vLLM loads with nothing to pad.
 
 Prompts are synthetic, ``PROMPT_LEN`` tokens (twice the digest probe's, so a prefill other
 than the probe's is covered), from the run's seed.
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
     from lorabench.targets.engine import Engine
 
 NO_EFFECT, BASE_CHANGED, BATCH, SWAP = "no_effect", "base_changed", "batch_invariance", "swap_eviction"
+PROMPT_LOGPROBS, RANK_PADDING = "prompt_logprobs", "rank_padding"
 # Adapters the no_effect and batch_invariance checks use, at most.
 CANARY_ADAPTERS = 4
 PROMPTS = 2
@@ -38,6 +44,11 @@ PROMPT_LEN = 32
 PROMPT_SEED = 20261201
 BASE_STEP, ALONE, BATCHED, CONTROL = "base", "alone", "batched", "control"
 FIRST, REPEAT, EVICTOR, AFTER = "first", "repeat", "evictor", "after"
+LOGPROBS, PADDED = "logprobs", "padded"
+# The prompt_logprobs check's adapters, and the top log probabilities it asks for at each position.
+LOGPROBS_ADAPTERS, LOGPROBS_TOP = 2, 1
+# Adapters the rank_padding check pads, at most.
+PADDED_ADAPTERS = 2
 
 
 def canary_prompts(engine: Engine, seed: int) -> list[list[int]]:
@@ -91,3 +102,31 @@ def swap_eviction(engine: Engine, ask: Asker, target: Adapter, others: list[Adap
     for k in range(PROMPTS):
         ask.alone(target, k, AFTER)
     return where
+
+
+def prompt_logprobs(ask: Asker, adapters: list[Adapter]) -> list[str]:
+    """Each prompt: the base model and each adapter alone, then again asking for prompt
+    logprobs. A request that raises is the class's other face (a crash, vLLM #29955): one line
+    each, returned for the verdict, and the check goes on."""
+    raised = []
+    for k in range(PROMPTS):
+        for adapter in (None, *adapters):
+            ask.alone(adapter, k, ALONE)
+            try:
+                ask.alone(adapter, k, LOGPROBS, prompt_logprobs=LOGPROBS_TOP)
+            except Exception as exc:  # noqa: BLE001 - any error of the engine's is the finding
+                name = adapter.name if adapter else "the base model"
+                raised.append(
+                    f"{name} on prompt {k} with prompt_logprobs={LOGPROBS_TOP} raised {type(exc).__name__}: {exc}"
+                )
+    return raised
+
+
+def rank_padding(ask: Asker, pairs: list[tuple[Adapter, Adapter]]) -> None:
+    """Each prompt: the base model alone (a copy that answers as it had no LoRA applied, which is
+    no_effect's to judge), each adapter's copy at its own rank alone, then its padded copy."""
+    for k in range(PROMPTS):
+        ask.alone(None, k, BASE_STEP)
+        for adapter, padded in pairs:
+            ask.alone(adapter, k, ALONE)
+            ask.alone(padded, k, PADDED)

@@ -4,8 +4,8 @@ the greedy token ids (``lorabench.measure.canary`` says what each check sends).
 Each comparison is judged (``checked``; a failed one is a finding, one line naming the class's
 adapters, prompt and both answers) or not judged, where the reference cannot tell: no other
 adapter moves the prompt off the base model's answer, the base model's own answers change in a
-batch with no LoRA in it, an answer changes on a repeat with nothing evicted, or the other
-build's answers are not there yet.
+batch with no LoRA in it, or when it asks for prompt logprobs, an answer changes on a repeat
+with nothing evicted, or the other build's answers are not there yet.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from lorabench.measure.canary import AFTER, ALONE, BASE_STEP, BATCHED, CONTROL, FIRST, REPEAT
+from lorabench.measure.canary import AFTER, ALONE, BASE_STEP, BATCHED, CONTROL, FIRST, LOGPROBS, PADDED, REPEAT
 from lorabench.measure.canary_records import BASE, CanaryRecord, shown
 
 PASSES, FAILS, NOT_JUDGED, REFERENCE = "passes", "FAILS", "not judged", "reference"
@@ -157,4 +157,58 @@ def judge_swap(answers: Sequence[CanaryRecord], evicted: str) -> Verdict:
         checked += 1
         if after.digest != first.digest:
             failed.append(f"{name} answers prompt {k} {ids(first)} first and {ids(after)} after {evicted}")
+    return Verdict(checked, failed, unjudged)
+
+
+def judge_prompt_logprobs(answers: Sequence[CanaryRecord], raised: Sequence[str]) -> Verdict:
+    """Each adapter's answer when it asks for prompt logprobs against its answer without, and
+    the positions that came back against the prompt's (in process). A request that raised is a
+    finding. Where the base model's own answer changes when it asks, no adapter's is judged:
+    that is no LoRA's doing."""
+    alone = {(a.adapter, a.prompt): a for a in answers if a.step == ALONE}
+    asked = [a for a in answers if a.step == LOGPROBS]
+    moved = [a for a in asked if a.adapter == BASE and a.digest != alone[(BASE, a.prompt)].digest]
+    adapters = [a for a in asked if a.adapter != BASE]
+    if moved:
+        why = (
+            f"the base model answers prompt {moved[0].prompt} {ids(alone[(BASE, moved[0].prompt)])} and "
+            f"{ids(moved[0])} when it asks for prompt logprobs: not an adapter's doing"
+        )
+        return Verdict(len(raised), list(raised), [f"{a.adapter} on prompt {a.prompt}: {why}" for a in adapters])
+    failed = list(raised)
+    for a in adapters:
+        ref, positions = alone[(a.adapter, a.prompt)], len(a.prompt_token_ids.split())
+        if a.digest != ref.digest:
+            failed.append(
+                f"{a.adapter} answers prompt {a.prompt} {ids(ref)} and {ids(a)} when it asks for prompt logprobs"
+            )
+        elif a.prompt_logprobs not in ("", str(positions)):
+            failed.append(
+                f"{a.adapter} asked for prompt {a.prompt}'s logprobs and got {a.prompt_logprobs} of its "
+                f"{positions} positions"
+            )
+    return Verdict(len(adapters) + len(raised), failed, [])
+
+
+def judge_rank_padding(answers: Sequence[CanaryRecord], padded_of: Mapping[str, str]) -> Verdict:
+    """Each padded copy's answer against the copy at the adapter's own rank, prompt by prompt
+    (``padded_of``: a padded copy's name to the other's). The two are the same function, vLLM's
+    buffers hold the same numbers for both, and both were loaded fresh at the same point of the
+    session, so any difference is vLLM's padding's. A pair where either answers as the base
+    model does is not judged: a LoRA not applied at all is no_effect's class."""
+    base = {a.prompt: a for a in answers if a.step == BASE_STEP}
+    alone = {(a.adapter, a.prompt): a for a in answers if a.step == ALONE}
+    checked, failed, unjudged = 0, [], []
+    for a in (a for a in answers if a.step == PADDED):
+        other = alone[(padded_of[a.adapter], a.prompt)]
+        as_base = [r.adapter for r in (other, a) if r.digest == base[a.prompt].digest]
+        if as_base:
+            unjudged.append(f"{' and '.join(as_base)} answer prompt {a.prompt} as the base model does")
+            continue
+        checked += 1
+        if a.digest != other.digest:
+            failed.append(
+                f"{other.adapter} (padded by vLLM) answers prompt {a.prompt} {ids(other)} and {a.adapter} (padded "
+                f"by lorabench) {ids(a)}"
+            )
     return Verdict(checked, failed, unjudged)

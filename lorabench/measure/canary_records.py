@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lorabench.config.target import INPROCESS
 from lorabench.measure.correctness import OUTPUT_LEN, digest
 from lorabench.results.records import CanaryRecord
 
@@ -44,7 +45,11 @@ class Asker:
     answers: list[CanaryRecord] = field(default_factory=list)
 
     def batch(
-        self, requests: Sequence[tuple[Adapter | None, int]], step: str, output_len: int = OUTPUT_LEN
+        self,
+        requests: Sequence[tuple[Adapter | None, int]],
+        step: str,
+        output_len: int = OUTPUT_LEN,
+        prompt_logprobs: int | None = None,
     ) -> list[CanaryRecord]:
         """``requests`` (adapter, prompt index) sent at once and gathered; their answers."""
         outputs = self.engine.generate(
@@ -53,7 +58,9 @@ class Asker:
             output_len,
             greedy=True,
             cache_salt=self.engine.cold_salt(),
+            prompt_logprobs=prompt_logprobs,
         )
+        counted = prompt_logprobs is not None and self.engine.target == INPROCESS
         listing = " ".join(f"{a.name if a else 'base'}:{k}" for a, k in requests) if len(requests) > 1 else ""
         records = []
         for (adapter, k), out in zip(requests, outputs):
@@ -67,14 +74,15 @@ class Asker:
                     digest=digest(tokens),
                     token_ids=" ".join(map(str, tokens)),
                     prompt_token_ids=" ".join(map(str, self.prompts[k])),
+                    prompt_logprobs=str(len(out.prompt_logprobs or [])) if counted else "",
                 )
             )
         self.answers += records
         return records
 
-    def alone(self, adapter: Adapter | None, k: int, step: str) -> CanaryRecord:
+    def alone(self, adapter: Adapter | None, k: int, step: str, prompt_logprobs: int | None = None) -> CanaryRecord:
         """One request, alone in the engine."""
-        return self.batch([(adapter, k)], step)[0]
+        return self.batch([(adapter, k)], step, prompt_logprobs=prompt_logprobs)[0]
 
 
 def kept_answers(path: Path, workload: str, engine_id: str) -> list[dict[str, str]]:

@@ -171,7 +171,7 @@ def counted_by_rank(finished: object, arrival_s: object, warmup_s: object) -> bo
 class CanaryRecord:
     """One greedy answer of a canary, in the order sent."""
 
-    # base, alone, batched, control (a base-only batch), first, repeat, evictor, after.
+    # base, alone, batched, control (a base-only batch), first, repeat, evictor, after, logprobs.
     step: str
     adapter: str  # BASE ("") for the base model
     prompt: int
@@ -181,6 +181,9 @@ class CanaryRecord:
     digest: str
     token_ids: str  # the answer, space-separated
     prompt_token_ids: str
+    # Prompt positions whose log probabilities came back, where the request asked for them in
+    # process; blank where it did not ask, or over HTTP (which the check does not read them from).
+    prompt_logprobs: str = ""
 
 
 SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))

@@ -18,9 +18,29 @@ from typing import TYPE_CHECKING
 import pytest
 
 from lorabench.config.traces import length_limit
+from lorabench.load.padded import CannotPad, padded_adapter
 from lorabench.measure import canary as send
-from lorabench.measure.canary import BASE_CHANGED, BATCH, CANARY_ADAPTERS, NO_EFFECT, PROMPT_LEN, SWAP
-from lorabench.measure.canary_judge import Verdict, judge_base_changed, judge_batch, judge_no_effect, judge_swap
+from lorabench.measure.canary import (
+    BASE_CHANGED,
+    BATCH,
+    CANARY_ADAPTERS,
+    LOGPROBS_ADAPTERS,
+    NO_EFFECT,
+    PADDED_ADAPTERS,
+    PROMPT_LEN,
+    PROMPT_LOGPROBS,
+    RANK_PADDING,
+    SWAP,
+)
+from lorabench.measure.canary_judge import (
+    Verdict,
+    judge_base_changed,
+    judge_batch,
+    judge_no_effect,
+    judge_prompt_logprobs,
+    judge_rank_padding,
+    judge_swap,
+)
 from lorabench.measure.canary_records import KIND, Asker, kept_answers
 from lorabench.measure.correctness import OUTPUT_LEN
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
@@ -30,11 +50,15 @@ if TYPE_CHECKING:
     from lorabench.load.adapters import Adapter
     from lorabench.targets.engine import Engine
 
-# The checks that run, by the class each names in a finding.
+# The checks that run, by the class each names in a finding, in the order they run on a build:
+# swap_eviction last, since it evicts and reloads: a reload that serves stale weights then
+# shows in its own case, not as another check's finding.
 CLASSES = {
     NO_EFFECT: "adapter has no effect",
     BASE_CHANGED: "enabling LoRA changes base requests",
     BATCH: "an adapter answers otherwise in a mixed batch",
+    PROMPT_LOGPROBS: "an adapter's request that asks for prompt logprobs fails or answers otherwise",
+    RANK_PADDING: "an adapter answers otherwise than itself padded to max_lora_rank",
     SWAP: "an adapter answers otherwise after it was evicted and loaded again",
 }
 # The classes named and skipped, with the reason.
@@ -56,11 +80,6 @@ NOT_RUN = {
     "spec_decode": (
         "speculative decoding with LoRA (n-gram: reported upstream, vLLM #20284) needs a speculative_config "
         "build of its own, which the canaries do not add"
-    ),
-    "prompt_logprobs": (
-        "prompt_logprobs with LoRA (reported upstream: vLLM #29955): vLLM's SamplingParams takes "
-        "prompt_logprobs, but lorabench's requests (Engine.sampling_params) never ask for them, in process "
-        "or over HTTP, so no answer carries them to compare"
     ),
 }
 COLUMNS = frozenset({"canary_verdict", "canary_checked", "canary_failed", "canary_unjudged"})
@@ -86,7 +105,8 @@ class Canary(Scenario):
                 f"the canaries send prompts of {PROMPT_LEN} tokens and answers of {OUTPUT_LEN}: {where} is {limit}"
             )
         ask = Asker(engine, send.canary_prompts(engine, ctx.config.matrix.seed))
-        evicted = _send(canary, engine, ask, adapters)
+        pairs = _padded_pairs(engine, adapters) if canary == RANK_PADDING else []
+        evicted, raised = _send(canary, engine, ask, adapters, pairs)
         fields: dict[str, object] = {
             "workload": canary,
             "num_adapters": len(adapters),
@@ -103,6 +123,10 @@ class Canary(Scenario):
             verdict = judge_base_changed(kept_answers(path, canary, engine.id), engine.id, engine.spec.enable_lora)
         elif canary == BATCH:
             verdict = judge_batch(ask.answers)
+        elif canary == PROMPT_LOGPROBS:
+            verdict = judge_prompt_logprobs(ask.answers, raised)
+        elif canary == RANK_PADDING:
+            verdict = judge_rank_padding(ask.answers, {padded.name: a.name for a, padded in pairs})
         else:
             verdict = judge_swap(ask.answers, evicted)
         _say_unjudged(ctx, engine, canary, verdict)
@@ -132,20 +156,68 @@ def _adapters(ctx: Context, engine: Engine, canary: str) -> list[Adapter]:
         return adapters[: 1 + (cached if len(adapters) > cached else slots)]
     if canary == BATCH:
         return adapters[: min(CANARY_ADAPTERS, engine.spec.max_loras or 1)]
+    if canary == PROMPT_LOGPROBS:
+        return adapters[:LOGPROBS_ADAPTERS]
+    if canary == RANK_PADDING:
+        return _below_max_rank(ctx, engine, adapters)
     return adapters[:CANARY_ADAPTERS] if canary == NO_EFFECT else []
 
 
-def _send(canary: str, engine: Engine, ask: Asker, adapters: list[Adapter]) -> str:
-    """Send ``canary``'s requests; what evicted the adapter, for swap_eviction's findings."""
+def _below_max_rank(ctx: Context, engine: Engine, adapters: list[Adapter]) -> list[Adapter]:
+    """The adapters rank_padding pads: of a rank below ``max_lora_rank``; a skip where none is,
+    or where the engine cannot load a copy at run time."""
+    top = engine.spec.max_lora_rank
+    below = [a for a in adapters if top and a.rank and a.rank < top]
+    if not below:
+        pytest.skip(
+            f"{ctx.config.path}: rank_padding needs an adapter of a rank below max_lora_rank ({top}): the "
+            f"config's are of rank {sorted({a.rank for a in adapters})}"
+        )
+    missing = engine.runtime_api_missing()
+    if missing:
+        pytest.skip(f"rank_padding loads a padded copy of an adapter at run time: {missing}")
+    return below
+
+
+def _padded_pairs(engine: Engine, adapters: list[Adapter]) -> list[tuple[Adapter, Adapter]]:
+    """Up to ``PADDED_ADAPTERS`` adapters, each as a copy at its own rank and a copy padded to
+    ``max_lora_rank``, both registered with the engine; a skip, with the reasons, where none can
+    be padded exactly."""
+    pairs, refused = [], []
+    for adapter in adapters:
+        try:
+            pair = padded_adapter(adapter, adapter.rank or 0), padded_adapter(adapter, engine.spec.max_lora_rank or 0)
+        except CannotPad as exc:
+            refused.append(f"{adapter.name}: {exc}")
+            continue
+        for copy in pair:
+            engine.register(copy)
+        pairs.append(pair)
+        if len(pairs) == PADDED_ADAPTERS:
+            break
+    if not pairs:
+        pytest.skip(f"rank_padding cannot pad any adapter to the same function: {'; '.join(refused)}")
+    return pairs
+
+
+def _send(
+    canary: str, engine: Engine, ask: Asker, adapters: list[Adapter], pairs: list[tuple[Adapter, Adapter]]
+) -> tuple[str, list[str]]:
+    """Send ``canary``'s requests; what evicted the adapter (swap_eviction's findings say it),
+    and the requests that raised (prompt_logprobs's findings)."""
     if canary == NO_EFFECT:
         send.no_effect(ask, adapters)
     elif canary == BASE_CHANGED:
         send.base_answers(ask)
     elif canary == BATCH:
         send.batch_invariance(ask, adapters)
+    elif canary == PROMPT_LOGPROBS:
+        return "", send.prompt_logprobs(ask, adapters)
+    elif canary == RANK_PADDING:
+        send.rank_padding(ask, pairs)
     else:
-        return send.swap_eviction(engine, ask, adapters[0], adapters[1:])
-    return ""
+        return send.swap_eviction(engine, ask, adapters[0], adapters[1:]), []
+    return "", []
 
 
 def _say_unjudged(ctx: Context, engine: Engine, canary: str, verdict: Verdict) -> None:

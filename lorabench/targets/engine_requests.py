@@ -46,11 +46,14 @@ class Requests:
         """Tokens in a KV block: what prefix caching shares, a block at a time."""
         return int(self.llm.vllm_config.cache_config.block_size)
 
-    def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Any:
+    def sampling_params(
+        self, max_tokens: int, *, stream: bool = False, greedy: bool = False, prompt_logprobs: int | None = None
+    ) -> Any:
         """Exactly ``max_tokens`` tokens (``ignore_eos``): sampled, or with ``greedy`` the most likely.
 
         ``stream``: each output carries the tokens new since the last; otherwise the
-        request yields one final output.
+        request yields one final output. ``prompt_logprobs``: the top that many log
+        probabilities of each prompt position come back too (the canaries ask for them).
         """
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -58,7 +61,13 @@ class Requests:
         kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
         temperature = 0.0 if greedy else 1.0
         return SamplingParams(
-            n=1, temperature=temperature, **NEUTRAL_SAMPLING, ignore_eos=True, max_tokens=max_tokens, output_kind=kind
+            n=1,
+            temperature=temperature,
+            **NEUTRAL_SAMPLING,
+            ignore_eos=True,
+            max_tokens=max_tokens,
+            output_kind=kind,
+            prompt_logprobs=prompt_logprobs,
         )
 
     def prompt_input(self, prompt: Prompt, cache_salt: str | None = None) -> Any:
@@ -90,10 +99,11 @@ class Requests:
         *,
         greedy: bool = False,
         cache_salt: str | None = None,
+        prompt_logprobs: int | None = None,
     ) -> list[Any]:
         """Serve one batch: every request sent at once, the final outputs gathered in order;
         ``cache_salt`` keeps the batch off every cached prefix but its own (prefix caching)."""
-        params = self.sampling_params(output_len, greedy=greedy)
+        params = self.sampling_params(output_len, greedy=greedy, prompt_logprobs=prompt_logprobs)
 
         async def one(prompt: Prompt, adapter: Adapter | None) -> Any:
             final = None

@@ -14,6 +14,7 @@ UNKNOWN_TOKEN = -1
 class HttpParams:
     max_tokens: int
     greedy: bool
+    prompt_logprobs: int | None = None
 
 
 @dataclass

@@ -4,8 +4,12 @@ into. What a move costs is the test's (``Costs``); which adapter is evicted foll
 
 from __future__ import annotations
 
+import functools
+import json
 from collections import Counter, OrderedDict
+from pathlib import Path
 
+from lorabench.load.padded import PADDED_MARK
 from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.scheduler import LoraRef
 
@@ -68,3 +72,16 @@ class AdapterCache:
             victim = next((i for i in others if i not in active), others[0])
             del self.cpu[victim]
             self.slots.pop(victim, None)
+
+
+@functools.cache
+def adapter_files(path: str) -> tuple[str | None, int | None]:
+    """What the stand-in reads of an adapter's folder: the adapter it is a padded copy of
+    (``lorabench.load.padded`` marks one: the same function, so it answers as that adapter
+    does), and its rank (``r`` of its adapter_config.json; None where it has none)."""
+    folder = Path(path)
+    mark = folder / PADDED_MARK
+    of = json.loads(mark.read_text(encoding="utf-8"))["of"] if mark.is_file() else None
+    config = folder / "adapter_config.json"
+    rank = json.loads(config.read_text(encoding="utf-8")).get("r") if config.is_file() else None
+    return of, rank

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy
+
 from lorabench.config import BenchConfig, EngineSpec
 from lorabench.host.device import Platform
 from lorabench.load.adapters import Adapter
@@ -20,6 +22,10 @@ from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.llm import VOCAB_SIZE, LoraRef, Params, StandInLLM
 from lorabench.targets.standin.scheduler import BLOCK_SIZE
 from lorabench.targets.standin.virtual_clock import VirtualClockLoop
+
+# The module of the stand-in adapters' one LoRA pair, named as PEFT names it.
+STANDIN_MODULE = "base_model.model.model.layers.0.self_attn.q_proj"
+_WEIGHTS = "adapter_model.safetensors"
 
 
 class StandInEngine(Engine):
@@ -75,8 +81,10 @@ class StandInEngine(Engine):
     def lora_request(self, adapter: Adapter | None) -> LoraRef | None:
         return None if adapter is None else LoraRef(adapter.name, self._lora_ids[adapter.name], str(adapter.path))
 
-    def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> Params:
-        return Params(max_tokens, stream, greedy)
+    def sampling_params(
+        self, max_tokens: int, *, stream: bool = False, greedy: bool = False, prompt_logprobs: int | None = None
+    ) -> Params:
+        return Params(max_tokens, stream, greedy, prompt_logprobs)
 
     def reload_in_place(self, adapter: Adapter) -> None:
         """As vLLM's ``load_inplace``: the same name, id and path, the weights read again."""
@@ -134,7 +142,11 @@ class StandIn:
 
 def write_config(folder: Path, *, adapters: int = 4, **sections: Any) -> Path:
     """A config for the stand-in in ``folder`` (a model folder, ``adapters`` adapter folders
-    of rank 8, prompts), needing no model weights; ``sections`` replace or update its parts."""
+    of rank 8, prompts), needing no model weights; ``sections`` replace or update its parts.
+    Each adapter has one small A and B tensor of its own, which ``lorabench.load.padded`` can
+    pad; the stand-in reads none of it."""
+    from safetensors.numpy import save_file
+
     model = folder / "model"
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text(json.dumps({"max_position_embeddings": 512, "vocab_size": VOCAB_SIZE}))
@@ -144,7 +156,8 @@ def write_config(folder: Path, *, adapters: int = 4, **sections: Any) -> Path:
         path = folder / "adapters" / f"a{i}"
         path.mkdir(parents=True, exist_ok=True)
         (path / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16}))
-        (path / "adapter_model.safetensors").write_bytes(b"")
+        a, b = (numpy.full(shape, 0.01 * (i + 1), dtype=numpy.float32) for shape in ((8, 4), (4, 8)))
+        save_file({f"{STANDIN_MODULE}.lora_A.weight": a, f"{STANDIN_MODULE}.lora_B.weight": b}, str(path / _WEIGHTS))
         entries.append({"name": f"a{i}", "path": str(path), "prompt": f"Adapter {i}, answer."})
     (folder / "adapters.json").write_text(json.dumps(entries))
     (folder / "prompts.json").write_text(json.dumps(["Say hello.", "Count to three.", "Name a colour."]))

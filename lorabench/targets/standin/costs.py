@@ -37,3 +37,5 @@ class Costs:
     plant_base_changed_by_lora: bool = False
     plant_batch_variance: bool = False
     plant_stale_after_eviction: bool = False
+    plant_prompt_logprobs_drop_lora: bool = False
+    plant_rank_padding: bool = False

@@ -16,7 +16,7 @@ from lorabench.config import EngineSpec
 from lorabench.targets import clock
 from lorabench.targets.failures import EngineDied
 from lorabench.targets.standin import planted
-from lorabench.targets.standin.adapter_cache import AdapterCache
+from lorabench.targets.standin.adapter_cache import AdapterCache, adapter_files
 from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.prefix_cache import Owner, PrefixCache
 from lorabench.targets.standin.scheduler import (
@@ -54,6 +54,8 @@ class Output:
     finished: bool
     metrics: Metrics
     num_cached_tokens: int = 0
+    # As vLLM's: one entry a prompt position (the first None) where the request asked for them.
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
 
 class StandInLLM:
@@ -68,7 +70,7 @@ class StandInLLM:
         stat_loggers: Sequence[Callable[..., Any]] = (),
     ) -> None:
         self.costs, self.max_num_seqs, self.weights = costs, max_num_seqs, weights
-        self.max_loras = spec.max_loras or 0
+        self.max_loras, self.max_lora_rank = spec.max_loras or 0, spec.max_lora_rank or 0
         self.lora_enabled = bool(spec.enable_lora)
         self.adapters = AdapterCache(costs, self.max_loras, spec.max_cpu_loras or 0)
         self.waiting: deque[Request] = deque()
@@ -155,9 +157,12 @@ class StandInLLM:
             block(self.costs.send_block_ms / 1000.0)
         salt = prompt.get("cache_salt") if isinstance(prompt, dict) else None
         prompt = list(prompt["prompt_token_ids"]) if isinstance(prompt, dict) else prompt
-        name = lora_request and lora_request.lora_name
+        of, rank = adapter_files(lora_request.lora_path) if lora_request else (None, None)
+        name = lora_request and (of or lora_request.lora_name)
         weights = self.weights.get(name, "") if lora_request else "base"
-        seen, seen_weights = planted.seen_as(self.costs, self.lora_enabled, lora_request, weights, prompt)
+        padded = rank is not None and rank < self.max_lora_rank
+        seen, seen_weights = planted.seen_as(self.costs, self.lora_enabled, lora_request, name, weights, prompt, params)
+        seen_weights += planted.padding(self.costs, padded)
         seed = hashlib.sha256(f"{seen}|{seen_weights}|{prompt}".encode()).digest()
         if self.kv.blocks_for(len(prompt) + params.max_tokens) > self.kv.total:
             raise ValueError(f"{len(prompt)} + {params.max_tokens} tokens do not fit the stand-in's KV cache")
@@ -268,6 +273,15 @@ class StandInLLM:
                     request.finished,
                     request.metrics,
                     request.cached_tokens or 0,
+                    _prompt_logprobs(request) if request.finished else None,
                 )
                 request.queue.put_nowait(output)
         return preempted
+
+
+def _prompt_logprobs(request: Request) -> list[dict[int, float] | None] | None:
+    """What vLLM's final output carries where the request asked for prompt logprobs: an entry a
+    prompt position, None for the first (no token before it), each the prompt's own token."""
+    if request.params.prompt_logprobs is None:
+        return None
+    return [None] + [{token: -1.0} for token in request.prompt[1:]]

@@ -14,7 +14,12 @@ planted bug changes what goes into the hash:
 - ``plant_batch_variance``: a LoRA request in a step beside a request of another adapter (or of
   none) takes each token from a wrong mapping;
 - ``plant_stale_after_eviction``: an adapter moved back into a device slot after it left one
-  answers with what the slot held before: otherwise each time it comes back.
+  answers with what the slot held before: otherwise each time it comes back;
+- ``plant_prompt_logprobs_drop_lora``: a LoRA request that asks for prompt logprobs loses its
+  LoRA and answers as the base model does, as a path that computes them apart would;
+- ``plant_rank_padding``: an adapter of a rank below ``max_lora_rank`` answers otherwise than
+  the same adapter padded to ``max_lora_rank`` (``lorabench.load.padded``), which a clean
+  stand-in answers as the adapter it pads.
 """
 
 from __future__ import annotations
@@ -22,22 +27,37 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from lorabench.targets.standin.scheduler import BLOCK_SIZE, LoraRef, Request
+from lorabench.targets.standin.scheduler import BLOCK_SIZE, LoraRef, Params, Request
 
 if TYPE_CHECKING:
     from lorabench.targets.standin.costs import Costs
 
 
 def seen_as(
-    costs: Costs, lora_enabled: bool, lora: LoraRef | None, weights: str, prompt: Sequence[int]
+    costs: Costs,
+    lora_enabled: bool,
+    lora: LoraRef | None,
+    name: str | None,
+    weights: str,
+    prompt: Sequence[int],
+    params: Params,
 ) -> tuple[str | None, str]:
-    """The adapter name and weights a request's answer is hashed from: its own, unless a
+    """The adapter name and weights a request's answer is hashed from: ``name`` (the adapter
+    ``lora`` answers as: itself, or the one it is a padded copy of) and its weights, unless a
     planted bug swaps them."""
     if lora is not None and costs.plant_no_effect and lora.lora_int_id % 2 == 0 and len(prompt) > BLOCK_SIZE:
         return None, "base"
+    if lora is not None and costs.plant_prompt_logprobs_drop_lora and params.prompt_logprobs is not None:
+        return None, "base"
     if lora is None and costs.plant_base_changed_by_lora and lora_enabled:
         return None, "base+lora-enabled"
-    return (lora.lora_name if lora else None), weights
+    return name, weights
+
+
+def padding(costs: Costs, padded: bool) -> str:
+    """What ``plant_rank_padding`` adds to the weights of an adapter whose rank is below the
+    engine's ``max_lora_rank``, as a kernel that reads the padded rows wrongly would."""
+    return "+padded" if costs.plant_rank_padding and padded else ""
 
 
 def taint(costs: Costs, request: Request, running: Sequence[Request], activations: Mapping[int, int]) -> bytes:

@@ -54,6 +54,7 @@ class Params:
     max_tokens: int
     stream: bool
     greedy: bool
+    prompt_logprobs: int | None = None
 
 
 @dataclass
