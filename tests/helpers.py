@@ -108,6 +108,7 @@ def make_row(**values: Any) -> ResultRow:
         "max_lora_rank": 16,
         "max_cpu_loras": 4,
         "rounds": 1,
+        "measured_s": 0.5,
         **{column: 1.5 for column in METRIC_COLUMNS},
         "baseline_e2e_ms": 1.0,
         "lora_overhead": 1.5,

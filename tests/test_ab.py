@@ -454,7 +454,7 @@ def test_the_session_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatc
     previous = json.dumps(record, indent=2)
     (out / "ab.json").write_text(previous)
     monkeypatch.setattr(runner, "_run_turn", lambda *args: 1.0)
-    run = lambda: runner._run_turns({BASE: None, NEW: None}, ["bench"], tmp_path / "c.json", out, 2, record)  # noqa: E731
+    run = lambda: runner._run_turns({BASE: None, NEW: None}, ["bench"], tmp_path / "c.json", out, record, None)  # noqa: E731
     if failure == "crash while writing":
         # Text that cannot be encoded: the write fails once the file is open, as a crash would.
         monkeypatch.setattr(record_module, "json", SimpleNamespace(dumps=lambda *args, **kwargs: '{"turns": [\udc80'))

@@ -1,11 +1,11 @@
 """An A/B turn whose cases failed with their rows written (a finding, pytest exit 1) finished;
-one whose case crashed, or any other exit, failed (lorabench.ab.runner._findings_only)."""
+one whose case crashed, or any other exit, failed (lorabench.ab.process.findings_only)."""
 
 from __future__ import annotations
 
 import pytest
 
-from lorabench.ab.runner import _findings_only
+from lorabench.ab.process import findings_only
 
 
 @pytest.mark.parametrize(
@@ -24,4 +24,4 @@ def test_a_turn_finished_only_where_every_case_that_ran_wrote_its_row(tmp_path, 
     result, log = tmp_path / "pair-000.csv", tmp_path / "pair-000-base.log"
     result.write_text("a,b\n" + "1,2\n" * rows)
     log.write_text(f"pytest ...\n{last}\n")
-    assert _findings_only(rc, result, log) is finished
+    assert findings_only(rc, result, log) is finished

@@ -167,6 +167,13 @@ def test_a_case_with_low_noise_stops_at_the_minimum_and_records_the_target_reach
     assert rows["precision_reached"].tolist() == [True] * 3
     assert (rows["precision_target_pct"] == 5).all() and (rows["precision_pct"] < 1).all()
     assert samples.groupby(["engine_id", "scenario"])["round"].nunique().tolist() == [3, 3, 3]
+    # The cost against a fixed max_rounds (6): each case at its own mean round, half the rounds.
+    result.stdout.fnmatch_lines(
+        [
+            "sequential stopping: 3 of 3 cases reached 5 %; 9 measured rounds of the 18 a fixed "
+            "6 a case would run, * s measured of about * s (50 %), no-LoRA baselines apart"
+        ]
+    )
 
 
 def per_round_values(samples: pd.DataFrame) -> list[dict[str, float]]:
@@ -190,6 +197,11 @@ def test_a_case_with_high_noise_runs_to_the_maximum_and_records_its_half_width(n
     assert verdict.rounds == 6 and row["precision_pct"] == pytest.approx(100 * verdict.half_width)
     assert row["precision_pct"] > 5
     assert row["e2e_ms"] == pytest.approx(samples.groupby("round")["batch_e2e_ms"].first().mean())
+    # Each headline metric's interval at the stopping look, and the rounds' measured seconds.
+    for metric, interval in verdict.intervals.items():
+        assert row[f"{metric}_ci_pct"] == pytest.approx(100 * interval.half_width)
+    assert row["measured_s"] == pytest.approx(samples.groupby("round")["batch_e2e_ms"].first().sum() / 1000)
+    result.stdout.fnmatch_lines(["sequential stopping: 0 of 1 cases reached 5 %; 6 measured rounds of the 6 *(100 %)*"])
 
 
 def test_without_a_target_rows_are_unchanged(noisy):
@@ -203,3 +215,6 @@ def test_without_a_target_rows_are_unchanged(noisy):
     figures = ["e2e_ms", "ttft_ms", "decode_ms", "baseline_e2e_ms", "lora_overhead", "output_tokens_per_s"]
     assert plain[figures].to_dict("records") == met[figures].to_dict("records")
     assert plain.columns.tolist() == met.columns.tolist()
+    # Without a target, the fixed rounds' intervals (one look), from the rounds the samples file recorded.
+    fixed = Design.fixed(3).judge(per_round_values(plain_samples)).interval_fields()
+    assert plain[list(fixed)].iloc[0].to_dict() == pytest.approx(fixed) and all(v > 0 for v in fixed.values())

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -35,7 +33,9 @@ from lorabench.ab.plan import (
     make_side,
     pytest_command,
 )
+from lorabench.ab.process import findings_only, last_line, wait
 from lorabench.ab.record import finished_turns, note, write_record
+from lorabench.ab.sequential import Looks
 from lorabench.analysis.compare.options import add_compare_arguments
 from lorabench.results.progress import duration
 from lorabench.results.provenance import PAIR_ENV
@@ -74,6 +74,11 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
             help=f"environment variable for the {side} side",
         )
     parser.add_argument("--pairs", type=int, default=DEFAULT_PAIRS, help=f"pairs of turns (default {DEFAULT_PAIRS})")
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="look after each pair from the third and stop once the verdict is decided; --pairs is the most",
+    )
     parser.add_argument("--config", default="config/common.json", help="the benchmark configuration both sides run")
     parser.add_argument("--out", required=True, help="folder for both sides' result files, logs and the comparison")
     parser.add_argument(
@@ -104,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.resume:
             record["turns"] = finished_turns(out, record)
-        _run_turns(sides, pytest_args, config, out, args.pairs, record)
+        _run_turns(sides, pytest_args, config, out, record, Looks(out, args, record) if args.sequential else None)
     except ABError as exc:
         print(f"lorabench ab: {exc}", file=sys.stderr)
         return 2
@@ -199,18 +204,24 @@ def _versions(sides: dict[str, Side]) -> dict[str, str]:
 
 
 def _run_turns(
-    sides: dict[str, Side], pytest_args: list[str], config: Path, out: Path, pairs: int, record: dict
+    sides: dict[str, Side], pytest_args: list[str], config: Path, out: Path, record: dict, looks: Looks | None
 ) -> None:
+    """Every turn not run yet, the record written after each; with ``looks``, a look after each
+    pair completed, which may stop the session."""
     (out / "logs").mkdir(parents=True, exist_ok=True)
     done = {turn["pair"] for turn in record["turns"]}
-    turns = [(pair, name) for pair, name in alternation(pairs) if pair not in done]
-    print(f"lorabench ab: {len(turns)} turns of {pairs} pairs to run, into {out}", file=sys.stderr)
+    turns = [(pair, name) for pair, name in alternation(record["pairs"]) if pair not in done]
+    print(f"lorabench ab: {len(turns)} turns of {record['pairs']} pairs to run, into {out}", file=sys.stderr)
     spent = 0.0
     for number, (pair, name) in enumerate(turns, 1):
         seconds = _run_turn(sides[name], pair, pytest_args, config, out)
         spent += seconds
         record["turns"].append({"pair": pair, "side": name, "seconds": round(seconds, 1)})
+        # A pair's two turns run back to back (alternation; a half-done pair runs again whole).
+        stop = looks is not None and number % 2 == 0 and looks.after(len(done) + number // 2, spent / number * 2)
         write_record(out / "ab.json", record)
+        if stop:
+            return
         left = spent / number * (len(turns) - number)
         where = f"turn {number}/{len(turns)}: pair {pair} {name}"
         print(f"lorabench ab: {where}, {seconds:.0f} s; about {duration(left)} to go", file=sys.stderr)
@@ -229,49 +240,18 @@ def _run_turn(side: Side, pair: int, pytest_args: list[str], config: Path, out: 
     with log.open("w", encoding="utf-8") as sink:
         sink.write(" ".join(command) + "\n")
         sink.flush()
-        rc = _wait(subprocess.Popen(command, cwd=side.folder, env=env, stdout=sink, stderr=subprocess.STDOUT))
-    if rc and not _findings_only(rc, running / f"{name}.csv", log):
-        reason = _last_line(log)
+        rc = wait(subprocess.Popen(command, cwd=side.folder, env=env, stdout=sink, stderr=subprocess.STDOUT))
+    if rc and not findings_only(rc, running / f"{name}.csv", log):
+        reason = last_line(log)
         if rc in PYTEST_USAGE and pair == 0:
             raise ABError(f"the {side.name} side's pytest stopped (exit {rc}): {reason}; see {log}")
         raise TurnFailed(f"pair {pair}, {side.name} side: pytest exit {rc}: {reason}; see {log}", side.name)
     if rc:
-        print(f"lorabench ab: pair {pair}, {side.name}: {_last_line(log)}: its rows are compared", file=sys.stderr)
+        print(f"lorabench ab: pair {pair}, {side.name}: {last_line(log)}: its rows are compared", file=sys.stderr)
     for path in running.iterdir():
         path.rename(out / side.name / path.name)
     running.rmdir()
     return time.monotonic() - started
-
-
-def _findings_only(rc: int, result: Path, log: Path) -> bool:
-    """A turn whose failed cases wrote their rows (a breach an isolation canary found: pytest
-    exit 1) finished: the comparison judges its findings (as ``bisect --kind isolation`` asks).
-    Not where a case crashed (one row fewer than pytest's passed and failed) or any error."""
-    counts = dict((k, int(n)) for n, k in re.findall(r"(\d+) (passed|failed|errors?)\b", _last_line(log)))
-    if rc != 1 or not result.is_file() or "error" in counts or "errors" in counts or not counts.get("failed"):
-        return False
-    with result.open(encoding="utf-8") as rows:
-        written = sum(1 for _ in rows) - 1
-    return written == counts.get("passed", 0) + counts["failed"]
-
-
-def _wait(process: subprocess.Popen) -> int:
-    """The turn's exit status. On Ctrl-C the turn gets SIGINT too (or is sent it) and is
-    given time to shut its engine down, so no engine process outlives the session."""
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        raise
-
-
-def _last_line(log: Path) -> str:
-    lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
-    return lines[-1].strip("= ") if lines else "no output"
 
 
 def _compare(out: Path, args: argparse.Namespace) -> int:
@@ -287,7 +267,8 @@ def _compare(out: Path, args: argparse.Namespace) -> int:
 
     try:
         threshold, per_metric = parse_thresholds(args.threshold)
-        result = compare_pairs(out / BASE, out / NEW, threshold=threshold, per_metric=per_metric, alpha=args.alpha)
+        alpha = Looks(out, args, {}).alpha if getattr(args, "sequential", False) else args.alpha  # the looks' level
+        result = compare_pairs(out / BASE, out / NEW, threshold=threshold, per_metric=per_metric, alpha=alpha)
     except CompareError as exc:
         print(f"lorabench ab: nothing to compare: {exc}", file=sys.stderr)
         return 2

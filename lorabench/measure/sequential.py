@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lorabench.measure.latency import RoundSample
+from lorabench.results.schema import ResultRow
 
 ALPHA = 0.05
 # The batch cases' headline metrics with a value per round: the round's e2e, and the mean
@@ -85,6 +86,10 @@ class Verdict:
     def reached(self) -> bool:
         return self.half_width is not None and self.half_width <= self.target
 
+    def interval_fields(self) -> dict[str, float]:
+        """Each judged headline metric's half-width, %, as the row's ``<metric>_ci_pct``."""
+        return {f"{metric}_ci_pct": 100.0 * i.half_width for metric, i in self.intervals.items()}
+
     def fields(self) -> dict[str, float | bool | None]:
         """The row's columns: the target and the achieved half-width in percent, and whether it was reached."""
         width = self.half_width
@@ -136,6 +141,30 @@ class Design:
                 intervals[metric] = interval
         return Verdict(len(rounds), self.target, intervals)
 
+    @classmethod
+    def fixed(cls, rounds: int) -> Design:
+        """One look at ``rounds``, with no target: a fixed number of rounds' 95 % intervals."""
+        return cls(math.inf, (rounds,))
+
     def stops(self, verdict: Verdict | None) -> bool:
         """Whether the case stops at this verdict: the target reached, or the last look."""
         return verdict is not None and (verdict.reached or verdict.rounds >= self.max_rounds)
+
+
+def cost_line(rows: Sequence[ResultRow], max_rounds: int) -> str | None:
+    """What sequential stopping spent against a fixed design of ``max_rounds`` for every case
+    (the rounds the target would otherwise need: a fixed count reaches it only at the last look):
+    the rounds and measured seconds each would take, each case's rounds at its own mean
+    duration. None where no case had a target."""
+    cases = [r for r in rows if r.precision_target_pct is not None and r.measured_s and r.rounds]
+    if not cases:
+        return None
+    run, fixed = sum(r.rounds for r in cases), max_rounds * len(cases)
+    spent = sum(r.measured_s for r in cases)
+    would = sum(r.measured_s / r.rounds * max_rounds for r in cases)
+    reached = sum(bool(r.precision_reached) for r in cases)
+    return (
+        f"sequential stopping: {reached} of {len(cases)} cases reached {cases[0].precision_target_pct:g} %; "
+        f"{run} measured rounds of the {fixed} a fixed {max_rounds} a case would run, {spent:.1f} s measured "
+        f"of about {would:.1f} s ({100 * spent / would:.0f} %), no-LoRA baselines apart"
+    )

@@ -8,6 +8,7 @@ import contextlib
 import pytest
 
 from lorabench.config.target import URL
+from lorabench.measure.sequential import cost_line
 from lorabench.measure.wallclock import BUILDS
 from lorabench.pytest_plugin.session import BenchState
 from lorabench.results.files import format_rank_summary, format_summary
@@ -41,6 +42,8 @@ def summary_lines(state: BenchState) -> list[str]:
         lines += state.fleet
     elif state.progress is not None:  # benchmark cases ran
         lines.append(state.clock.line("connections" if at_url else BUILDS))
+        if state.writer is not None and state.config is not None:  # what sequential stopping spent
+            lines += filter(None, [cost_line(state.writer.rows, state.config.matrix.rounds_at_most)])
     if state.rss_after_teardown and not at_url:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")

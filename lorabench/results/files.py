@@ -207,6 +207,7 @@ SUMMARY_COLUMNS = (
     ("prefill_ms_p50", "prefill p50 ms"),
     ("decode_ms_p50", "decode p50 ms"),
     ("e2e_ms", "e2e ms"),
+    ("e2e_ms_ci_pct", "± e2e %"),
     ("output_tokens_per_s", "out tok/s"),
     ("prefix_hit_rate", "prefix hit"),
     ("prefix_hit_rate_predicted", "predicted"),

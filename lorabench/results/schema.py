@@ -88,6 +88,11 @@ class ResultRow:
     precision_target_pct: float | None = column(PARAMETER, optional=True)
     precision_pct: float | None = column(METRIC, optional=True)
     precision_reached: bool | None = column(METRIC, optional=True)
+    # A batch case's 95 % intervals, relative half-widths, % (docs/metrics.md#intervals); its measured rounds' seconds.
+    e2e_ms_ci_pct: float | None = column(METRIC, optional=True)
+    ttft_ms_ci_pct: float | None = column(METRIC, optional=True)
+    decode_ms_ci_pct: float | None = column(METRIC, optional=True)
+    measured_s: float | None = column(METRIC, optional=True)
     tier: str | None = column(PARAMETER, key=True, optional=True)
     working_set: int | None = column(PARAMETER, key=True, optional=True)
     base_share: float | None = column(PARAMETER, key=True, optional=True)
@@ -95,8 +100,7 @@ class ResultRow:
     # A batch's shared prefix (matrix.shared_prefix_len and _share); blank where there is none.
     shared_prefix_len: int | None = column(PARAMETER, key=True, optional=True)
     shared_prefix_share: float | None = column(PARAMETER, key=True, optional=True)
-    # Adapter churn (scenario churn): load-or-unload operations a second, and how many adapters
-    # outside the trace's working set they cycle through.
+    # Adapter churn: load-or-unload operations a second, and adapters outside the trace's working set they cycle.
     churn_rate: float | None = column(PARAMETER, key=True, optional=True)
     churn_adapters: int | None = column(PARAMETER, key=True, optional=True)
 

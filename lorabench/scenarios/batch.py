@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 METRIC_COLUMNS = frozenset(
     col for name in (*PER_REQUEST_METRICS, "e2e_ms") for col in (name, *(f"{name}_p{p}" for p in PERCENTILES))
 ) | {"output_tokens_per_s"}
-COLUMNS = METRIC_COLUMNS | {"batch_size", "input_len", "output_len"}
+COLUMNS = METRIC_COLUMNS | {"batch_size", "input_len", "output_len", "measured_s"}
 LORA_COLUMNS = frozenset({"baseline_e2e_ms", "lora_overhead"})
 # Counted in vLLM's worker, by lorabench's extension: blank where the config brings its own.
 COUNTED_COLUMNS = frozenset({"timed_adapter_loads"})
@@ -38,6 +38,8 @@ SKEWED_COLUMNS = frozenset({"skew_alpha"})
 PREFIX_COLUMNS = frozenset({"shared_prefix_len", "shared_prefix_share"})
 # Sequential stopping (matrix.precision_pct, --bench-precision): blank without a target.
 PRECISION_COLUMNS = frozenset({"precision_target_pct", "precision_pct", "precision_reached"})
+# Each headline metric's interval where it could be judged (2 rounds at least, all positive).
+INTERVAL_COLUMNS = frozenset({"e2e_ms_ci_pct", "ttft_ms_ci_pct", "decode_ms_ci_pct"})
 
 
 def batch_sizes(file: ConfigFile) -> Parametrization:
@@ -177,6 +179,7 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
         "output_len": m.output_len,
         "num_adapters": len(batch.pool),
         "rounds": len(measured),
+        "measured_s": sum(elapsed for elapsed, _, _ in kept),
         "warmup_rounds": m.warmup_rounds if len(raw) > len(measured) else 0,
         **metrics,
     }
@@ -184,7 +187,10 @@ def run_batch(ctx: Context, engine: Engine, batch_size: int, workload: str | Non
     extra_info: dict[str, Any] = dict(metrics)
     if verdict is not None:
         fields.update(verdict.fields())
-        extra_info["intervals"] = {k: vars(i) for k, i in verdict.intervals.items()}
+    judged = verdict or Design.fixed(len(measured)).judge([round_values(r) for r in measured])
+    if judged is not None:  # the fixed design judges any count; a sequential verdict its own
+        fields.update(judged.interval_fields())
+        extra_info["intervals"] = {k: vars(i) for k, i in judged.intervals.items()}
     if workload is not None:
         baseline = baseline_e2e_ms(ctx, engine, batch, len(raw) - len(kept), len(kept))
         counts = [n for _, _, n in kept]

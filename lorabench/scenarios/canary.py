@@ -78,8 +78,15 @@ NOT_RUN = {
         "vllm serve's /v1/load_lora_adapter on every rank; the canaries build one engine per configuration"
     ),
     "spec_decode": (
-        "speculative decoding with LoRA (n-gram: reported upstream, vLLM #20284) needs a speculative_config "
-        "build of its own, which the canaries do not add"
+        "speculative decoding with LoRA (n-gram: reported upstream, vLLM #20284) is judged against plain "
+        "decoding, which needs a second build of the configuration with a speculative_config; the canaries add "
+        "no build of their own (vLLM 0.32's CPU backend does build n-gram speculation with LoRA)"
+    ),
+    "chunked_prefill": (
+        "a LoRA prompt prefilled in chunks against the same prompt unsplit: vLLM splits a prompt only past "
+        "max_num_batched_tokens (2048 for an in-process engine on the CPU, above max_model_len here), and "
+        "whether it split one in a busy step a client cannot see; a reference needs a second build with a "
+        "budget below the prompt, which the canaries do not add"
     ),
 }
 COLUMNS = frozenset({"canary_verdict", "canary_checked", "canary_failed", "canary_unjudged"})

@@ -13,6 +13,7 @@ from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 from lorabench.scenarios.batch import (
     COLUMNS,
     COUNTED_COLUMNS,
+    INTERVAL_COLUMNS,
     LORA_COLUMNS,
     MIXED_COLUMNS,
     PRECISION_COLUMNS,
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
 class MultiLora(Scenario):
     name = "multilora"
     columns = COLUMNS | LORA_COLUMNS
-    maybe_columns = MIXED_COLUMNS | SKEWED_COLUMNS | PREFIX_COLUMNS | COUNTED_COLUMNS | PRECISION_COLUMNS
+    maybe_columns = (
+        MIXED_COLUMNS | SKEWED_COLUMNS | PREFIX_COLUMNS | COUNTED_COLUMNS | PRECISION_COLUMNS | INTERVAL_COLUMNS
+    )
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         share = file.matrix.mixed_base_share

@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
-from lorabench.scenarios.batch import COLUMNS, PRECISION_COLUMNS, PREFIX_COLUMNS, batch_sizes, run_batch
+from lorabench.scenarios.batch import (
+    COLUMNS,
+    INTERVAL_COLUMNS,
+    PRECISION_COLUMNS,
+    PREFIX_COLUMNS,
+    batch_sizes,
+    run_batch,
+)
 
 if TYPE_CHECKING:
     from lorabench.config import ConfigFile
@@ -19,7 +26,7 @@ class NoLora(Scenario):
     needs_adapters = False
     needs = ("engine",)
     columns = COLUMNS
-    maybe_columns = PREFIX_COLUMNS | PRECISION_COLUMNS
+    maybe_columns = PREFIX_COLUMNS | PRECISION_COLUMNS | INTERVAL_COLUMNS
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         return [batch_sizes(file)]

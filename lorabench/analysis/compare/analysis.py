@@ -73,6 +73,10 @@ class Finding:
     p_value: float | None  # t-test on the draws' log values, before adjustment
     p_adjusted: float | None  # Benjamini-Hochberg over every tested case-metric; decides the verdict
     verdict: str
+    # A/B pairs: the log ratio's standard error and degrees of freedom (a sequential session's
+    # bounds are read from them); None for runs compared build by build.
+    se: float | None = None
+    df: int | None = None
 
     @property
     def worse_pct(self) -> float:

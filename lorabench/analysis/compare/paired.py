@@ -165,7 +165,10 @@ def compare_paired_runs(
             limit = (per_metric or {}).get(metric, threshold) * 100.0
             means = (float(np.exp(b).mean()), float(np.exp(n).mean()))  # over the pairs compared, as the ratio
             counts = (len(pairs), len(pairs))
-            findings.append(Finding(case_of(key), metric, *means, ratio, (ratio - 1) * 100, limit, counts, p, None, ""))
+            spread = {} if fit is None else {"se": fit.sd * fit.scale, "df": fit.df}
+            findings.append(
+                Finding(case_of(key), metric, *means, ratio, (ratio - 1) * 100, limit, counts, p, None, "", **spread)
+            )
     judge(findings, alpha)
     noise = {m: _pooled_noise(f) for m, f in fits.items() if f}
     result = Comparison(base, new, findings, noise=noise, **failures(base, new, threshold, per_metric, alpha))

@@ -1,0 +1,62 @@
+"""``lorabench ab --sequential``: after each pair from the third, the finished pairs are
+compared at the look's level and the session stops where its verdict is decided
+(``lorabench.analysis.compare.sequential`` has the design). What each look saw goes into the
+session's record (``ab.json``), and the stop says how many pairs it saved."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorabench.ab.kinds import found_in
+from lorabench.ab.plan import BASE, NEW
+from lorabench.analysis.compare.sequential import CLEARED, FIRST_LOOK, FOUND, decision, look_alpha, looks
+
+SAID = {
+    FOUND: "found what fails the session",
+    CLEARED: "no case-metric can be slower than its threshold",
+}
+
+
+@dataclass
+class Looks:
+    """The looks of one session: called with the number of complete pairs after each pair."""
+
+    out: Path
+    args: argparse.Namespace
+    record: dict
+
+    @property
+    def alpha(self) -> float:
+        return look_alpha(self.args.alpha, self.args.pairs)
+
+    def after(self, pairs: int, seconds_a_pair: float) -> bool:
+        """Whether the session stops after ``pairs`` complete pairs."""
+        if pairs < FIRST_LOOK or pairs >= self.args.pairs:
+            return False
+        from lorabench.analysis.compare import CompareError, compare_pairs, parse_thresholds
+
+        threshold, per_metric = parse_thresholds(self.args.threshold)
+        try:
+            result = compare_pairs(
+                self.out / BASE, self.out / NEW, threshold=threshold, per_metric=per_metric, alpha=self.alpha
+            )
+        except CompareError:
+            return False
+        found = sum(found_in(result).values())
+        decided = decision(result, found, self.alpha)
+        seen = self.record.setdefault("sequential", {"max_pairs": self.args.pairs, "looks": []})
+        seen["looks"].append({"pairs": pairs, "found": found, "decided": decided})
+        if decided is None:
+            return False
+        saved = self.args.pairs - pairs
+        seen.update(stopped_at=pairs, saved_pairs=saved, decided=decided)
+        print(
+            f"lorabench ab: decided after {pairs} of {self.args.pairs} pairs ({SAID[decided]}, each look at alpha "
+            f"{self.alpha:.3g} of {looks(self.args.pairs)} looks): {saved} pairs saved, about "
+            f"{saved * seconds_a_pair / 60:.0f} min",
+            file=sys.stderr,
+        )
+        return True
