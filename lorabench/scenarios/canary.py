@@ -74,8 +74,9 @@ NOT_RUN = {
         "empty); on a GPU or NPU the batch_invariance check runs on graph-mode engines (enforce_eager false)"
     ),
     "dp_runtime_loading": (
-        "adapters loaded at run time into a data-parallel deployment need data_parallel_size 2 or more and "
-        "vllm serve's /v1/load_lora_adapter on every rank; the canaries build one engine per configuration"
+        "adapters loaded at run time into a data-parallel deployment need a vllm serve with data_parallel_size "
+        "2 or more and its /v1/load_lora_adapter; in process the canaries build one engine. "
+        "scripts/dp_runtime_loading.sh runs the class by hand on the CPU"
     ),
     "spec_decode": (
         "speculative decoding with LoRA (n-gram: reported upstream, vLLM #20284) is judged against plain "
