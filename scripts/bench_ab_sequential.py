@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def session(seed: int, pairs: int, factor: float, turn_sd: float, drift: float, threshold: float) -> dict:
     """One simulated session, judged both ways: exit 1 or not, and the pairs each ran."""
     sys.path.insert(0, str(ROOT))
-    from lorabench.ab.kinds import found_in
+    from lorabench.ab.sequential import needing_no_test
     from lorabench.analysis.compare.paired import compare_paired_runs
     from lorabench.analysis.compare.sequential import FIRST_LOOK, decision, look_alpha
     from tests.test_ab import session_runs
@@ -41,7 +41,7 @@ def session(seed: int, pairs: int, factor: float, turn_sd: float, drift: float, 
     alpha = look_alpha(ALPHA, pairs)
     for n in range(FIRST_LOOK, pairs + 1):
         result = compare_paired_runs(*runs(n), threshold=threshold, alpha=alpha)
-        decided = decision(result, sum(found_in(result).values()), alpha)
+        decided = decision(result, needing_no_test(result), alpha)
         if decided is not None or n == pairs:
             break
     return {"fixed": bool(fixed.failed), "seq": bool(result.failed), "pairs": n, "decided": decided or "undecided"}

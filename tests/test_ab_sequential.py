@@ -6,10 +6,12 @@ sessions, are scripts/bench_ab_sequential.py's (the lab log)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 
 from lorabench.ab.plan import BASE, NEW
+from lorabench.analysis.compare.analysis import REGRESSED, Finding
 from lorabench.analysis.compare.paired import compare_paired_runs, pair_files
 from lorabench.analysis.compare.sequential import CLEARED, FOUND, decision, look_alpha, worse_bound_pct
 from tests.test_ab import ab_args, run_ab, session_runs, write_fake_python
@@ -65,3 +67,68 @@ def test_the_looks_split_alpha_and_a_bound_reads_the_bad_direction():
     (slower_tps,) = [f for f in result.findings if f.metric == "output_tokens_per_s"][:1]
     assert worse_bound_pct(faster, 0.05) < -15, "20 % faster: its bound on the slower side is far below 0"
     assert worse_bound_pct(slower_tps, 0.05) < -15, "throughput up 25 %: higher is better, so that is better too"
+
+
+def test_a_near_threshold_slowdown_is_found_at_an_interim_look_only_once_its_lower_bound_is_past():
+    """REGRESSED on its estimate (12 % slower, significant) is not enough to stop early: its
+    lower bound at alpha / looks must be past the 10 % threshold too."""
+    alpha = look_alpha(0.05, 8)
+
+    def looked(ratio):
+        f = Finding(
+            {"case": "c"},
+            "e2e_ms",
+            1.0,
+            ratio,
+            ratio,
+            (ratio - 1) * 100,
+            10.0,
+            (5, 5),
+            0.001,
+            0.001,
+            REGRESSED,
+            se=0.03,
+            df=3,
+        )
+        return SimpleNamespace(findings=[f], capacity_bounds=[]), f
+
+    near, f = looked(1.12)
+    assert worse_bound_pct(f, alpha, upper=False) < 10 < worse_bound_pct(f, alpha)
+    assert decision(near, 0, alpha) is None, "neither past the threshold nor cleared of it"
+    clear, f = looked(1.5)
+    assert worse_bound_pct(f, alpha, upper=False) > 10 and decision(clear, 0, alpha) == FOUND
+    held, _ = looked(1.0)
+    held.findings[0].verdict = "within"
+    held.capacity_bounds.append(SimpleNamespace(change=0))
+    assert decision(held, 0, alpha) is None, "a capacity its bounds cannot tell blocks clearing"
+
+
+def test_resume_keeps_a_decided_session_and_refuses_another_design(tmp_path, monkeypatch):
+    fake, out = write_fake_python(tmp_path), tmp_path / "ab"
+    assert run_ab(*ab_args(fake, out, 8, "--sequential", "--new-env", "FAKE_SCALE=1.5")).returncode == 1
+    again = run_ab(*ab_args(fake, out, 8, "--sequential", "--resume", "--new-env", "FAKE_SCALE=1.5"))
+    assert again.returncode == 1 and "decided after 3 pairs already" in again.stderr
+    assert sorted(pair_files(out / NEW)) == [0, 1, 2], "no pair run after the decision"
+    assert json.loads((out / "ab.json").read_text())["sequential"]["stopped_at"] == 3, "the looks kept"
+    for change in (["--resume"], ["--sequential", "--resume", "--alpha", "0.1"]):
+        refused = run_ab(
+            *ab_args(fake, out, 8 if change != ["--resume"] else 8, *change, "--new-env", "FAKE_SCALE=1.5")
+        )
+        assert refused.returncode == 2 and "--resume: the design is" in refused.stderr, refused.stderr
+    refused = run_ab(*ab_args(fake, out, 10, "--sequential", "--resume", "--new-env", "FAKE_SCALE=1.5"))
+    assert refused.returncode == 2 and "'pairs': 10" in refused.stderr, "more pairs: other looks"
+
+
+def test_the_final_comparison_of_a_sequential_session_is_at_the_looks_level(tmp_path, monkeypatch):
+    import lorabench.analysis.compare as compare
+
+    levels, real = [], compare.compare_pairs
+
+    def spy(*args, **kwargs):
+        levels.append(kwargs["alpha"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare, "compare_pairs", spy)
+    fake, out = write_fake_python(tmp_path), tmp_path / "ab"
+    assert run_ab(*ab_args(fake, out, 8, "--sequential", "--new-env", "FAKE_SCALE=1.5")).returncode == 1
+    assert levels == [0.05 / 6, 0.05 / 6], "the look at pair 3, then the session's comparison"

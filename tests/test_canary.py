@@ -97,16 +97,24 @@ def logprobs(config, costs, seed):
     return judge_prompt_logprobs(got, raised)
 
 
-def padding(config, costs, seed):
+@pytest.fixture(scope="module")
+def mixed_ranks(tmp_path_factory):
+    """6 adapters of ranks 8 and 16 in turn: rank_padding pads a0 and a2, a1 and a3 fill the slots."""
+    path = write_config(tmp_path_factory.mktemp("ranks"), adapters=6, ranks=(8, 16), engine={"max_lora_rank": 16})
+    return resolve_config(path, read_config_file(path), needs_lora=True)
+
+
+def padding(config, costs, seed, mixed_ranks):
     def send(engine, ask):
-        pairs = [(padded_adapter(a, 8), padded_adapter(a, 16)) for a in config.adapters[:2]]
+        low = [a for a in mixed_ranks.adapters if a.rank == 8][:2]
+        pairs = [(padded_adapter(a, 8), padded_adapter(a, 16)) for a in low]
         for pair in pairs:
             for copy in pair:
                 engine.register(copy)
-        canary.rank_padding(ask, pairs)
+        canary.rank_padding(ask, pairs, [a for a in mixed_ranks.adapters if a.rank == 16][:2])
         return {padded.name: a.name for a, padded in pairs}
 
-    got, padded_of = answers(config, costs, RANK16, seed, send)
+    got, padded_of = answers(mixed_ranks, costs, RANK16, seed, send)
     return judge_rank_padding(got, padded_of)
 
 
@@ -117,21 +125,27 @@ CHECKS = {
     "swap_eviction": (swap, Costs(plant_stale_after_eviction=True), 2),
     "prompt_logprobs": (logprobs, Costs(plant_prompt_logprobs_drop_lora=True), 4),
     "rank_padding": (padding, Costs(plant_rank_padding=True), 4),
+    "rank_padding, stale rows": (padding, Costs(plant_stale_rows=True), 4),
 }
 
 
+def judged(check, config, costs, seed, mixed_ranks):
+    judge = CHECKS[check][0]
+    return judge(config, costs, seed, mixed_ranks) if judge is padding else judge(config, costs, seed)
+
+
 @pytest.mark.parametrize("check", CHECKS)
-def test_each_planted_bug_is_caught_in_20_of_20_seeds(config, check):
-    judge, planted, checked = CHECKS[check]
-    verdicts = [judge(config, planted, seed) for seed in SEEDS]
+def test_each_planted_bug_is_caught_in_20_of_20_seeds(config, mixed_ranks, check):
+    _, planted, checked = CHECKS[check]
+    verdicts = [judged(check, config, planted, seed, mixed_ranks) for seed in SEEDS]
     assert [v.word for v in verdicts] == [FAILS] * 20
     assert all(v.checked == checked and not v.unjudged for v in verdicts), verdicts[0]
 
 
 @pytest.mark.parametrize("check", CHECKS)
-def test_a_clean_stand_in_passes_every_check_in_20_of_20_seeds(config, check):
-    judge, _, checked = CHECKS[check]
-    verdicts = [judge(config, Costs(), seed) for seed in SEEDS]
+def test_a_clean_stand_in_passes_every_check_in_20_of_20_seeds(config, mixed_ranks, check):
+    _, _, checked = CHECKS[check]
+    verdicts = [judged(check, config, Costs(), seed, mixed_ranks) for seed in SEEDS]
     assert [(v.word, v.checked, v.failed, v.unjudged) for v in verdicts] == [(PASSES, checked, [], [])] * 20
 
 
@@ -210,11 +224,11 @@ def test_prompt_logprobs_fails_a_changed_answer_a_short_count_and_a_crash_and_tr
         record(step="logprobs", adapter="a0", prompt=0, digest="a00", prompt_token_ids=ids, prompt_logprobs="2"),
         record(step="logprobs", adapter="a1", prompt=0, digest="moved", prompt_token_ids=ids, prompt_logprobs="3"),
     ]
-    crash = ["a2 on prompt 0 with prompt_logprobs=1 raised RuntimeError: boom"]
+    crash = [("a2", "a2 on prompt 0 with prompt_logprobs=1 raised RuntimeError: boom")]
     verdict = judge_prompt_logprobs(alone + asked, crash)
     assert (verdict.word, verdict.checked) == (FAILS, 3)
     assert verdict.failed == [
-        crash[0],
+        crash[0][1],
         "a0 asked for prompt 0's logprobs and got 2 of its 3 positions",
         "a1 answers prompt 0 [1 2] and [1 2] when it asks for prompt logprobs",
     ]
@@ -224,10 +238,14 @@ def test_prompt_logprobs_fails_a_changed_answer_a_short_count_and_a_crash_and_tr
     verdict = judge_prompt_logprobs(alone + base_moved, [])
     assert (verdict.word, verdict.checked, len(verdict.unjudged)) == (NOT_JUDGED, 0, 1)
     assert "not an adapter's doing" in verdict.unjudged[0]
+    base_crash = [("", "the base model on prompt 0 with prompt_logprobs=1 raised ValueError: no")]
+    verdict = judge_prompt_logprobs(alone + asked, base_crash + crash)
+    assert (verdict.word, verdict.checked, len(verdict.unjudged)) == (NOT_JUDGED, 0, 3), "the base model's own error"
+    assert verdict.unjudged[0].startswith("a0 on prompt 0: the base model on prompt 0 with prompt_logprobs=1 raised")
 
 
-def test_rank_padding_names_the_adapter_its_padded_copy_the_prompt_and_both_answers(config):
-    failed = padding(config, Costs(plant_rank_padding=True), 0).failed
+def test_rank_padding_names_the_adapter_its_padded_copy_the_prompt_and_both_answers(config, mixed_ranks):
+    failed = padding(config, Costs(plant_rank_padding=True), 0, mixed_ranks).failed
     assert failed[0].startswith("a0~r8 (padded by vLLM) answers prompt 0 [")
     assert "] and a0~r16 (padded by lorabench) [" in failed[0]
 
@@ -240,3 +258,53 @@ def test_rank_padding_leaves_a_pair_that_answers_as_the_base_model_to_no_effect(
     assert (verdict.word, verdict.unjudged) == (NOT_JUDGED, ["a0~r16 answer prompt 0 as the base model does"])
     verdict = judge_rank_padding([base, own, record(**{**padded.__dict__, "digest": "y"})], {"a0~r16": "a0~r8"})
     assert (verdict.word, verdict.checked, len(verdict.failed)) == (FAILS, 1, 1)
+
+
+def test_prompt_logprobs_runs_in_process_only(config):
+    """vLLM refuses prompt_logprobs on a streamed completion, and lorabench's HTTP requests
+    stream: over HTTP the check skips, rather than fail on the server's refusal."""
+    from types import SimpleNamespace
+
+    from lorabench.scenarios.canary import _adapters
+
+    ctx = SimpleNamespace(config=config)
+    served = SimpleNamespace(target="url", spec=LORA)
+    with pytest.raises(pytest.skip.Exception, match="prompt_logprobs runs in process: vLLM refuses"):
+        _adapters(ctx, served, "prompt_logprobs")
+    assert len(_adapters(ctx, SimpleNamespace(target="inprocess", spec=LORA), "prompt_logprobs")) == 2
+
+
+def test_rows_a_higher_rank_left_show_only_where_the_slots_were_filled_first(mixed_ranks):
+    """Without fillers the copies go into slots no rank-16 adapter held: the stale rows the
+    plant leaves are not tried (the check says so on the terminal), and it passes."""
+
+    def send(engine, ask):
+        low = [a for a in mixed_ranks.adapters if a.rank == 8][:1]
+        pairs = [(padded_adapter(a, 8), padded_adapter(a, 16)) for a in low]
+        for copy in pairs[0]:
+            engine.register(copy)
+        canary.rank_padding(ask, pairs, [])
+        return {pairs[0][1].name: pairs[0][0].name}
+
+    with StandIn(Costs(plant_stale_rows=True), virtual_clock=True).engine(mixed_ranks, RANK16, "cpu", None) as engine:
+        ask = Asker(engine, canary.canary_prompts(engine, 0))
+        padded_of = send(engine, ask)
+    assert judge_rank_padding(ask.answers, padded_of).word == PASSES
+
+
+def test_an_adapters_request_that_raises_on_prompt_logprobs_is_a_finding_and_the_check_goes_on(config):
+    """The class's crash (vLLM #29955): each raising request one line of the failure."""
+    with StandIn(Costs(), virtual_clock=True).engine(config, LORA, "cpu", None) as engine:
+        real = engine.generate
+
+        def generate(prompts, adapters, output_len, **kwargs):
+            if kwargs.get("prompt_logprobs") is not None and adapters[0] is not None:
+                raise RuntimeError("boom")
+            return real(prompts, adapters, output_len, **kwargs)
+
+        engine.generate = generate
+        ask = Asker(engine, canary.canary_prompts(engine, 0))
+        raised = canary.prompt_logprobs(ask, list(config.adapters[:2]))
+    verdict = judge_prompt_logprobs(ask.answers, raised)
+    assert (verdict.word, verdict.checked, len(verdict.failed)) == (FAILS, 4, 4), "2 adapters, 2 prompts"
+    assert verdict.failed[0] == "a0 on prompt 0 with prompt_logprobs=1 raised RuntimeError: boom"

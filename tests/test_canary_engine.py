@@ -50,7 +50,7 @@ def test_the_canaries_judge_every_check_on_real_cpu_engines(tmp_path_factory):
         "batch_invariance": 9,  # base, 1 adapter (max_loras 1), base: alone, mixed, base-only
         "swap_eviction": 8,  # 2 first, 2 repeats, 2 evictors (1 slot), 2 after
         "prompt_logprobs": 12,  # the base model and 2 adapters on 2 prompts, without and with
-        "rank_padding": 10,  # the base model, the 2 rank-8 adapters at 8 and padded to 16, on 2 prompts
+        "rank_padding": 18,  # on 2 prompts: the base model; 2 rank-8 adapters at 8 and 16, each after 1 filler
     }
     asked = answers[answers["step"] == "logprobs"]
     assert (asked["prompt_logprobs"] == asked["prompt_token_ids"].str.split().str.len()).all(), "one a position"

@@ -26,8 +26,8 @@ LORA_BUILD = "loras2-rank16-cpu4-build0"
 
 def run_canaries(pytester, costs, *args):
     pytester.makepyfile(test_bench_canary=(ROOT / "bench" / "test_canary.py").read_text())
-    # Rank-8 adapters at max_lora_rank 16: rank_padding has adapters to pad.
-    config = write_config(pytester.path / "run", adapters=6, engine={"max_lora_rank": 16})
+    # Ranks 8 and 16 in turn at max_lora_rank 16: rank_padding has adapters to pad and to fill slots with.
+    config = write_config(pytester.path / "run", adapters=6, ranks=(8, 16), engine={"max_lora_rank": 16})
     plugin = StandIn(costs, virtual_clock=True)
     result = pytester.runpytest(
         "--bench-config", str(config), "-p", "no:cacheprovider", "-rfs", *args, plugins=[plugin]
@@ -66,7 +66,7 @@ def test_a_clean_engine_passes_every_check_and_names_the_rest(pytester):
         "batch_invariance": 12,  # 4 requests alone, in the mixed batch, in its base-only control
         "swap_eviction": 10,  # 2 first, 2 repeats, 4 evictors in 2 waves (2 slots), 2 after
         "prompt_logprobs": 12,  # the base model and 2 adapters on 2 prompts, without and with
-        "rank_padding": 10,  # the base model, 2 adapters at their rank and padded to 16, on 2 prompts
+        "rank_padding": 26,  # on 2 prompts: the base model; 2 adapters at 8 and at 16, each after 2 fillers
     }
     asked = answers[answers["step"] == "logprobs"]
     assert (asked["prompt_logprobs"] == 32).all(), "every prompt position's, in process"
@@ -84,7 +84,7 @@ def test_a_planted_bug_fails_its_checks_case_only_with_every_answer_kept(pyteste
     judged = rows.set_index(["engine_id", "workload"])
     assert judged.loc[(LORA_BUILD, check), "canary_verdict"] == "FAILS"
     assert (judged["canary_verdict"] != "FAILS").sum() == len(CLASSES)
-    assert len(answers) == 58, "every answer kept, the failing case's among them"
+    assert len(answers) == 74, "every answer kept, the failing case's among them"
 
 
 def test_the_canaries_add_no_build_to_a_run_with_the_baselines_and_the_batches(pytester):

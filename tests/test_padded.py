@@ -76,3 +76,10 @@ def test_a_copy_at_the_adapters_own_rank_keeps_its_tensors_and_config(tmp_path):
     assert torch.equal(tensors[f"{MODULE}.lora_A.weight"], a) and torch.equal(tensors[f"{MODULE}.lora_B.weight"], b)
     assert json.loads((copy.path / "adapter_config.json").read_text()) == {"r": 4, "lora_alpha": 8}
     assert copy.name == "a0~r4" and copy.path != padded_adapter(original, 16).path
+
+
+def test_an_adapter_without_lora_alpha_is_refused(tmp_path):
+    original, _, _ = adapter(tmp_path / "a0")
+    (tmp_path / "a0" / "adapter_config.json").write_text(json.dumps({"r": 4}))
+    with pytest.raises(CannotPad, match="no lora_alpha, which vLLM needs"):
+        padded_adapter(original, 16)

@@ -21,6 +21,12 @@ def finished_turns(out: Path, record: dict) -> list[dict]:
     for key in ("config", "pytest_args"):
         if earlier.get(key) != record[key]:
             raise ABError(f"--resume: {key} is {record[key]!r}, the session in {out} ran {earlier.get(key)!r}")
+    # A sequential session's looks were made at alpha / looks: its design may not change midway.
+    then = earlier.get("design", {"sequential": False})
+    if then != record["design"]:
+        raise ABError(f"--resume: the design is {record['design']}, the session in {out} ran {then}")
+    if "sequential" in earlier:
+        record["sequential"] = earlier["sequential"]
     if earlier.get("config_sha256", record["config_sha256"]) != record["config_sha256"]:
         raise ABError(
             f"--resume: {record['config']} changed since the session in {out} ran it; its pairs would mix two "

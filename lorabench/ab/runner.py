@@ -99,6 +99,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     pytest_args = _selection(args.pytest_args)
     record = {"pytest_args": pytest_args, "config": str(config), "pairs": args.pairs, "turns": []}
+    record["design"] = Looks.design(args)
     record["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()
     record["sides"] = {
         s.name: {"python": str(s.python), "dir": str(s.folder), "env": s.env, "versions": versions[s.name]}
@@ -209,6 +210,9 @@ def _run_turns(
     """Every turn not run yet, the record written after each; with ``looks``, a look after each
     pair completed, which may stop the session."""
     (out / "logs").mkdir(parents=True, exist_ok=True)
+    if "stopped_at" in record.get("sequential", {}):
+        print(f"lorabench ab: decided after {record['sequential']['stopped_at']} pairs already", file=sys.stderr)
+        return
     done = {turn["pair"] for turn in record["turns"]}
     turns = [(pair, name) for pair, name in alternation(record["pairs"]) if pair not in done]
     print(f"lorabench ab: {len(turns)} turns of {record['pairs']} pairs to run, into {out}", file=sys.stderr)

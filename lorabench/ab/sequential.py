@@ -10,14 +10,23 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lorabench.ab.kinds import found_in
+from lorabench.ab.kinds import SLOWDOWN, found_in
 from lorabench.ab.plan import BASE, NEW
+from lorabench.analysis.compare.analysis import Comparison
 from lorabench.analysis.compare.sequential import CLEARED, FIRST_LOOK, FOUND, decision, look_alpha, looks
 
 SAID = {
     FOUND: "found what fails the session",
     CLEARED: "no case-metric can be slower than its threshold",
 }
+
+
+def needing_no_test(result: Comparison) -> int:
+    """The comparison's findings that a look takes as they are: every kind but the timings'
+    slowdowns, which ``decision`` judges on their bounds; collapsed capacities and capacities
+    that regressed on their intervals (judged on intervals already)."""
+    found = sum(n for kind, n in found_in(result).items() if kind != SLOWDOWN)
+    return found + len(result.capacity_collapses) + sum(b.change < 0 for b in result.capacity_bounds)
 
 
 @dataclass
@@ -27,6 +36,14 @@ class Looks:
     out: Path
     args: argparse.Namespace
     record: dict
+
+    @staticmethod
+    def design(args: argparse.Namespace) -> dict:
+        """What a session's record keeps of its design, which ``--resume`` may not change: a
+        sequential session's looks, their level and thresholds; nothing of a fixed one's."""
+        if not args.sequential:
+            return {"sequential": False}
+        return {"sequential": True, "pairs": args.pairs, "alpha": args.alpha, "threshold": list(args.threshold)}
 
     @property
     def alpha(self) -> float:
@@ -45,7 +62,7 @@ class Looks:
             )
         except CompareError:
             return False
-        found = sum(found_in(result).values())
+        found = needing_no_test(result)
         decided = decision(result, found, self.alpha)
         seen = self.record.setdefault("sequential", {"max_pairs": self.args.pairs, "looks": []})
         seen["looks"].append({"pairs": pairs, "found": found, "decided": decided})

@@ -36,7 +36,9 @@ class CannotPad(ValueError):
 
 def padded_config(config: dict, rank: int) -> dict:
     """``adapter_config.json`` of the adapter padded to ``rank``: ``r`` and ``lora_alpha`` changed."""
-    r, alpha = int(config["r"]), config.get("lora_alpha", config["r"])
+    r, alpha = int(config["r"]), config.get("lora_alpha")
+    if alpha is None:
+        raise CannotPad("its adapter_config.json gives no lora_alpha, which vLLM needs")
     if rank == r:
         return config
     if config.get("use_rslora"):
@@ -78,8 +80,11 @@ def padded_adapter(adapter: Adapter, rank: int) -> Adapter:
 
 def _write_padded(source: Path, out: Path, r: int, rank: int) -> None:
     """Every A tensor ``[r, in]`` with zero rows to ``rank``, every B ``[out, r]`` with zero columns."""
-    import torch
-    from safetensors.torch import load_file, save_file
+    try:
+        import torch
+        from safetensors.torch import load_file, save_file
+    except ImportError as exc:  # an install for HTTP targets only has no torch
+        raise CannotPad(f"padding needs torch here: {exc}") from None
 
     padded = {}
     for name, tensor in load_file(str(source)).items():

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from lorabench.config.target import INPROCESS
 from lorabench.load.workload import synthetic_prompt
-from lorabench.measure.canary_records import Asker
+from lorabench.measure.canary_records import BASE, Asker
 
 if TYPE_CHECKING:
     from lorabench.load.adapters import Adapter
@@ -44,7 +44,7 @@ PROMPT_LEN = 32
 PROMPT_SEED = 20261201
 BASE_STEP, ALONE, BATCHED, CONTROL = "base", "alone", "batched", "control"
 FIRST, REPEAT, EVICTOR, AFTER = "first", "repeat", "evictor", "after"
-LOGPROBS, PADDED = "logprobs", "padded"
+LOGPROBS, PADDED, FILL = "logprobs", "padded", "fill"
 # The prompt_logprobs check's adapters, and the top log probabilities it asks for at each position.
 LOGPROBS_ADAPTERS, LOGPROBS_TOP = 2, 1
 # Adapters the rank_padding check pads, at most.
@@ -104,10 +104,10 @@ def swap_eviction(engine: Engine, ask: Asker, target: Adapter, others: list[Adap
     return where
 
 
-def prompt_logprobs(ask: Asker, adapters: list[Adapter]) -> list[str]:
+def prompt_logprobs(ask: Asker, adapters: list[Adapter]) -> list[tuple[str, str]]:
     """Each prompt: the base model and each adapter alone, then again asking for prompt
-    logprobs. A request that raises is the class's other face (a crash, vLLM #29955): one line
-    each, returned for the verdict, and the check goes on."""
+    logprobs. A request that raises is the class's other face (a crash, vLLM #29955): returned
+    for the verdict as (its adapter, BASE for the base model; a line), and the check goes on."""
     raised = []
     for k in range(PROMPTS):
         for adapter in (None, *adapters):
@@ -116,17 +116,20 @@ def prompt_logprobs(ask: Asker, adapters: list[Adapter]) -> list[str]:
                 ask.alone(adapter, k, LOGPROBS, prompt_logprobs=LOGPROBS_TOP)
             except Exception as exc:  # noqa: BLE001 - any error of the engine's is the finding
                 name = adapter.name if adapter else "the base model"
-                raised.append(
-                    f"{name} on prompt {k} with prompt_logprobs={LOGPROBS_TOP} raised {type(exc).__name__}: {exc}"
-                )
+                line = f"{name} on prompt {k} with prompt_logprobs={LOGPROBS_TOP} raised {type(exc).__name__}: {exc}"
+                raised.append((adapter.name if adapter else BASE, line))
     return raised
 
 
-def rank_padding(ask: Asker, pairs: list[tuple[Adapter, Adapter]]) -> None:
-    """Each prompt: the base model alone (a copy that answers as it had no LoRA applied, which is
-    no_effect's to judge), each adapter's copy at its own rank alone, then its padded copy."""
+def rank_padding(ask: Asker, pairs: list[tuple[Adapter, Adapter]], fillers: list[Adapter]) -> None:
+    """Each prompt: the base model alone (a copy that answers as if no LoRA were applied, which
+    is no_effect's to judge), each adapter's copy at its own rank alone, then its padded copy;
+    before each copy, ``fillers`` (adapters of rank ``max_lora_rank``, one a slot) one token
+    each, so that the copy goes into a slot that held every row: rows a load leaves there show."""
     for k in range(PROMPTS):
         ask.alone(None, k, BASE_STEP)
         for adapter, padded in pairs:
-            ask.alone(adapter, k, ALONE)
-            ask.alone(padded, k, PADDED)
+            for copy, step in ((adapter, ALONE), (padded, PADDED)):
+                if fillers:
+                    ask.batch([(f, 0) for f in fillers], FILL, output_len=1)
+                ask.alone(copy, k, step)

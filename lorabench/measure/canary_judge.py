@@ -160,22 +160,29 @@ def judge_swap(answers: Sequence[CanaryRecord], evicted: str) -> Verdict:
     return Verdict(checked, failed, unjudged)
 
 
-def judge_prompt_logprobs(answers: Sequence[CanaryRecord], raised: Sequence[str]) -> Verdict:
+def judge_prompt_logprobs(answers: Sequence[CanaryRecord], raised: Sequence[tuple[str, str]]) -> Verdict:
     """Each adapter's answer when it asks for prompt logprobs against its answer without, and
-    the positions that came back against the prompt's (in process). A request that raised is a
-    finding. Where the base model's own answer changes when it asks, no adapter's is judged:
-    that is no LoRA's doing."""
+    the positions that came back against the prompt's (in process). An adapter's request that
+    raised is a finding. Where the base model's own request raised, or its answer changed when
+    it asked, no adapter's is judged: that is no LoRA's doing."""
     alone = {(a.adapter, a.prompt): a for a in answers if a.step == ALONE}
     asked = [a for a in answers if a.step == LOGPROBS]
     moved = [a for a in asked if a.adapter == BASE and a.digest != alone[(BASE, a.prompt)].digest]
     adapters = [a for a in asked if a.adapter != BASE]
-    if moved:
+    by_adapter = [line for name, line in raised if name != BASE]
+    base_raised = [line for name, line in raised if name == BASE]
+    if moved or base_raised:
         why = (
-            f"the base model answers prompt {moved[0].prompt} {ids(alone[(BASE, moved[0].prompt)])} and "
-            f"{ids(moved[0])} when it asks for prompt logprobs: not an adapter's doing"
+            base_raised[0]
+            if base_raised
+            else (
+                f"the base model answers prompt {moved[0].prompt} {ids(alone[(BASE, moved[0].prompt)])} and "
+                f"{ids(moved[0])} when it asks for prompt logprobs"
+            )
         )
-        return Verdict(len(raised), list(raised), [f"{a.adapter} on prompt {a.prompt}: {why}" for a in adapters])
-    failed = list(raised)
+        unjudged = [f"{a.adapter} on prompt {a.prompt}: {why}: not an adapter's doing" for a in adapters]
+        return Verdict(0, [], unjudged + [f"{line}: not an adapter's doing" for line in by_adapter])
+    failed = list(by_adapter)
     for a in adapters:
         ref, positions = alone[(a.adapter, a.prompt)], len(a.prompt_token_ids.split())
         if a.digest != ref.digest:
@@ -187,7 +194,7 @@ def judge_prompt_logprobs(answers: Sequence[CanaryRecord], raised: Sequence[str]
                 f"{a.adapter} asked for prompt {a.prompt}'s logprobs and got {a.prompt_logprobs} of its "
                 f"{positions} positions"
             )
-    return Verdict(len(adapters) + len(raised), failed, [])
+    return Verdict(len(adapters) + len(by_adapter), failed, [])
 
 
 def judge_rank_padding(answers: Sequence[CanaryRecord], padded_of: Mapping[str, str]) -> Verdict:

@@ -151,20 +151,18 @@ class Design:
         return verdict is not None and (verdict.reached or verdict.rounds >= self.max_rounds)
 
 
-def cost_line(rows: Sequence[ResultRow], max_rounds: int) -> str | None:
-    """What sequential stopping spent against a fixed design of ``max_rounds`` for every case
-    (the rounds the target would otherwise need: a fixed count reaches it only at the last look):
-    the rounds and measured seconds each would take, each case's rounds at its own mean
-    duration. None where no case had a target."""
+def cost_line(rows: Sequence[ResultRow], fixed_rounds: int) -> str | None:
+    """What sequential stopping spent against the fixed design the run would have run without a
+    target (``matrix.rounds`` a case): the cases that reached it, the measured rounds and
+    seconds, each case's fixed rounds at its own mean round. None where no case had a target."""
     cases = [r for r in rows if r.precision_target_pct is not None and r.measured_s and r.rounds]
     if not cases:
         return None
-    run, fixed = sum(r.rounds for r in cases), max_rounds * len(cases)
     spent = sum(r.measured_s for r in cases)
-    would = sum(r.measured_s / r.rounds * max_rounds for r in cases)
+    fixed = sum(r.measured_s / r.rounds * fixed_rounds for r in cases)
     reached = sum(bool(r.precision_reached) for r in cases)
     return (
-        f"sequential stopping: {reached} of {len(cases)} cases reached {cases[0].precision_target_pct:g} %; "
-        f"{run} measured rounds of the {fixed} a fixed {max_rounds} a case would run, {spent:.1f} s measured "
-        f"of about {would:.1f} s ({100 * spent / would:.0f} %), no-LoRA baselines apart"
+        f"sequential stopping: {reached} of {len(cases)} cases reached {cases[0].precision_target_pct:g} %, in "
+        f"{sum(r.rounds for r in cases)} measured rounds ({fixed_rounds} a case without a target): {spent:.1f} s "
+        f"measured against about {fixed:.1f} s at the fixed rounds ({spent / fixed:.2f}x), no-LoRA baselines apart"
     )

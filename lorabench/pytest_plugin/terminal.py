@@ -43,7 +43,7 @@ def summary_lines(state: BenchState) -> list[str]:
     elif state.progress is not None:  # benchmark cases ran
         lines.append(state.clock.line("connections" if at_url else BUILDS))
         if state.writer is not None and state.config is not None:  # what sequential stopping spent
-            lines += filter(None, [cost_line(state.writer.rows, state.config.matrix.rounds_at_most)])
+            lines += filter(None, [cost_line(state.writer.rows, state.config.matrix.rounds)])
     if state.rss_after_teardown and not at_url:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")

@@ -171,7 +171,7 @@ def counted_by_rank(finished: object, arrival_s: object, warmup_s: object) -> bo
 class CanaryRecord:
     """One greedy answer of a canary, in the order sent."""
 
-    # base, alone, batched, control (a base-only batch), first, repeat, evictor, after, logprobs.
+    # base, alone, batched, control (a base-only batch), first, repeat, evictor, after, logprobs, fill, padded.
     step: str
     adapter: str  # BASE ("") for the base model
     prompt: int

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from lorabench.config.target import INPROCESS
 from lorabench.config.traces import length_limit
 from lorabench.load.padded import CannotPad, padded_adapter
 from lorabench.measure import canary as send
@@ -114,7 +115,8 @@ class Canary(Scenario):
             )
         ask = Asker(engine, send.canary_prompts(engine, ctx.config.matrix.seed))
         pairs = _padded_pairs(engine, adapters) if canary == RANK_PADDING else []
-        evicted, raised = _send(canary, engine, ask, adapters, pairs)
+        fillers = _fillers(ctx, engine) if canary == RANK_PADDING else []
+        evicted, raised = _send(canary, engine, ask, adapters, pairs, fillers)
         fields: dict[str, object] = {
             "workload": canary,
             "num_adapters": len(adapters),
@@ -165,6 +167,11 @@ def _adapters(ctx: Context, engine: Engine, canary: str) -> list[Adapter]:
     if canary == BATCH:
         return adapters[: min(CANARY_ADAPTERS, engine.spec.max_loras or 1)]
     if canary == PROMPT_LOGPROBS:
+        if engine.target != INPROCESS:
+            pytest.skip(
+                "prompt_logprobs runs in process: vLLM refuses prompt_logprobs on a streamed completion, and "
+                f"lorabench's requests to {engine.target} stream"
+            )
         return adapters[:LOGPROBS_ADAPTERS]
     if canary == RANK_PADDING:
         return _below_max_rank(ctx, engine, adapters)
@@ -175,7 +182,9 @@ def _below_max_rank(ctx: Context, engine: Engine, adapters: list[Adapter]) -> li
     """The adapters rank_padding pads: of a rank below ``max_lora_rank``; a skip where none is,
     or where the engine cannot load a copy at run time."""
     top = engine.spec.max_lora_rank
-    below = [a for a in adapters if top and a.rank and a.rank < top]
+    if not top:
+        pytest.skip(f"{ctx.config.path}: rank_padding pads to max_lora_rank, which the config leaves to vLLM")
+    below = [a for a in adapters if a.rank and a.rank < top]
     if not below:
         pytest.skip(
             f"{ctx.config.path}: rank_padding needs an adapter of a rank below max_lora_rank ({top}): the "
@@ -208,9 +217,25 @@ def _padded_pairs(engine: Engine, adapters: list[Adapter]) -> list[tuple[Adapter
     return pairs
 
 
+def _fillers(ctx: Context, engine: Engine) -> list[Adapter]:
+    """The config's adapters of rank ``max_lora_rank``, one a device slot (fewer if it has
+    fewer): what rank_padding fills the slots with before each copy. None: the slots' leftover
+    rows are not tried, which the terminal says."""
+    top, slots = engine.spec.max_lora_rank, engine.spec.max_loras or 1
+    full = [a for a in ctx.config.adapters if top and a.rank == top][:slots]
+    if not full and ctx.progress is not None:
+        ctx.progress(f"canary rank_padding on {engine.id}: no adapter of rank {top} fills the slots first")
+    return full
+
+
 def _send(
-    canary: str, engine: Engine, ask: Asker, adapters: list[Adapter], pairs: list[tuple[Adapter, Adapter]]
-) -> tuple[str, list[str]]:
+    canary: str,
+    engine: Engine,
+    ask: Asker,
+    adapters: list[Adapter],
+    pairs: list[tuple[Adapter, Adapter]],
+    fillers: list[Adapter],
+) -> tuple[str, list[tuple[str, str]]]:
     """Send ``canary``'s requests; what evicted the adapter (swap_eviction's findings say it),
     and the requests that raised (prompt_logprobs's findings)."""
     if canary == NO_EFFECT:
@@ -222,7 +247,7 @@ def _send(
     elif canary == PROMPT_LOGPROBS:
         return "", send.prompt_logprobs(ask, adapters)
     elif canary == RANK_PADDING:
-        send.rank_padding(ask, pairs)
+        send.rank_padding(ask, pairs, fillers)
     else:
         return send.swap_eviction(engine, ask, adapters[0], adapters[1:]), []
     return "", []

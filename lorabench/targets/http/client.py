@@ -109,12 +109,7 @@ def chunk_of(event: dict[str, Any]) -> Chunk:
 
 
 def completion_body(
-    model: str,
-    prompt: list[int] | str,
-    max_tokens: int,
-    temperature: float,
-    cache_salt: str | None = None,
-    prompt_logprobs: int | None = None,
+    model: str, prompt: list[int] | str, max_tokens: int, temperature: float, cache_salt: str | None = None
 ) -> dict[str, Any]:
     """A streamed completion of exactly ``max_tokens`` tokens, sampled as in process: every
     setting a server would otherwise take from the model's generation config is given."""
@@ -131,8 +126,6 @@ def completion_body(
     }
     if cache_salt is not None:
         body["cache_salt"] = cache_salt
-    if prompt_logprobs is not None:
-        body["prompt_logprobs"] = prompt_logprobs  # vLLM's extra field of the completions API
     return body
 
 
@@ -200,18 +193,12 @@ class Client:
         return status == 200
 
     async def complete(
-        self,
-        model: str,
-        prompt: list[int] | str,
-        max_tokens: int,
-        temperature: float,
-        cache_salt: str | None = None,
-        prompt_logprobs: int | None = None,
+        self, model: str, prompt: list[int] | str, max_tokens: int, temperature: float, cache_salt: str | None = None
     ) -> AsyncIterator[Chunk]:
         """Stream one completion of exactly ``max_tokens`` tokens; ``RequestFailed`` on an
         error status, an error event, or a stream that ends before it finished. A
         ``cache_salt`` keeps it off every cached prefix not salted alike (vLLM's API field)."""
-        body = completion_body(model, prompt, max_tokens, temperature, cache_salt, prompt_logprobs)
+        body = completion_body(model, prompt, max_tokens, temperature, cache_salt)
         try:
             async with self.session.post(self.url + "/v1/completions", json=body) as resp:
                 if resp.status != 200:

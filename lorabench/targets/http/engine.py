@@ -178,11 +178,9 @@ class HttpEngine(RuntimeLoras, Engine):
         except (OSError, ValueError, TypeError):
             return SYNTHETIC_TOKEN_LIMIT
 
-    def sampling_params(
-        self, max_tokens: int, *, stream: bool = False, greedy: bool = False, prompt_logprobs: int | None = None
-    ) -> HttpParams:
+    def sampling_params(self, max_tokens: int, *, stream: bool = False, greedy: bool = False) -> HttpParams:
         """Every request streams: a final-only output is the stream's last."""
-        return HttpParams(max_tokens, greedy, prompt_logprobs)
+        return HttpParams(max_tokens, greedy)
 
     @property
     def block_size(self) -> int:
@@ -203,9 +201,9 @@ class HttpEngine(RuntimeLoras, Engine):
         final ``usage`` count is in it. A failure ends the stream unfinished and is counted."""
         timing = ClientTiming(clock.now())
         counted, held, held_at, prompt_tokens = 0, None, None, len(prompt) if isinstance(prompt, list) else 0
-        temperature, cached, plp = 0.0 if params.greedy else 1.0, None, params.prompt_logprobs
+        temperature, cached = 0.0 if params.greedy else 1.0, None
         try:
-            async for chunk in self.client.complete(model, prompt, params.max_tokens, temperature, cache_salt, plp):
+            async for chunk in self.client.complete(model, prompt, params.max_tokens, temperature, cache_salt):
                 if chunk.count:
                     timing.first_token_ts = timing.first_token_ts or chunk.arrived
                     timing.last_token_ts = chunk.arrived
@@ -237,9 +235,12 @@ class HttpEngine(RuntimeLoras, Engine):
         cache_salt: str | None = None,
         prompt_logprobs: int | None = None,
     ) -> list[Any]:
-        """A batch's final outputs, each the whole completion; a failed request fails the batch."""
+        """A batch's final outputs, each the whole completion; a failed request fails the batch.
+        No ``prompt_logprobs``: vLLM refuses them on a streamed completion, and these stream."""
+        if prompt_logprobs is not None:
+            raise ValueError("prompt_logprobs over HTTP: vLLM refuses them on a streamed completion")
         failed = self.failed_requests
-        params = self.sampling_params(output_len, greedy=greedy, prompt_logprobs=prompt_logprobs)
+        params = self.sampling_params(output_len, greedy=greedy)
 
         async def one(prompt: Prompt, adapter: Adapter | None) -> HttpOutput | None:
             tokens, final = [], None

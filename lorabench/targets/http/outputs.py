@@ -14,7 +14,6 @@ UNKNOWN_TOKEN = -1
 class HttpParams:
     max_tokens: int
     greedy: bool
-    prompt_logprobs: int | None = None
 
 
 @dataclass

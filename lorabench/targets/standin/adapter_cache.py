@@ -23,8 +23,12 @@ class AdapterCache:
         self.disk_loads = 0
         self.cpu: OrderedDict[int, LoraRef] = OrderedDict()
         self.slots: OrderedDict[int, None] = OrderedDict()
-        # How many times each adapter has been moved into a slot (a planted bug reads it).
+        # How many times each adapter has been moved into a slot, and the rank of what its slot
+        # held before it (0: a slot never used), which planted bugs read; ranks of slots emptied.
         self.activations: Counter[int] = Counter()
+        self.slot_held: dict[int, int] = {}
+        self.ranks: dict[int, int] = {}
+        self.vacated: list[int] = []
 
     def to_slot(self, lora: LoraRef, active: set[int]) -> float:
         """Into a slot, read from disk first unless cached; the milliseconds it costs.
@@ -32,12 +36,13 @@ class AdapterCache:
         cached = lora.lora_int_id in self.cpu
         self.disk_loads += not cached
         cost = 0.0 if cached else self.costs.disk_load_ms
+        self.ranks[lora.lora_int_id] = adapter_files(lora.lora_path)[1] or 0
         self._cache(lora, active)
         return cost + self._activate(lora.lora_int_id, active)
 
     def remove(self, lora_id: int) -> bool:
         """Out of its slot and the cache; whether it was cached."""
-        self.slots.pop(lora_id, None)
+        self._vacate(lora_id)
         return self.cpu.pop(lora_id, None) is not None
 
     def forget(self, lora_id: int) -> None:
@@ -56,7 +61,8 @@ class AdapterCache:
             idle = next((i for i in self.slots if i not in active), None)
             if idle is None:
                 return self.costs.slot_load_ms
-            del self.slots[idle]
+            self._vacate(idle)
+        self.slot_held[lora_id] = self.vacated.pop() if self.vacated else 0
         self.slots[lora_id] = None
         self.activations[lora_id] += 1
         return self.costs.slot_load_ms
@@ -71,7 +77,12 @@ class AdapterCache:
             others = [i for i in self.cpu if i != lora.lora_int_id]
             victim = next((i for i in others if i not in active), others[0])
             del self.cpu[victim]
-            self.slots.pop(victim, None)
+            self._vacate(victim)
+
+    def _vacate(self, lora_id: int) -> None:
+        """Out of its slot, which keeps the rank it held for the next adapter moved into it."""
+        if self.slots.pop(lora_id, 0) is None:
+            self.vacated.append(self.ranks.get(lora_id, 0))
 
 
 @functools.cache

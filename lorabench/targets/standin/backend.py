@@ -140,9 +140,10 @@ class StandIn:
         return engine
 
 
-def write_config(folder: Path, *, adapters: int = 4, **sections: Any) -> Path:
-    """A config for the stand-in in ``folder`` (a model folder, ``adapters`` adapter folders
-    of rank 8, prompts), needing no model weights; ``sections`` replace or update its parts.
+def write_config(folder: Path, *, adapters: int = 4, ranks: Sequence[int] = (8,), **sections: Any) -> Path:
+    """A config for the stand-in in ``folder`` (a model folder, ``adapters`` adapter folders,
+    their ranks ``ranks`` in turn, prompts), needing no model weights; ``sections`` replace or
+    update its parts.
     Each adapter has one small A and B tensor of its own, which ``lorabench.load.padded`` can
     pad; the stand-in reads none of it."""
     from safetensors.numpy import save_file
@@ -155,8 +156,9 @@ def write_config(folder: Path, *, adapters: int = 4, **sections: Any) -> Path:
     for i in range(adapters):
         path = folder / "adapters" / f"a{i}"
         path.mkdir(parents=True, exist_ok=True)
-        (path / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16}))
-        a, b = (numpy.full(shape, 0.01 * (i + 1), dtype=numpy.float32) for shape in ((8, 4), (4, 8)))
+        r = ranks[i % len(ranks)]
+        (path / "adapter_config.json").write_text(json.dumps({"r": r, "lora_alpha": 2 * r}))
+        a, b = (numpy.full(shape, 0.01 * (i + 1), dtype=numpy.float32) for shape in ((r, 4), (4, r)))
         save_file({f"{STANDIN_MODULE}.lora_A.weight": a, f"{STANDIN_MODULE}.lora_B.weight": b}, str(path / _WEIGHTS))
         entries.append({"name": f"a{i}", "path": str(path), "prompt": f"Adapter {i}, answer."})
     (folder / "adapters.json").write_text(json.dumps(entries))

@@ -39,3 +39,4 @@ class Costs:
     plant_stale_after_eviction: bool = False
     plant_prompt_logprobs_drop_lora: bool = False
     plant_rank_padding: bool = False
+    plant_stale_rows: bool = False

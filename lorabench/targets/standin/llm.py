@@ -255,7 +255,7 @@ class StandInLLM:
         for request in list(self.running):
             preempted, request.preemptions = preempted + request.preemptions, 0
             index = len(request.tokens)
-            taint = planted.taint(self.costs, request, self.running, self.adapters.activations)
+            taint = planted.taint(self.costs, request, self.running, self.adapters)
             digest = hashlib.sha256(request.seed + index.to_bytes(4, "little") + taint).digest()
             request.tokens.append(int.from_bytes(digest[:4], "little") % VOCAB_SIZE)
             if index == 0:

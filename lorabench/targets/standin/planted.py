@@ -17,19 +17,24 @@ planted bug changes what goes into the hash:
   answers with what the slot held before: otherwise each time it comes back;
 - ``plant_prompt_logprobs_drop_lora``: a LoRA request that asks for prompt logprobs loses its
   LoRA and answers as the base model does, as a path that computes them apart would;
-- ``plant_rank_padding``: an adapter of a rank below ``max_lora_rank`` answers otherwise than
-  the same adapter padded to ``max_lora_rank`` (``lorabench.load.padded``), which a clean
-  stand-in answers as the adapter it pads.
+- ``plant_rank_padding``: an adapter of a rank below ``max_lora_rank`` is loaded into its slot
+  wrongly, as a load that scales it by the padded rank instead of its own, or copies its rows
+  to an offset, would: it answers otherwise than its copy padded by lorabench
+  (``lorabench.load.padded``), which has nothing to pad and which a clean stand-in answers as
+  the adapter it copies;
+- ``plant_stale_rows``: an adapter moved into a slot that held one of a higher rank keeps the
+  rows above its own rank that the last occupant left (a slot not reset before a load).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lorabench.targets.standin.scheduler import BLOCK_SIZE, LoraRef, Params, Request
 
 if TYPE_CHECKING:
+    from lorabench.targets.standin.adapter_cache import AdapterCache
     from lorabench.targets.standin.costs import Costs
 
 
@@ -56,17 +61,19 @@ def seen_as(
 
 def padding(costs: Costs, padded: bool) -> str:
     """What ``plant_rank_padding`` adds to the weights of an adapter whose rank is below the
-    engine's ``max_lora_rank``, as a kernel that reads the padded rows wrongly would."""
+    engine's ``max_lora_rank``: a load that pads it wrongly (module docstring)."""
     return "+padded" if costs.plant_rank_padding and padded else ""
 
 
-def taint(costs: Costs, request: Request, running: Sequence[Request], activations: Mapping[int, int]) -> bytes:
+def taint(costs: Costs, request: Request, running: Sequence[Request], slots: AdapterCache) -> bytes:
     """What a planted bug adds to the hash of a request's next token; nothing on a clean stand-in.
-    ``activations``: how many times each adapter has been moved into a device slot."""
+    ``slots``: how many times each adapter was moved into a device slot, what the slot held."""
     lora = request.lora
     if lora is None:
         return b""
-    added = b""
+    added, activations, own = b"", slots.activations, slots.ranks.get(lora.lora_int_id, 0)
+    if costs.plant_stale_rows and slots.slot_held.get(lora.lora_int_id, 0) > own:
+        added += b"rows above its rank left by the slot's last occupant"
     if costs.plant_batch_variance and any(r.lora_name != lora.lora_name for r in running):
         added += b"batch"
     moved_in = activations.get(lora.lora_int_id, 0)

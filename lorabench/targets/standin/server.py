@@ -209,8 +209,7 @@ class StandInServer:
             return web.json_response({"error": {"message": "injected failure", "code": 500}}, status=500)
         lora = None if model == BASE else self._lora(model, self.adapters[model], self.paths[model])
         prompt = body["prompt"] if isinstance(body["prompt"], list) else [3 + b for b in body["prompt"].encode()]
-        greedy = float(body.get("temperature", 1.0)) == 0.0
-        params = Params(int(body["max_tokens"]), True, greedy, body.get("prompt_logprobs"))
+        params = Params(int(body["max_tokens"]), True, float(body.get("temperature", 1.0)) == 0.0)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         request_id = f"cmpl-{next(self._ids)}"
