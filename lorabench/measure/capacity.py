@@ -54,6 +54,10 @@ MAX_STRETCH = 4.0
 # latency target, at the estimate's concurrency): capacity under a target is usually below it.
 FIRST_PROBE_SHARE = 0.5
 Z_95 = 1.959964
+# The edge's profile likelihood: the grid of edges (log rate) from this far below the lowest
+# probed rate to as far above the highest, and of attainment slopes; the chi-squared(1) cut.
+EDGE_SPAN, EDGE_GRID, SLOPE_GRID = 3.0, 601, 121
+CHI2_1_95 = 3.841459
 
 
 def wilson_interval(met: int, n: int, z: float = Z_95) -> tuple[float, float]:
@@ -178,6 +182,39 @@ class Search:
         """The lowest failing probe."""
         failed = [p for p in self.probes if p.failed]
         return min(failed, key=lambda p: p.rate) if failed else None
+
+
+def boundary_interval(probes: list[Probe]) -> tuple[float | None, float | None]:
+    """The SLO edge's 95 % profile-likelihood interval over the decided probes' requests.
+
+    Attainment is taken to fall with the rate as ``logit p(r) = logit(target) - b * log(r /
+    edge)``, b > 0: the edge is where it meets the target, and every probe's requests weigh in,
+    each a Bernoulli trial at its probe's rate. The interval is the edges whose likelihood,
+    maximised over b, is within ``chi2(1, 0.95) / 2`` of the best. A probe that left requests
+    unfinished (a queue that grew) bounds the edge from above, whatever its attainment. A side
+    the probes do not bound (every probe passed, or none did) is None."""
+    decided = [p for p in probes if p.decided]
+    counted = [p for p in decided if p.unfinished == 0]
+    overloaded = [p.rate for p in decided if p.unfinished > 0]
+    if not counted:
+        return None, (min(overloaded) if overloaded else None)
+    import numpy as np
+
+    rates = np.log([p.rate for p in counted])
+    met, n = np.array([p.met for p in counted], float), np.array([p.requests for p in counted], float)
+    edges = np.linspace(rates.min() - EDGE_SPAN, rates.max() + EDGE_SPAN, EDGE_GRID)
+    slopes = np.exp(np.linspace(math.log(0.05), math.log(200.0), SLOPE_GRID))
+    logit = math.log(counted[0].target / (1 - counted[0].target))
+    eta = logit - slopes[None, :, None] * (rates[None, None, :] - edges[:, None, None])
+    loglik = (met * -np.logaddexp(0, -eta) + (n - met) * -np.logaddexp(0, eta)).sum(axis=2).max(axis=1)
+    inside = edges[loglik >= loglik.max() - CHI2_1_95 / 2]
+    low = None if inside.min() <= edges[0] else float(math.exp(inside.min()))
+    high = None if inside.max() >= edges[-1] else float(math.exp(inside.max()))
+    if overloaded:
+        high = min(high if high is not None else math.inf, min(overloaded))
+    if low is not None and high is not None and low > high:  # the overload bound cuts it away
+        low = None
+    return low, high
 
 
 def next_rate(search: Search, limits: Limits) -> float | None:

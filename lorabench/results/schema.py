@@ -116,8 +116,7 @@ class ResultRow:
     trace_seed: int | None = column(TRACE, key=True, optional=True)
     # Requests arriving before this many seconds are left out of every online statistic.
     trace_warmup_s: float | None = column(TRACE, key=True, optional=True)
-    # An imported trace (lorabench trace import): its file's name and sha256, so compare
-    # pairs only replays of the same trace.
+    # An imported trace (lorabench trace import): its name and sha256 (compare pairs replays of one trace).
     trace_file: str | None = column(TRACE, optional=True)
     trace_sha256: str | None = column(TRACE, key=True, optional=True)
     # Seconds into the imported trace where the replayed window begins.
@@ -164,8 +163,7 @@ class ResultRow:
     lora_decode_ms: float | None = column(METRIC, optional=True)
     # Residency and working sets.
     disk_load_ms: float | None = column(METRIC, optional=True)
-    # Residency: a tier's request's TTFT less that of the same request sent again right
-    # after (its adapter then in a slot), median over pairs: the tier's cost, free of drift.
+    # Residency: a tier's TTFT less the same request's sent right after (in a slot), median over pairs.
     tier_extra_ttft_ms: float | None = column(METRIC, optional=True)
     # Working sets: timed_adapter_loads per timed request.
     load_share: float | None = column(METRIC, optional=True, engine_only=True)
@@ -221,11 +219,13 @@ class ResultRow:
     capacity_drain_s: float | None = column(CAPACITY, key=True, optional=True)
     # The highest rate probed: the config's max_rate, or what an imported trace's requests allow.
     capacity_max_rate: float | None = column(CAPACITY, key=True, optional=True)
-    # ...the closed-loop throughput the search started from, the highest passing and lowest
-    # failing rates, and the passing probe's attainment with its 95 % (Wilson) interval.
+    # ...the closed-loop estimate, the highest passing and lowest failing rates, the edge's 95 %
+    # interval over the probes (docs/capacity.md), the passing probe's attainment and its interval.
     estimate_rps: float | None = column(CAPACITY, optional=True)
     capacity_rps: float | None = column(CAPACITY, optional=True, better=HIGHER)
     capacity_over_rps: float | None = column(CAPACITY, optional=True)
+    capacity_ci_low_rps: float | None = column(CAPACITY, optional=True)
+    capacity_ci_high_rps: float | None = column(CAPACITY, optional=True)
     probes: int | None = column(CAPACITY, optional=True)
     attainment_at_capacity: float | None = column(CAPACITY, optional=True)
     attainment_ci_low: float | None = column(CAPACITY, optional=True)

@@ -44,7 +44,10 @@ class Capacity(Scenario):
     columns = (ONLINE_TRACE_COLUMNS - {"trace_rate"}) | SEARCH_COLUMNS
     # capacity_max_rate: blank when neither the config nor an imported trace bounds the rates.
     maybe_columns = (
-        AT_CAPACITY | TIMELINE_AT_CAPACITY | {"capacity_over_rps", "capacity_max_rate"} | MAYBE_TRACE_COLUMNS
+        AT_CAPACITY
+        | TIMELINE_AT_CAPACITY
+        | {"capacity_over_rps", "capacity_max_rate", "capacity_ci_low_rps", "capacity_ci_high_rps"}
+        | MAYBE_TRACE_COLUMNS
     )
 
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:

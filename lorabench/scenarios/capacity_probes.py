@@ -236,6 +236,7 @@ class Prober:
 
     def outcome(self, found: capacity.Search) -> Outcome:
         at, over = found.capacity, found.over
+        edge_low, edge_high = capacity.boundary_interval(found.probes)
         if self.ctx.progress and found.probes and found.probes[-1].void:
             self.ctx.progress(f"capacity {self.shape.shape_id}: search stopped, {found.stop}: no verdict at that rate")
         fields: dict[str, Any] = {
@@ -245,6 +246,8 @@ class Prober:
             "probes": len(found.probes),
             "search_stop": found.stop,
             "capacity_over_rps": over.rate if over else None,
+            "capacity_ci_low_rps": edge_low,
+            "capacity_ci_high_rps": edge_high,
         }
         if at is not None:
             low, high = at.interval
