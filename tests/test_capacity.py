@@ -454,6 +454,13 @@ def test_a_small_search_on_the_real_cpu_engine_for_both_configurations(pytester,
         passed, failed = mine[mine["passed"]], mine[mine["decided"] & ~mine["passed"]]
         assert not passed.empty and not failed.empty, f"{row['engine_id']}: {row['search_stop']}"
         assert row["capacity_rps"] == passed["rate"].max() < row["capacity_over_rps"] == failed["rate"].min()
+        # The edge's interval is the decided probes' profile likelihood, as the probes file has them.
+        decided = mine[mine["decided"]]
+        kept = [
+            capacity.Probe(r.rate, r.requests, r.met, r.unfinished, row["slo_target"]) for r in decided.itertuples()
+        ]
+        edge = tuple(math.nan if v is None else v for v in capacity.boundary_interval(kept))
+        assert (row["capacity_ci_low_rps"], row["capacity_ci_high_rps"]) == pytest.approx(edge, nan_ok=True)
     assert "capacity, small (4 adapters" in result.stdout.str() and "choose loras" in result.stdout.str()
     page = write_report([csv], tmp_path / "report")
     assert (page.parent / "capacity_knee.png").is_file() and (page.parent / "capacity.png").is_file()
