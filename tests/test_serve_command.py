@@ -29,14 +29,16 @@ def printed(capsys, *args: str) -> tuple[int, list[str]]:
 
 def test_the_command_is_the_configurations_server_and_the_pytest_line_selects_it(tiny_config, capsys, monkeypatch):
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     path = tiny_config(engine={"max_loras": [1, 2], "enforce_eager": True})
     status, (command, then) = printed(
         capsys, "--config", str(path), "--engine", "loras2-rank16-cpu4-eager", "--port", "9"
     )
     assert status == 0
     words = shlex.split(command)
-    assert words[:3] == [
+    assert words[:4] == [
         "VLLM_CPU_KVCACHE_SPACE=1",
+        "PYTHONHASHSEED=0",  # as the serve target runs it (engine_environment)
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1",
         "VLLM_WORKER_MULTIPROC_METHOD=spawn",
     ]

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from lorabench.config import ConfigError, engine_specs, read_config_file, resolve_config
-from lorabench.targets.engine_env import SPAWN
+from lorabench.targets.engine_env import SPAWN, engine_environment
 from lorabench.targets.vllm_args import engine_arg_names
 
 RUNTIME_API = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
@@ -45,7 +45,8 @@ def main(args: argparse.Namespace) -> int:
         return _refuse(f"{path} {said}: give --engine, one of {', '.join(specs)}")
     from lorabench.targets.http.serve import server_command  # aiohttp: only for the command that needs it
 
-    env = {**{k: str(v) for k, v in config.file.env.items()}, RUNTIME_API: "1"}
+    # The serve target's environment (engine_environment: the config's, hashes seeded), as it runs it.
+    env = {**engine_environment(config.file.env, "cpu"), RUNTIME_API: "1"}
     if SPAWN not in env and SPAWN not in os.environ:
         # The serve target sets it on an accelerator (a forked worker cannot start torch_npu
         # again); this process asks no device what it is, and spawn is safe on every one.
