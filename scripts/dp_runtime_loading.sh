@@ -22,11 +22,17 @@ print(a[0].path)
 PY
 )
 export VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
-python -m vllm.entrypoints.openai.api_server --model "$MODEL" --port "$PORT" --data-parallel-size "$DP" \
-    --enable-lora --max-loras 2 --max-lora-rank 16 --max-model-len 256 \
-    --max-num-seqs 8 --enforce-eager >"$LOG" 2>&1 &
+# A process group of its own, so that every process of the server goes with it at the end.
+setsid python -m vllm.entrypoints.openai.api_server --model "$MODEL" --port "$PORT" --data-parallel-size "$DP" \
+    --enable-lora --max-loras 2 --max-lora-rank 16 --max-model-len 256 --max-num-seqs 8 --enforce-eager \
+    >"$LOG" 2>&1 &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
+stop() {
+    kill -TERM -- "-$pid" 2>/dev/null
+    for _ in $(seq 1 30); do kill -0 -- "-$pid" 2>/dev/null || return; sleep 1; done
+    kill -KILL -- "-$pid" 2>/dev/null
+}
+trap stop EXIT
 for _ in $(seq 1 600); do
     curl -sf "localhost:$PORT/health" >/dev/null && break
     kill -0 $pid 2>/dev/null || { echo "the server exited: see $LOG"; exit 1; }
