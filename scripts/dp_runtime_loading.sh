@@ -46,7 +46,8 @@ ask "$MODEL" "base"
 curl -s -X POST "localhost:$PORT/v1/load_lora_adapter" -H 'Content-Type: application/json' \
     -d "{\"lora_name\": \"a0\", \"lora_path\": \"$ADAPTER\"}"
 echo
-for i in $(seq 1 12); do ask a0 "a0 #$i" & done
-wait
+asks=()
+for i in $(seq 1 12); do ask a0 "a0 #$i" & asks+=($!); done
+wait "${asks[@]}"  # not the server's job
 sleep 11  # one stats interval: each engine's line says whether it served
 grep -E "Engine 00[0-9]: Avg prompt throughput: [1-9]" "$LOG" | sed 's/.*\(Engine 00[0-9]\): \(Avg prompt throughput: [0-9.]* tokens\/s\).*/\1 served (\2)/' | sort -u
