@@ -37,6 +37,7 @@ from lorabench.ab.process import findings_only, last_line, wait
 from lorabench.ab.record import finished_turns, note, write_record
 from lorabench.ab.sequential import Looks
 from lorabench.analysis.compare.options import add_compare_arguments
+from lorabench.analysis.compare.sequential import look_alpha
 from lorabench.results.progress import duration
 from lorabench.results.provenance import PAIR_ENV
 
@@ -271,7 +272,8 @@ def _compare(out: Path, args: argparse.Namespace) -> int:
 
     try:
         threshold, per_metric = parse_thresholds(args.threshold)
-        alpha = Looks(out, args, {}).alpha if getattr(args, "sequential", False) else args.alpha  # the looks' level
+        sequential = getattr(args, "sequential", False)
+        alpha = look_alpha(args.alpha, args.pairs) if sequential else args.alpha  # the looks' level
         result = compare_pairs(out / BASE, out / NEW, threshold=threshold, per_metric=per_metric, alpha=alpha)
     except CompareError as exc:
         print(f"lorabench ab: nothing to compare: {exc}", file=sys.stderr)
