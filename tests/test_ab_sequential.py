@@ -132,3 +132,12 @@ def test_the_final_comparison_of_a_sequential_session_is_at_the_looks_level(tmp_
     fake, out = write_fake_python(tmp_path), tmp_path / "ab"
     assert run_ab(*ab_args(fake, out, 8, "--sequential", "--new-env", "FAKE_SCALE=1.5")).returncode == 1
     assert levels == [0.05 / 6, 0.05 / 6], "the look at pair 3, then the session's comparison"
+
+
+def test_a_case_metric_not_tested_on_pairs_neither_clears_nor_finds():
+    """One pair's case-metric has no spread (se None): no bound, so the look goes on."""
+    alpha = look_alpha(0.05, 8)
+    f = Finding({"case": "c"}, "e2e_ms", 1.0, 1.0, 1.0, 0.0, 10.0, (1, 1), None, None, "too few")
+    assert worse_bound_pct(f, alpha) is None and worse_bound_pct(f, alpha, upper=False) is None
+    assert decision(SimpleNamespace(findings=[f], capacity_bounds=[]), 0, alpha) is None
+    assert decision(SimpleNamespace(findings=[], capacity_bounds=[]), 0, alpha) is None, "nothing compared"

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lorabench.measure.sequential import HEADLINE, Design, looks
+from lorabench.measure.sequential import HEADLINE, Design, cost_line, looks
 from lorabench.pytest_plugin.options import parse_precision
 from lorabench.targets.standin import write_config
-from tests.helpers import ROOT, result_files
+from tests.helpers import ROOT, make_row, result_files
 
 PRECISION = ("precision_target_pct", "precision_pct", "precision_reached")
 
@@ -218,3 +218,10 @@ def test_without_a_target_rows_are_unchanged(noisy):
     # Without a target, the fixed rounds' intervals (one look), from the rounds the samples file recorded.
     fixed = Design.fixed(3).judge(per_round_values(plain_samples)).interval_fields()
     assert plain[list(fixed)].iloc[0].to_dict() == pytest.approx(fixed) and all(v > 0 for v in fixed.values())
+
+
+def test_one_round_or_a_nan_metric_gives_no_interval_and_no_target_gives_no_cost_line():
+    assert Design.fixed(1).judge([{"e2e_ms": 5.0, "ttft_ms": 1.0, "decode_ms": 1.0}]).interval_fields() == {}
+    rounds = [{"e2e_ms": 5.0, "ttft_ms": math.nan, "decode_ms": 1.0}, {"e2e_ms": 6.0, "ttft_ms": 2.0, "decode_ms": 1.1}]
+    assert set(Design.fixed(2).judge(rounds).interval_fields()) == {"e2e_ms_ci_pct", "decode_ms_ci_pct"}
+    assert cost_line([make_row(measured_s=1.0, rounds=2)], 2) is None, "no case had a target"
