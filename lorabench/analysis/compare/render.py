@@ -1,16 +1,15 @@
-"""Rendering a comparison: text and markdown tables, CSV, JSON, and the ratio plot."""
+"""Rendering a comparison: text and markdown tables, CSV and JSON (the ratio plot: ``ratio_plot``)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from lorabench.analysis.cases import METRICS, case_label
+from lorabench.analysis.cases import case_label
 from lorabench.analysis.compare.analysis import (
     IMPROVED,
     NOT_SIGNIFICANT,
@@ -21,9 +20,11 @@ from lorabench.analysis.compare.analysis import (
     Finding,
 )
 from lorabench.analysis.compare.capacity import CapacityBound
+from lorabench.analysis.compare.intervals import SideIntervals
 from lorabench.analysis.compare.load import rank_medians
 from lorabench.analysis.compare.noise import UNTESTABLE_PCT
 from lorabench.analysis.compare.paired import PAIRS
+from lorabench.analysis.compare.ratio_plot import plot  # noqa: F401  (the package's name for it, and show.py's)
 
 
 def _ordered(comparison: Comparison) -> list[tuple[str, list[Finding]]]:
@@ -46,13 +47,16 @@ MARKS = {
 }
 
 
-def cells(f: Finding) -> list[str]:
+def cells(f: Finding, shown: tuple[str, str] = ("", "")) -> list[str]:
+    """A finding's line; ``shown``: each side's own interval beside its figure (``intervals``)."""
     p = "" if f.p_adjusted is None else f"{f.p_adjusted:.3g}"
     return [
         case_label(f.case),
         f.metric,
         f"{f.base:.2f}",
+        shown[0],
         f"{f.new:.2f}",
+        shown[1],
         f"{f.ratio:.3f}",
         f"{f.change_pct:+.1f}%",
         p,
@@ -60,13 +64,29 @@ def cells(f: Finding) -> list[str]:
     ]
 
 
-HEADER = ["case", "metric", "base", "new", "ratio", "change", "p (BH)", "verdict"]
+HEADER = ["case", "metric", "base", "±", "new", "±", "ratio", "change", "p (BH)", "verdict"]
+INTERVALS = (3, 5)
+LEFT = (0, 1, *INTERVALS, 9)  # text, and each interval against its figure
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
-    fmt = lambda r: "  ".join(c.ljust(w) if i < 2 or i == 7 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    return [fmt(HEADER), "  ".join("-" * w for w in widths), *(fmt(r).rstrip() for r in rows)]
+def shown_columns(rows: list[list[str]]) -> list[int]:
+    """The columns a table shows: all but the intervals where no line has one (older files)."""
+    blank = not any(r[i] for r in rows for i in INTERVALS)
+    return [i for i in range(len(HEADER)) if not (blank and i in INTERVALS)]
+
+
+def _lines(c: Comparison, findings: list[Finding]) -> tuple[list[int], list[list[str]]]:
+    """The columns shown and a table's lines, header first; each side's interval beside its figure."""
+    ci = SideIntervals(c.base, c.new)
+    rows = [cells(f, ci.texts(f.case, f.metric)) for f in findings]
+    shown = shown_columns(rows)
+    return shown, [[r[i] for i in shown] for r in [HEADER, *rows]]
+
+
+def _table(shown: list[int], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(shown))]
+    fmt = lambda r: "  ".join(c.ljust(w) if shown[i] in LEFT else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return [fmt(rows[0]), "  ".join("-" * w for w in widths), *(fmt(r).rstrip() for r in rows[1:])]
 
 
 def preamble(c: Comparison) -> list[str]:
@@ -121,14 +141,17 @@ def _summary_line(c: Comparison) -> str:
     )
 
 
-def bound_line(b: CapacityBound) -> str:
-    """A capacity judged on its bounds, with both sides' intervals and the verdict's reason."""
+def bound_line(b: CapacityBound, edges: tuple[str, str] = ("", "")) -> str:
+    """A capacity judged on its bounds, with both sides' intervals and the verdict's reason;
+    ``edges``: each side's SLO edge interval, where its rows have one (``intervals``)."""
     head = {-1: "CAPACITY REGRESSED", 1: "capacity improved", 0: "capacity not shown"}[b.change]
-    return f"{head}: {b.case['workload']} {case_label(b.case)}: base {b.base}, new {b.new}: {b.why}"
+    base, new = (f"{side}{f' (SLO edge {edge})' if edge else ''}" for side, edge in zip((b.base, b.new), edges))
+    return f"{head}: {b.case['workload']} {case_label(b.case)}: base {base}, new {new}: {b.why}"
 
 
 def bound_lines(c: Comparison) -> list[str]:
-    return [bound_line(b) for b in c.capacity_bounds]
+    ci = SideIntervals(c.base, c.new)
+    return [bound_line(b, ci.texts(b.case, "capacity_rps")) for b in c.capacity_bounds]
 
 
 def failure_lines(c: Comparison) -> list[str]:
@@ -153,7 +176,7 @@ def _unmatched(c: Comparison) -> list[str]:
 def render_text(c: Comparison) -> str:
     lines = preamble(c)
     for workload, findings in _ordered(c):
-        lines += ["", f"workload: {workload}", *_table([cells(f) for f in findings])]
+        lines += ["", f"workload: {workload}", *_table(*_lines(c, findings))]
     lines += ["", *_unmatched(c), *bound_lines(c), *failure_lines(c), _summary_line(c)]
     return "\n".join(lines)
 
@@ -161,8 +184,9 @@ def render_text(c: Comparison) -> str:
 def render_markdown(c: Comparison) -> str:
     lines = [f"- {line}" for line in preamble(c)]
     for workload, findings in _ordered(c):
-        lines += ["", f"### {workload}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-        lines += ["| " + " | ".join(cells(f)) + " |" for f in findings]
+        header, *rows = _lines(c, findings)[1]
+        lines += ["", f"### {workload}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += ["", *(f"- {u}" for u in (*_unmatched(c), *bound_lines(c), *failure_lines(c))), "", _summary_line(c)]
     return "\n".join(lines)
 
@@ -234,51 +258,3 @@ def render_by_rank(c: Comparison) -> str:
 
 
 RENDERERS = {"text": render_text, "markdown": render_markdown, "csv": render_csv, "json": render_json}
-
-
-def plot(c: Comparison, out: Path) -> None:
-    """One panel per metric: the new/base ratio of every case, regressions in red."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.patches
-    import matplotlib.pyplot as plt
-
-    labels = sorted({f"{f.case['workload']} {case_label(f.case)}" for f in c.findings})
-    colors = {
-        REGRESSED: "tab:red",
-        IMPROVED: "tab:green",
-        NOT_SIGNIFICANT: "tab:orange",
-        TOO_FEW: "tab:orange",
-        WITHIN: "tab:gray",
-    }
-    # A panel for each metric compared: most scenarios fill only some (churn, capacity).
-    metrics = [m for m in METRICS if any(f.metric == m for f in c.findings)] or list(METRICS)[:1]
-    size = (4 * len(metrics), 0.35 * len(labels) + 1.5)
-    fig, axes = plt.subplots(1, len(metrics), figsize=size, sharey=True, squeeze=False)
-    axes = axes[0]
-    for ax, metric in zip(axes, metrics):
-        by_label = {f"{f.case['workload']} {case_label(f.case)}": f for f in c.findings if f.metric == metric}
-        ratios = [by_label[label].ratio if label in by_label else np.nan for label in labels]
-        ax.barh(
-            labels,
-            ratios,
-            color=[colors[by_label[label].verdict] if label in by_label else "white" for label in labels],
-        )
-        ax.axvline(1.0, color="black", linewidth=0.8)
-        ax.set_title(f"{metric} ({'higher' if METRICS[metric] else 'lower'} is better)", fontsize=9)
-        ax.set_xlabel("new / base")
-    axes[0].tick_params(axis="y", labelsize=7)
-    legend = [
-        (REGRESSED, "tab:red"),
-        (IMPROVED, "tab:green"),
-        ("past threshold, untested or not significant", "tab:orange"),
-        (WITHIN, "tab:gray"),
-    ]
-    fig.legend(
-        handles=[matplotlib.patches.Patch(color=c, label=t) for t, c in legend], loc="lower center", ncol=4, fontsize=8
-    )
-    fig.suptitle(f"{c.base.commit} -> {c.new.commit}", fontsize=10)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(out, dpi=120)
-    plt.close(fig)

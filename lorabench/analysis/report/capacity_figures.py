@@ -1,7 +1,7 @@
 """Figures of capacity searches: SLO attainment against the probed rate (where the knee is)
 and each configuration's capacity, a panel per trace shape and SLOs. Conventions as in
 ``figures``: a colour per engine configuration, a line style per run, error bars over
-builds."""
+builds; beside each capacity bar, its SLO edge's interval."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lorabench.analysis.compare.intervals import edge_hull
 from lorabench.analysis.recommend import shapes
 from lorabench.analysis.report.figures import STYLES, colors_for, pyplot, spread
 from lorabench.analysis.report.runs import ReportRun
@@ -79,6 +80,7 @@ def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:
             bars = ax.bar(x, y, 0.8 / len(runs), yerr=np.vstack([lo, hi]), capsize=3, label=run.label)
             overs = [np.nan if c["_unranked"].iloc[0] else c["capacity_over_rps"].min() for c in cases]
             ax.scatter(x, overs, marker="_", s=200, color="black")
+            _edges(ax, x + 0.2 / len(runs), cases)
             for bar, at, case in zip(bars, x, cases):
                 if case["_unranked"].iloc[0]:
                     ax.text(at, 0, case["_unranked"].iloc[0], rotation=90, ha="center", va="bottom", fontsize=8)
@@ -89,11 +91,23 @@ def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:
     for ax, label in zip(axes[:, 0], panels):
         ax.set_ylabel("requests/s within the SLOs")
         ax.set_title(
-            f"{label} (tick: lowest failing rate; hatched: a lower bound, the search not bracketed)", fontsize=9
+            f"{label}\n(tick: lowest failing rate; hatched: a lower bound, the search not bracketed; "
+            "grey: the SLO edge's 95 % interval)",
+            fontsize=9,
         )
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _edges(ax: Any, at: np.ndarray, cases: Sequence[pd.DataFrame]) -> None:
+    """Each configuration's SLO edge interval (``intervals.edge_hull``: the widest over its
+    builds), a grey band beside its bar: the bar's error bars already span the builds. Drawn
+    where the builds bound the edge above; an open low end is drawn from 0."""
+    for x, case in zip(at, cases):
+        hull = edge_hull(case)
+        if hull is not None and np.isfinite(hull[1]):
+            ax.vlines(x, hull[0], hull[1], color="grey", linewidth=4, alpha=0.6)
 
 
 def _judged(case: pd.DataFrame) -> pd.DataFrame:

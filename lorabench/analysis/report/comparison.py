@@ -7,18 +7,23 @@ import html
 from pathlib import Path
 
 from lorabench.analysis.compare import Comparison, plot
-from lorabench.analysis.compare.render import HEADER, MARKS, bound_lines, cells, failure_lines, preamble
+from lorabench.analysis.compare.intervals import SideIntervals
+from lorabench.analysis.compare.render import HEADER, MARKS, bound_lines, cells, failure_lines, preamble, shown_columns
 
 
 def write_comparison_report(c: Comparison, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plot(c, out / "ratios.png")
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
+    findings = sorted(c.findings, key=lambda f: -f.worse_pct)
+    ci = SideIntervals(c.base, c.new)
+    lines = [cells(f, ci.texts(f.case, f.metric)) for f in findings]
+    shown = shown_columns(lines)  # each side's interval beside its figure, where its rows have one
+    head = "".join(f"<th>{html.escape(HEADER[i])}</th>" for i in shown)
     rows = "".join(
         f"<tr class='{f.verdict.replace(' ', '-')}'>"
-        + "".join(f"<td>{html.escape(v)}</td>" for v in cells(f))
+        + "".join(f"<td>{html.escape(line[i])}</td>" for i in shown)
         + "</tr>"
-        for f in sorted(c.findings, key=lambda f: -f.worse_pct)
+        for f, line in zip(findings, lines)
     )
     notes = "".join(f"<li>{html.escape(line)}</li>" for line in preamble(c))
     # Capacity bounds, changed outputs, collapses, failed churn operations: as the text says them.

@@ -18,6 +18,7 @@ import pandas as pd
 from lorabench.analysis.cases import case_label, case_of
 from lorabench.analysis.compare.failures import CACHE_OFF, CACHING_CHANGED, CHURN, ISOLATION, RELOAD, Counted
 from lorabench.analysis.recommend import recommendations
+from lorabench.analysis.report.intervals import intervals_section
 from lorabench.analysis.report.runs import ReportRun
 
 TOP = 3  # the overheads named: enough to see a pattern, few enough to take in at a glance
@@ -137,14 +138,16 @@ def _run_items(run: ReportRun) -> str:
 
 
 def headline(runs: Sequence[ReportRun]) -> str:
-    """The page's first section, as HTML: for each run (headed by its label where there are
-    several), its largest overheads, the configuration to choose and its failed checks."""
+    """The page's first sections, as HTML: for each run (headed by its label where there are
+    several), its largest overheads, the configuration to choose and its failed checks; then
+    its headline figures with their intervals (``intervals``), before the provenance, as what a
+    reader weighs a figure by."""
     parts = ["<section id='headline'><h2>Headline</h2>"]
     for run in runs:
         if len(runs) > 1:
             parts.append(f"<h3>{html.escape(run.label)}</h3>")
         parts.append(f"<ul>{_run_items(run)}</ul>")
-    return "".join(parts) + "</section>"
+    return "".join(parts) + "</section>" + intervals_section(runs)
 
 
 def _filled(rows: pd.DataFrame, column: str) -> pd.DataFrame | None:
