@@ -123,7 +123,7 @@ CHECKS = {
     "base_changed": (base_changed, Costs(plant_base_changed_by_lora=True), 2),
     "batch_invariance": (batch, Costs(plant_batch_variance=True), 4),
     "swap_eviction": (swap, Costs(plant_stale_after_eviction=True), 2),
-    "prompt_logprobs": (logprobs, Costs(plant_prompt_logprobs_drop_lora=True), 4),
+    "prompt_logprobs": (logprobs, Costs(plant_prompt_logprobs_drop_lora=True), 8),  # 4 answers, 4 values
     "rank_padding": (padding, Costs(plant_rank_padding=True), 4),
     "rank_padding, stale rows": (padding, Costs(plant_stale_rows=True), 4),
 }
@@ -306,5 +306,8 @@ def test_an_adapters_request_that_raises_on_prompt_logprobs_is_a_finding_and_the
         ask = Asker(engine, canary.canary_prompts(engine, 0))
         raised = canary.prompt_logprobs(ask, list(config.adapters[:2]))
     verdict = judge_prompt_logprobs(ask.answers, raised)
-    assert (verdict.word, verdict.checked, len(verdict.failed)) == (FAILS, 4, 4), "2 adapters, 2 prompts"
+    assert (verdict.word, verdict.checked, len(verdict.failed)) == (FAILS, 8, 8), "2 adapters, 2 prompts, 2 asks"
     assert verdict.failed[0] == "a0 on prompt 0 with prompt_logprobs=1 raised RuntimeError: boom"
+    assert verdict.failed[1] == (
+        "a0 on prompt 0 teacher-forced on its answer with prompt_logprobs=1 raised RuntimeError: boom"
+    )

@@ -1,8 +1,8 @@
 """``pytest bench -k canary`` on real CPU engines: every check judged on vLLM's CPU backend, its
 answers kept. No real-engine session the other tests share runs the lora-off build at build 0
 with a LoRA configuration small enough to evict from (tests/engine_sessions.py), so this one
-runs its own, with the sessions' machinery: 2 builds (lora-off, loras1), a few greedy answers
-each.
+runs its own, with the sessions' machinery: 2 builds (lora-off, loras1) and the two variant
+builds of loras1 (n-gram speculation, chunked prefill), a few greedy answers each.
 
 What vLLM's CPU backend does on each check is what docs/canaries.md's detection matrix records;
 this test holds the scenario to its contract (a verdict per check, every answer kept, the rest
@@ -36,9 +36,20 @@ def test_the_canaries_judge_every_check_on_real_cpu_engines(tmp_path_factory):
     findings = [line for line in session.result.outlines if line.startswith("CANARY FAILS: ")]
     assert len(findings) == len(failed) == (rows["canary_verdict"] == "FAILS").sum(), failed
     assert (session.result.ret == 1) == bool(findings)
+    variants = {
+        "spec_decode": "loras1-rank16-cpu2-ngram-build0",
+        "chunked_prefill": "loras1-rank16-cpu2-chunked-build0",
+    }
     assert sorted(rows.index) == sorted(
-        [("lora-off-build0", "base_changed")] + [("loras1-rank16-cpu2-build0", check) for check in CLASSES]
+        [("lora-off-build0", "base_changed")]
+        + [("loras1-rank16-cpu2-build0", check) for check in CLASSES]
+        + [(build, check) for check, build in variants.items()]
     )
+    # Each variant build judged against the LoRA build's answers (the reference there), speculation drafting.
+    for check, build in variants.items():
+        assert rows.loc[("loras1-rank16-cpu2-build0", check), "canary_verdict"] == "reference"
+        assert rows.loc[(build, check), "canary_verdict"] in ("passes", "FAILS"), rows.loc[(build, check)]
+    assert "drafted no token" not in session.result.stdout.str()
     assert set(rows["canary_verdict"]) <= {"passes", "FAILS", "not judged", "reference"}
     assert rows.loc[("lora-off-build0", "base_changed"), "canary_verdict"] == "reference", "lora-off runs first"
     assert rows.loc[("loras1-rank16-cpu2-build0", "base_changed"), "canary_checked"] == 2, "judged against it"
@@ -49,10 +60,14 @@ def test_the_canaries_judge_every_check_on_real_cpu_engines(tmp_path_factory):
         "no_effect": 10,
         "batch_invariance": 9,  # base, 1 adapter (max_loras 1), base: alone, mixed, base-only
         "swap_eviction": 8,  # 2 first, 2 repeats, 2 evictors (1 slot), 2 after
-        "prompt_logprobs": 12,  # the base model and 2 adapters on 2 prompts, without and with
+        "prompt_logprobs": 22,  # the base model and 2 adapters on 2 prompts, without and with, teacher-forced
         "rank_padding": 18,  # on 2 prompts: the base model; 2 rank-8 adapters at 8 and 16, each after 1 filler
+        "spec_decode": 12,  # the base model and 2 adapters on 2 prompts, on the LoRA build and the n-gram one
+        "chunked_prefill": 12,  # the same on the LoRA build and the chunked one
     }
     asked = answers[answers["step"] == "logprobs"]
     assert (asked["prompt_logprobs"] == asked["prompt_token_ids"].str.split().str.len()).all(), "one a position"
+    # The values judged for both adapters on both prompts (the base control held, and each adapter told apart).
+    assert rows.loc[("loras1-rank16-cpu2-build0", "prompt_logprobs"), "canary_checked"] == 4 + 4
     for name in NOT_RUN:
         session.result.stdout.fnmatch_lines([f"SKIPPED * {name}: *"])

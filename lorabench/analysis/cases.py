@@ -37,6 +37,7 @@ def case_label(case: dict[str, str]) -> str:
         case.get("enforce_eager"),
         case.get("graph_config"),
         case.get("enable_prefix_caching"),
+        case.get("engine_variant"),
     )
     if case.get("trace_suite"):
         churn = f" churn{case['churn_rate']}" if case.get("churn_rate") else ""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lorabench.config.schema import LORA_KEYS, PREFIX_CACHING, ConfigFile, Matrix
+from lorabench.config.variants import variant_kwargs
 from lorabench.load.adapters import Adapter
 from lorabench.load.workload import Shape
 from lorabench.results import graph
@@ -31,6 +32,8 @@ class EngineSpec:
     enforce_eager: bool | None = None
     graph_config: str | None = None
     enable_prefix_caching: bool = False
+    # A variant build (lorabench.config.variants): "" for the configuration's own.
+    engine_variant: str = ""
     # Which of the run's builds of this configuration (matrix.builds) this is.
     build: int = 0
 
@@ -44,6 +47,7 @@ class EngineSpec:
             self.enforce_eager,
             self.graph_config,
             self.enable_prefix_caching,
+            self.engine_variant,
         )
 
     @property
@@ -90,10 +94,13 @@ def graph_modes(file: ConfigFile) -> list[tuple[bool | None, str | None]]:
     ]
 
 
-def engine_specs(file: ConfigFile, *, with_lora_off: bool, builds: int = 1) -> list[EngineSpec]:
+def engine_specs(
+    file: ConfigFile, *, with_lora_off: bool, builds: int = 1, variants: tuple[str, ...] = ()
+) -> list[EngineSpec]:
     """The cross product of the graph modes, prefix caching and the LoRA knobs (and
     ``lora-off`` first in each mode if asked), ``builds`` times over, build-major: a
-    configuration's builds are spread over the run."""
+    configuration's builds are spread over the run. Then each of ``variants`` of the first LoRA
+    configuration, built once (``lorabench.config.variants``)."""
     configurations = []
     lists = [as_list(getattr(file.engine, key)) for key in LORA_KEYS]
     caching = as_list(file.engine.enable_prefix_caching)
@@ -103,7 +110,9 @@ def engine_specs(file: ConfigFile, *, with_lora_off: bool, builds: int = 1) -> l
             configurations.append(EngineSpec(False, **mode))
         for loras, rank, cpu in itertools.product(*lists):
             configurations.append(EngineSpec(True, loras, rank, cpu if cpu is not None else loras, **mode))
-    return [EngineSpec(**{**s.__dict__, "build": b}) for b in range(builds) for s in configurations]
+    specs = [EngineSpec(**{**s.__dict__, "build": b}) for b in range(builds) for s in configurations]
+    first = next((s for s in specs if s.enable_lora), None)
+    return specs + [EngineSpec(**{**first.__dict__, "engine_variant": v}) for v in variants if first is not None]
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,7 @@ class BenchConfig:
         chosen_per_spec = (*LORA_KEYS, *graph.GRAPH_KEYS, PREFIX_CACHING)
         kwargs.update({k: v for k, v in self.file.engine.model_dump().items() if k not in chosen_per_spec})
         kwargs.update(spec.engine_kwargs())
+        kwargs.update(variant_kwargs(spec.engine_variant, kwargs))
         kwargs.update(disable_log_stats=False)
         return kwargs
 

@@ -14,7 +14,8 @@ session gives (``lorabench.measure.canary_judge``):
   it has left its device slot, and the CPU cache where the config's adapters outnumber
   ``max_cpu_loras``, then it answers again;
 - **prompt_logprobs**: the base model and each adapter answer each prompt alone, then again
-  asking for the prompt's log probabilities (the base model's pair is the control);
+  asking for the prompt's log probabilities (the base model's pair is the control), then
+  teacher-forced on their answers, whose prompt logprobs must be the sampled ones;
 - **rank_padding**: a copy of each adapter of a rank below ``max_lora_rank`` answers each
   prompt alone, and so does a copy padded to ``max_lora_rank`` by lorabench
   (``lorabench.load.padded``), which vLLM loads with nothing to pad.
@@ -25,6 +26,8 @@ than the probe's is covered), from the run's seed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from lorabench.config.target import INPROCESS
@@ -47,6 +50,12 @@ FIRST, REPEAT, EVICTOR, AFTER = "first", "repeat", "evictor", "after"
 LOGPROBS, PADDED, FILL = "logprobs", "padded", "fill"
 # The prompt_logprobs check's adapters, and the top log probabilities it asks for at each position.
 LOGPROBS_ADAPTERS, LOGPROBS_TOP = 2, 1
+# Its teacher-forced requests (on the model's own answer; the base model on an adapter's), and the
+# top log probabilities it asks for at each sampled token besides the token's own.
+FORCED, BASE_FORCED, SAMPLED_TOP = "forced", "base_forced", 0
+# How far a teacher-forced logprob may be off the same token's logprob when decoded (the prefill
+# and decode paths add in other orders): measured on vLLM 0.32's CPU backend (docs/canaries.md).
+LOGPROBS_TOLERANCE = 0.05
 # Adapters the rank_padding check pads, at most.
 PADDED_ADAPTERS = 2
 
@@ -105,19 +114,32 @@ def swap_eviction(engine: Engine, ask: Asker, target: Adapter, others: list[Adap
 
 
 def prompt_logprobs(ask: Asker, adapters: list[Adapter]) -> list[tuple[str, str]]:
-    """Each prompt: the base model and each adapter alone, then again asking for prompt
-    logprobs. A request that raises is the class's other face (a crash, vLLM #29955): returned
-    for the verdict as (its adapter, BASE for the base model; a line), and the check goes on."""
-    raised = []
+    """Each prompt: the base model and each adapter alone (with each sampled token's logprob),
+    then again asking for prompt logprobs; then teacher-forced on its own answer (FORCED), and
+    the base model teacher-forced on each adapter's answer (BASE_FORCED: what a LoRA left out of
+    the prompt-logprobs path gives, and whether the values can tell the adapter from the base
+    model at all). A request that raises is the class's other face (a crash, vLLM #29955):
+    returned for the verdict as (its adapter, BASE for the base model; a line), and the check
+    goes on."""
+    raised: list[tuple[str, str]] = []
+
+    def asking(adapter: Adapter | None, k: int, what: str, send: Callable[[], object]) -> None:
+        try:
+            send()
+        except Exception as exc:  # noqa: BLE001 - any error of the engine's is the finding
+            name = adapter.name if adapter else "the base model"
+            line = f"{name} on prompt {k}{what} with prompt_logprobs={LOGPROBS_TOP} raised {type(exc).__name__}: {exc}"
+            raised.append((adapter.name if adapter else BASE, line))
+
     for k in range(PROMPTS):
         for adapter in (None, *adapters):
-            ask.alone(adapter, k, ALONE)
-            try:
-                ask.alone(adapter, k, LOGPROBS, prompt_logprobs=LOGPROBS_TOP)
-            except Exception as exc:  # noqa: BLE001 - any error of the engine's is the finding
-                name = adapter.name if adapter else "the base model"
-                line = f"{name} on prompt {k} with prompt_logprobs={LOGPROBS_TOP} raised {type(exc).__name__}: {exc}"
-                raised.append((adapter.name if adapter else BASE, line))
+            answer = ask.alone(adapter, k, ALONE, logprobs=SAMPLED_TOP)
+            asking(adapter, k, "", partial(ask.alone, adapter, k, LOGPROBS, prompt_logprobs=LOGPROBS_TOP))
+            own = " teacher-forced on its answer"
+            asking(adapter, k, own, partial(ask.forced, adapter, k, answer, FORCED, LOGPROBS_TOP))
+            if adapter is not None:
+                on = f" teacher-forced on {adapter.name}'s answer"
+                asking(None, k, on, partial(ask.forced, None, k, answer, BASE_FORCED, LOGPROBS_TOP))
     return raised
 
 

@@ -5,7 +5,8 @@ Each comparison is judged (``checked``; a failed one is a finding, one line nami
 adapters, prompt and both answers) or not judged, where the reference cannot tell: no other
 adapter moves the prompt off the base model's answer, the base model's own answers change in a
 batch with no LoRA in it, or when it asks for prompt logprobs, an answer changes on a repeat
-with nothing evicted, or the other build's answers are not there yet.
+with nothing evicted, or the other build's answers are not there yet. prompt_logprobs also
+judges the logprobs' values (``lorabench.measure.canary_logprobs``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lorabench.measure.canary import AFTER, ALONE, BASE_STEP, BATCHED, CONTROL, FIRST, LOGPROBS, PADDED, REPEAT
+from lorabench.measure.canary_logprobs import judge_values
 from lorabench.measure.canary_records import BASE, CanaryRecord, shown
 
 PASSES, FAILS, NOT_JUDGED, REFERENCE = "passes", "FAILS", "not judged", "reference"
@@ -161,10 +163,11 @@ def judge_swap(answers: Sequence[CanaryRecord], evicted: str) -> Verdict:
 
 
 def judge_prompt_logprobs(answers: Sequence[CanaryRecord], raised: Sequence[tuple[str, str]]) -> Verdict:
-    """Each adapter's answer when it asks for prompt logprobs against its answer without, and
-    the positions that came back against the prompt's (in process). An adapter's request that
-    raised is a finding. Where the base model's own request raised, or its answer changed when
-    it asked, no adapter's is judged: that is no LoRA's doing."""
+    """Each adapter's answer when it asks for prompt logprobs against its answer without, the
+    positions that came back against the prompt's (in process), and its teacher-forced prompt
+    logprobs' values against its decoded ones (``canary_logprobs.judge_values``). An adapter's
+    request that raised is a finding. Where the base model's own request raised, or its answer
+    changed when it asked, no adapter's is judged: that is no LoRA's doing."""
     alone = {(a.adapter, a.prompt): a for a in answers if a.step == ALONE}
     asked = [a for a in answers if a.step == LOGPROBS]
     moved = [a for a in asked if a.adapter == BASE and a.digest != alone[(BASE, a.prompt)].digest]
@@ -194,7 +197,8 @@ def judge_prompt_logprobs(answers: Sequence[CanaryRecord], raised: Sequence[tupl
                 f"{a.adapter} asked for prompt {a.prompt}'s logprobs and got {a.prompt_logprobs} of its "
                 f"{positions} positions"
             )
-    return Verdict(len(adapters) + len(by_adapter), failed, [])
+    values_checked, values_failed, unjudged = judge_values(answers)
+    return Verdict(len(adapters) + len(by_adapter) + values_checked, failed + values_failed, unjudged)
 
 
 def judge_rank_padding(answers: Sequence[CanaryRecord], padded_of: Mapping[str, str]) -> Verdict:

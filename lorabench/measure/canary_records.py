@@ -11,10 +11,10 @@ fleet's merge, which imports no scenario, keeps its file too.
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lorabench.config.target import INPROCESS
 from lorabench.measure.correctness import OUTPUT_LEN, digest
@@ -50,8 +50,10 @@ class Asker:
         step: str,
         output_len: int = OUTPUT_LEN,
         prompt_logprobs: int | None = None,
+        logprobs: int | None = None,
     ) -> list[CanaryRecord]:
-        """``requests`` (adapter, prompt index) sent at once and gathered; their answers."""
+        """``requests`` (adapter, prompt index) sent at once and gathered; their answers, with
+        their sampled tokens' log probabilities where ``logprobs`` asks for them."""
         outputs = self.engine.generate(
             [self.prompts[k] for _, k in requests],
             [adapter for adapter, _ in requests],
@@ -59,30 +61,81 @@ class Asker:
             greedy=True,
             cache_salt=self.engine.cold_salt(),
             prompt_logprobs=prompt_logprobs,
+            **({} if logprobs is None else {"logprobs": logprobs}),  # an HTTP target takes no such argument
         )
         counted = prompt_logprobs is not None and self.engine.target == INPROCESS
         listing = " ".join(f"{a.name if a else 'base'}:{k}" for a, k in requests) if len(requests) > 1 else ""
         records = []
         for (adapter, k), out in zip(requests, outputs):
             tokens = list(out.outputs[0].token_ids)
-            records.append(
-                CanaryRecord(
-                    step=step,
-                    adapter=adapter.name if adapter else BASE,
-                    prompt=k,
-                    batch=listing,
-                    digest=digest(tokens),
-                    token_ids=" ".join(map(str, tokens)),
-                    prompt_token_ids=" ".join(map(str, self.prompts[k])),
-                    prompt_logprobs=str(len(out.prompt_logprobs or [])) if counted else "",
-                )
-            )
+            values = written(out.outputs[0].logprobs, tokens, range(len(tokens))) if logprobs is not None else ""
+            records.append(self._record(step, adapter, k, listing, out, self.prompts[k], counted, values))
         self.answers += records
         return records
 
-    def alone(self, adapter: Adapter | None, k: int, step: str, prompt_logprobs: int | None = None) -> CanaryRecord:
+    def alone(
+        self,
+        adapter: Adapter | None,
+        k: int,
+        step: str,
+        prompt_logprobs: int | None = None,
+        logprobs: int | None = None,
+    ) -> CanaryRecord:
         """One request, alone in the engine."""
-        return self.batch([(adapter, k)], step, prompt_logprobs=prompt_logprobs)[0]
+        return self.batch([(adapter, k)], step, prompt_logprobs=prompt_logprobs, logprobs=logprobs)[0]
+
+    def forced(self, adapter: Adapter | None, k: int, answer: CanaryRecord, step: str, top: int) -> CanaryRecord:
+        """``adapter`` teacher-forced on ``answer``: prompt ``k`` and the answer's tokens sent
+        as one prompt for one token, asking for its prompt logprobs (the top ``top`` and the
+        prompt's own). The record's ``logprobs``: those of the answer's tokens, where the
+        prefill computes the distributions that decoding sampled them from."""
+        prompt = self.prompts[k] + [int(t) for t in answer.token_ids.split()]
+        (out,) = self.engine.generate(
+            [prompt], [adapter], 1, greedy=True, cache_salt=self.engine.cold_salt(), prompt_logprobs=top
+        )
+        values = written(out.prompt_logprobs, prompt, range(len(self.prompts[k]), len(prompt)))
+        record = self._record(step, adapter, k, "", out, prompt, self.engine.target == INPROCESS, values)
+        self.answers.append(record)
+        return record
+
+    @staticmethod
+    def _record(
+        step: str,
+        adapter: Adapter | None,
+        k: int,
+        listing: str,
+        out: Any,
+        prompt: list[int],
+        counted: bool,
+        values: str,
+    ) -> CanaryRecord:
+        """One answer as kept: what was sent (``prompt``, the prompt's index ``k``), what came
+        back, and ``values``, its log probabilities as ``written`` (blank if it asked for none)."""
+        tokens = list(out.outputs[0].token_ids)
+        return CanaryRecord(
+            step=step,
+            adapter=adapter.name if adapter else BASE,
+            prompt=k,
+            batch=listing,
+            digest=digest(tokens),
+            token_ids=" ".join(map(str, tokens)),
+            prompt_token_ids=" ".join(map(str, prompt)),
+            prompt_logprobs=str(len(out.prompt_logprobs or [])) if counted else "",
+            logprobs=values,
+        )
+
+
+def written(entries: Sequence[Mapping[int, Any] | None] | None, tokens: Sequence[int], positions: range) -> str:
+    """The log probability of ``tokens[j]`` at each position ``j`` of ``positions``, as vLLM
+    returns them (an entry a position, a dict of token id to ``Logprob``), space-separated and
+    exact (Python's float repr, which reads back to the same float); nan where none came back."""
+
+    def one(j: int) -> str:
+        entry = entries[j] if entries is not None and j < len(entries) else None
+        got = entry.get(tokens[j]) if entry else None
+        return "nan" if got is None else repr(float(got.logprob))
+
+    return " ".join(one(j) for j in positions)
 
 
 def kept_answers(path: Path, workload: str, engine_id: str) -> list[dict[str, str]]:

@@ -122,7 +122,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     builds = state.builds or scenario.builds(file) or file.matrix.builds
     # A URL's server runs with LoRA as it was started: no LoRA-disabled engine there.
     with_lora_off = scenario.with_lora_off and state.target.kind != URL
-    specs = engine_specs(file, with_lora_off=with_lora_off, builds=builds)
+    variants = scenario.variants_for(file) if state.target.kind != URL else ()
+    specs = engine_specs(file, with_lora_off=with_lora_off, builds=builds, variants=variants)
     reason = _target_skip(scenario, state, specs)
     if reason:
         # Skipped before any engine is built; on the config's own configurations, so that a
@@ -144,7 +145,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[STATE]
-    bench_items = [i for i in items if ENGINE_FIXTURE in getattr(i, "fixturenames", ())]
+    bench_items = _runs_on_its_build(
+        config, [i for i in items if ENGINE_FIXTURE in getattr(i, "fixturenames", ())], items
+    )
     if state.problems:
         options.refuse(state.problems)
     marked = [i for i in items if any(i.get_closest_marker(d) for d in DEVICE_TYPES)]
@@ -178,6 +181,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         say(config, f"lorabench: warning: {warning}")
     state.progress = _run_progress(runnable, state.file, at_url=state.target.kind == URL)
     say(config, state.progress.first_guess())
+
+
+def _runs_on_its_build(config: pytest.Config, bench_items: list[pytest.Item], items: list[pytest.Item]) -> list:
+    """The benchmark cases whose scenario runs them on their build (``Scenario.runs_on``); the
+    others deselected from ``items``."""
+    left = {
+        i
+        for i in bench_items
+        if (s := scenario_of(i)) and not s.runs_on(i.callspec.params[ENGINE_FIXTURE], i.callspec.params)
+    }
+    if left:
+        config.hook.pytest_deselected(items=[i for i in items if i in left])
+        items[:] = [i for i in items if i not in left]
+    return [i for i in bench_items if i not in left]
 
 
 def _resolve_run(state: BenchState, runnable: list[pytest.Item]) -> BenchConfig:

@@ -17,14 +17,16 @@ def engine_name(
     enforce_eager: Any = None,
     graph_config: Any = None,
     enable_prefix_caching: Any = None,
+    engine_variant: Any = None,
 ) -> str:
     """``lora-off`` or ``loras8-rank16-cpu8``, with ``-pc`` where prefix caching is on, and
-    ``-eager`` / ``-graph`` and a graph settings hash where set: how test ids, the summary and
-    compare name a configuration."""
+    ``-eager`` / ``-graph`` and a graph settings hash where set, and a variant build's name last
+    (``-ngram``): how test ids, the summary and compare name a configuration."""
     mode = ("-pc" if _true(enable_prefix_caching) else "") + name_suffix(enforce_eager, graph_config)
     if not _true(enable_lora):
         return "lora-off" + mode
-    return f"loras{max_loras}-rank{max_lora_rank}-cpu{max_cpu_loras}{mode}"
+    variant = f"-{engine_variant}" if engine_variant else ""
+    return f"loras{max_loras}-rank{max_lora_rank}-cpu{max_cpu_loras}{mode}{variant}"
 
 
 def _true(value: Any) -> bool:

@@ -184,6 +184,10 @@ class CanaryRecord:
     # Prompt positions whose log probabilities came back, where the request asked for them in
     # process; blank where it did not ask, or over HTTP (which the check does not read them from).
     prompt_logprobs: str = ""
+    # The answer's log probabilities, space-separated, as Python writes floats (exact): each sampled
+    # token's where it asked for them, each answer token's prompt logprob on a teacher-forced
+    # request (its prompt: a prompt and an answer); blank otherwise. What prompt_logprobs judges.
+    logprobs: str = ""
 
 
 SAMPLE_KEY = ("timestamp", "run_id", "engine_id", "build", *(c for c in CASE_KEY if c != "timestamp"))

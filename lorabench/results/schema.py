@@ -3,12 +3,11 @@
 A result row is a ``ResultRow``. The CSV columns, the case key that ``lorabench compare``
 matches runs on and the engine-configuration key are derived from this declaration (the
 configuration's name and id from its key columns, ``lorabench.results.naming``), and so are
-the keys of the records kept beside the rows (``lorabench.results.records``). Fields that
-only some scenarios fill default to ``None`` (a blank cell); each scenario declares which of
-them it fills (``Scenario.columns``), and ``check_row`` (``lorabench.results.schema_check``)
-refuses a row that leaves one of those blank or fills one it did not declare. An unknown
-field name is a ``TypeError`` when the record is built, so a misspelt column can never
-become a silent blank.
+the keys of the records kept beside the rows (``lorabench.results.records``). Fields only some
+scenarios fill default to ``None`` (a blank cell); each scenario declares which it fills
+(``Scenario.columns``), and ``check_row`` (``lorabench.results.schema_check``) refuses a row
+that leaves one blank or fills one it did not declare. An unknown field name is a
+``TypeError`` when the record is built: a misspelt column never becomes a silent blank.
 """
 
 from __future__ import annotations
@@ -80,6 +79,8 @@ class ResultRow:
     graph_config: str | None = column(PARAMETER, key=True, engine=True, optional=True)
     # vLLM's prefix caching (config engine.enable_prefix_caching); files before it ran without.
     enable_prefix_caching: bool | None = column(PARAMETER, key=True, engine=True, optional=True, older="False")
+    # A variant build's name (lorabench.config.variants: "ngram", "chunked"); blank: the configuration's own.
+    engine_variant: str | None = column(PARAMETER, key=True, engine=True, optional=True)
     # With caching on: each measurement salted apart, a batch's rounds new (docs/metrics.md#prefix-caching);
     # blank with caching off, and in files whose cached rows reused earlier rounds' prompts.
     prefix_cache_salted: bool | None = column(PARAMETER, key=True, optional=True, by_engine=True)
@@ -261,9 +262,7 @@ class ResultRow:
     isolation_unjudged: int | None = column(METRIC, optional=True)
     isolation_uncached: int | None = column(METRIC, optional=True)
     isolation_cached_tokens: int | None = column(METRIC, optional=True)
-    # The LoRA correctness canaries (docs/canaries.md#the-columns), one row a check: its verdict
-    # (passes, FAILS, not judged; reference: a lora-off build's answers, kept to judge against),
-    # its comparisons judged, those that failed, and those whose reference could not tell.
+    # The LoRA correctness canaries, one row a check (docs/canaries.md#the-columns defines each).
     canary_verdict: str | None = column(METRIC, optional=True)
     canary_checked: int | None = column(METRIC, optional=True)
     canary_failed: int | None = column(METRIC, optional=True)

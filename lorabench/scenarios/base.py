@@ -19,7 +19,7 @@ from lorabench.results.records import Sample
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from lorabench.config import BenchConfig, ConfigFile
+    from lorabench.config import BenchConfig, ConfigFile, EngineSpec
     from lorabench.measure.correctness import DigestBook
     from lorabench.targets.engine import Engine
 
@@ -115,7 +115,6 @@ class Scenario:
     needs: tuple[str, ...] = ("engine", "lora")
     columns: frozenset[str] = frozenset()
     maybe_columns: frozenset[str] = frozenset()
-
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         """The test arguments besides ``engine``, from the config."""
         raise NotImplementedError
@@ -123,6 +122,15 @@ class Scenario:
     def builds(self, file: ConfigFile) -> int | None:
         """How many builds of each engine configuration its cases run on; None: ``matrix.builds``."""
         return None
+
+    def variants_for(self, file: ConfigFile) -> tuple[str, ...]:
+        """Variant builds its cases need beside the configurations' own (``lorabench.config.variants``)."""
+        return ()
+
+    def runs_on(self, spec: EngineSpec, params: dict[str, Any]) -> bool:
+        """Whether the case with test arguments ``params`` runs on the build ``spec``: the
+        plugin leaves the others out (deselected), as a variant build runs only its own checks."""
+        return True
 
     def replay_s(self, file: ConfigFile, **params: Any) -> float:
         """The seconds of real-time replay one case spends, at most: the run's first time guess."""

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from lorabench.config.target import INPROCESS
-from lorabench.config.traces import length_limit
+from lorabench.config.variants import plain_conflict
 from lorabench.load.padded import CannotPad, padded_adapter
 from lorabench.measure import canary as send
+from lorabench.measure import canary_variants as variants
 from lorabench.measure.canary import (
     BASE_CHANGED,
     BATCH,
@@ -34,7 +35,6 @@ from lorabench.measure.canary import (
     SWAP,
 )
 from lorabench.measure.canary_judge import (
-    Verdict,
     judge_base_changed,
     judge_batch,
     judge_no_effect,
@@ -43,22 +43,27 @@ from lorabench.measure.canary_judge import (
     judge_swap,
 )
 from lorabench.measure.canary_records import KIND, Asker, kept_answers
+from lorabench.measure.canary_variants import CHUNKED_PREFILL, SPEC_DECODE, VARIANT_OF
 from lorabench.measure.correctness import OUTPUT_LEN
+from lorabench.scenarios import canary_cases as cases
 from lorabench.scenarios.base import Context, Outcome, Parametrization, Scenario
 
 if TYPE_CHECKING:
-    from lorabench.config import ConfigFile
+    from lorabench.config import ConfigFile, EngineSpec
     from lorabench.load.adapters import Adapter
     from lorabench.targets.engine import Engine
 
 # The checks that run, by the class each names in a finding, in the order they run on a build:
-# swap_eviction last, since it evicts and reloads: a reload that serves stale weights then
-# shows in its own case, not as another check's finding.
+# the ones judged against a variant build first, so that the plain build answers them as fresh
+# as the variant build does; swap_eviction last, since it evicts and reloads: a reload that
+# serves stale weights then shows in its own case, not as another check's finding.
 CLASSES = {
+    SPEC_DECODE: "an adapter answers otherwise with n-gram speculative decoding than with plain decoding",
+    CHUNKED_PREFILL: "an adapter answers a prompt prefilled in chunks otherwise than prefilled whole",
     NO_EFFECT: "adapter has no effect",
     BASE_CHANGED: "enabling LoRA changes base requests",
     BATCH: "an adapter answers otherwise in a mixed batch",
-    PROMPT_LOGPROBS: "an adapter's request that asks for prompt logprobs fails or answers otherwise",
+    PROMPT_LOGPROBS: "an adapter's request that asks for prompt logprobs fails, answers otherwise or gets wrong values",
     RANK_PADDING: "an adapter answers otherwise than itself padded to max_lora_rank",
     SWAP: "an adapter answers otherwise after it was evicted and loaded again",
 }
@@ -66,8 +71,8 @@ CLASSES = {
 NOT_RUN = {
     "tensor_parallel": (
         "LoRA slots sharded over tensor-parallel ranks (reported upstream: vLLM PR #20873) need an engine at "
-        "tensor_parallel_size 2 or more on 2 devices; the canaries add no build of their own, and vLLM's CPU "
-        "backend is run at 1 here. A config whose engine sets tensor_parallel_size runs the other checks on it"
+        "tensor_parallel_size 2 or more on 2 devices, and vLLM's CPU backend is run at 1 here. A config whose "
+        "engine sets tensor_parallel_size runs the other checks on it"
     ),
     "graph_capture": (
         "a LoRA mapping frozen into a captured CUDA or ACL graph (reported upstream: vLLM #42999, vllm-ascend "
@@ -78,17 +83,6 @@ NOT_RUN = {
         "adapters loaded at run time into a data-parallel deployment need a vllm serve with data_parallel_size "
         "2 or more and its /v1/load_lora_adapter; in process the canaries build one engine. "
         "scripts/dp_runtime_loading.sh runs the class by hand on the CPU"
-    ),
-    "spec_decode": (
-        "speculative decoding with LoRA (n-gram: reported upstream, vLLM #20284) is judged against plain "
-        "decoding, which needs a second build of the configuration with a speculative_config; the canaries add "
-        "no build of their own (vLLM 0.32's CPU backend does build n-gram speculation with LoRA)"
-    ),
-    "chunked_prefill": (
-        "a LoRA prompt prefilled in chunks against the same prompt unsplit: vLLM splits a prompt only past "
-        "max_num_batched_tokens (2048 for an in-process engine on the CPU, above max_model_len here), and "
-        "whether it split one in a busy step a client cannot see; a reference needs a second build with a "
-        "budget below the prompt, which the canaries do not add"
     ),
 }
 COLUMNS = frozenset({"canary_verdict", "canary_checked", "canary_failed", "canary_unjudged"})
@@ -106,25 +100,30 @@ class Canary(Scenario):
     def builds(self, file: ConfigFile) -> int | None:
         return 1  # a correctness canary: a second build checks nothing a first did not
 
+    def variants_for(self, file: ConfigFile) -> tuple[str, ...]:
+        """The variant builds whose plain reference the config's builds can be (a config that
+        speculates already cannot be spec_decode's: its check on the plain build says why)."""
+        engine = file.engine.model_dump()
+        return tuple(v for c, v in VARIANT_OF.items() if not plain_conflict(v, engine, variants.prompt_len(c)))
+
+    def runs_on(self, spec: EngineSpec, params: dict[str, object]) -> bool:
+        """A variant build runs its own check only; that check runs there and, for its
+        reference, on the LoRA builds of the configurations' own (the variant's among them)."""
+        wanted = VARIANT_OF.get(str(params.get("canary")))
+        if spec.engine_variant:
+            return wanted == spec.engine_variant
+        return not wanted or spec.enable_lora
+
     def run(self, ctx: Context, engine: Engine, *, canary: str) -> Outcome:  # type: ignore[override]
+        if canary in VARIANT_OF:
+            return cases.variant_check(ctx, engine, canary, CLASSES[canary])
         adapters = _adapters(ctx, engine, canary)
-        limit, where = length_limit(ctx.config.file, ctx.config.model)
-        if limit is not None and PROMPT_LEN + OUTPUT_LEN > limit:
-            pytest.skip(
-                f"the canaries send prompts of {PROMPT_LEN} tokens and answers of {OUTPUT_LEN}: {where} is {limit}"
-            )
+        cases.fits(ctx, canary, PROMPT_LEN, OUTPUT_LEN)
         ask = Asker(engine, send.canary_prompts(engine, ctx.config.matrix.seed))
         pairs = _padded_pairs(engine, adapters) if canary == RANK_PADDING else []
         fillers = _fillers(ctx, engine) if canary == RANK_PADDING else []
         evicted, raised = _send(canary, engine, ask, adapters, pairs, fillers)
-        fields: dict[str, object] = {
-            "workload": canary,
-            "num_adapters": len(adapters),
-            "input_len": PROMPT_LEN,
-            "output_len": OUTPUT_LEN,
-            "rounds": 1,
-            "warmup_rounds": 0,
-        }
+        fields = cases.fields(canary, len(adapters), PROMPT_LEN, OUTPUT_LEN)
         # Every answer made durable before any verdict: the reproducer, and base_changed's reference.
         path = ctx.keep(KIND, ask.answers, fields)
         if canary == NO_EFFECT:
@@ -139,7 +138,7 @@ class Canary(Scenario):
             verdict = judge_rank_padding(ask.answers, {padded.name: a.name for a, padded in pairs})
         else:
             verdict = judge_swap(ask.answers, evicted)
-        _say_unjudged(ctx, engine, canary, verdict)
+        cases.say_unjudged(ctx, engine, canary, verdict)
         return Outcome({**fields, **verdict.columns()}, [], failure=verdict.failure(CLASSES[canary]))
 
 
@@ -251,12 +250,6 @@ def _send(
     else:
         return send.swap_eviction(engine, ask, adapters[0], adapters[1:]), []
     return "", []
-
-
-def _say_unjudged(ctx: Context, engine: Engine, canary: str, verdict: Verdict) -> None:
-    """A check that passed or was not judged says on the terminal what it could not judge."""
-    if verdict.unjudged and not verdict.failed and ctx.progress is not None:
-        ctx.progress(f"canary {canary} on {engine.id}: not judged: {'; '.join(verdict.unjudged)}")
 
 
 SCENARIO = Canary()

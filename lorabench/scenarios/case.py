@@ -139,6 +139,7 @@ class BenchCase:
             enforce_eager=spec.enforce_eager,
             graph_config=spec.graph_config,
             enable_prefix_caching=spec.enable_prefix_caching,
+            engine_variant=spec.engine_variant or None,
             prefix_cache_salted=True if spec.enable_prefix_caching else None,
             **engine.graph.columns(),
             engine_id=engine.id,

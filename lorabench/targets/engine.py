@@ -57,6 +57,9 @@ class BuildState:
     baselines: dict[tuple, float] = field(default_factory=dict)
 
 
+DRAFTS = "vllm:spec_decode_num_draft_tokens"
+
+
 class Engine(AdapterCache, Requests):
     """Builds, serves and shuts down one build of one configuration, and watches its processes."""
 
@@ -242,6 +245,21 @@ class Engine(AdapterCache, Requests):
         # AsyncLLM counts them from vLLM 0.29 on; its output processor does in every release.
         count = getattr(self.llm, "get_num_unfinished_requests", None)
         return int(count() if count else self.llm.output_processor.get_num_unfinished_requests())
+
+    def draft_tokens(self) -> int | None:
+        """Draft tokens speculative decoding proposed on this engine so far: vLLM's
+        ``vllm:spec_decode_num_draft_tokens``, counted by the front end's stat logger in this
+        process's Prometheus registry. None where nothing counts them (no speculation, or an
+        HTTP target's server)."""
+        if self.target != "inprocess":
+            return None
+        own = getattr(self.llm, "draft_tokens", None)  # a stand-in counts its own
+        if own is not None:
+            return own()
+        from vllm.v1.metrics.reader import Counter, get_metrics_snapshot  # the front end imported vLLM already
+
+        found = [m.value for m in get_metrics_snapshot() if isinstance(m, Counter) and m.name == DRAFTS]
+        return int(sum(found)) if found else None
 
     async def wait_idle(self, timeout_s: float) -> tuple[float | None, int | None]:
         """Wait until no request is unfinished, ``timeout_s`` at most: requests aborted at the end

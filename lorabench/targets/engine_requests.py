@@ -47,13 +47,20 @@ class Requests:
         return int(self.llm.vllm_config.cache_config.block_size)
 
     def sampling_params(
-        self, max_tokens: int, *, stream: bool = False, greedy: bool = False, prompt_logprobs: int | None = None
+        self,
+        max_tokens: int,
+        *,
+        stream: bool = False,
+        greedy: bool = False,
+        prompt_logprobs: int | None = None,
+        logprobs: int | None = None,
     ) -> Any:
         """Exactly ``max_tokens`` tokens (``ignore_eos``): sampled, or with ``greedy`` the most likely.
 
         ``stream``: each output carries the tokens new since the last; otherwise the
         request yields one final output. ``prompt_logprobs``: the top that many log
-        probabilities of each prompt position come back too (the canaries ask for them).
+        probabilities of each prompt position come back too (the canaries ask for them);
+        ``logprobs``: those of each sampled token, and the top that many besides.
         """
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -68,6 +75,7 @@ class Requests:
             max_tokens=max_tokens,
             output_kind=kind,
             prompt_logprobs=prompt_logprobs,
+            logprobs=logprobs,
         )
 
     def prompt_input(self, prompt: Prompt, cache_salt: str | None = None) -> Any:
@@ -100,10 +108,11 @@ class Requests:
         greedy: bool = False,
         cache_salt: str | None = None,
         prompt_logprobs: int | None = None,
+        logprobs: int | None = None,
     ) -> list[Any]:
         """Serve one batch: every request sent at once, the final outputs gathered in order;
         ``cache_salt`` keeps the batch off every cached prefix but its own (prefix caching)."""
-        params = self.sampling_params(output_len, greedy=greedy, prompt_logprobs=prompt_logprobs)
+        params = self.sampling_params(output_len, greedy=greedy, prompt_logprobs=prompt_logprobs, logprobs=logprobs)
 
         async def one(prompt: Prompt, adapter: Adapter | None) -> Any:
             final = None

@@ -82,9 +82,15 @@ class StandInEngine(Engine):
         return None if adapter is None else LoraRef(adapter.name, self._lora_ids[adapter.name], str(adapter.path))
 
     def sampling_params(
-        self, max_tokens: int, *, stream: bool = False, greedy: bool = False, prompt_logprobs: int | None = None
+        self,
+        max_tokens: int,
+        *,
+        stream: bool = False,
+        greedy: bool = False,
+        prompt_logprobs: int | None = None,
+        logprobs: int | None = None,
     ) -> Params:
-        return Params(max_tokens, stream, greedy, prompt_logprobs)
+        return Params(max_tokens, stream, greedy, prompt_logprobs, logprobs)
 
     def reload_in_place(self, adapter: Adapter) -> None:
         """As vLLM's ``load_inplace``: the same name, id and path, the weights read again."""

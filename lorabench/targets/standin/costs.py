@@ -38,5 +38,8 @@ class Costs:
     plant_batch_variance: bool = False
     plant_stale_after_eviction: bool = False
     plant_prompt_logprobs_drop_lora: bool = False
+    plant_prompt_logprobs_wrong_lora: bool = False
     plant_rank_padding: bool = False
     plant_stale_rows: bool = False
+    plant_spec_decode: bool = False
+    plant_chunked_prefill: bool = False

@@ -13,9 +13,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from lorabench.config import EngineSpec
+from lorabench.config.variants import NGRAM, SPEC_NGRAM
 from lorabench.targets import clock
 from lorabench.targets.failures import EngineDied
-from lorabench.targets.standin import planted
+from lorabench.targets.standin import logprobs, planted
 from lorabench.targets.standin.adapter_cache import AdapterCache, adapter_files
 from lorabench.targets.standin.costs import Costs
 from lorabench.targets.standin.prefix_cache import Owner, PrefixCache
@@ -44,6 +45,8 @@ LATE_MADE_UP_S = 0.001
 @dataclass
 class Completion:
     token_ids: list[int]
+    # As vLLM's: one entry a token of ``token_ids``, where the request asked for them.
+    logprobs: list[dict[int, logprobs.Logprob]] | None = None
 
 
 @dataclass
@@ -55,7 +58,7 @@ class Output:
     metrics: Metrics
     num_cached_tokens: int = 0
     # As vLLM's: one entry a prompt position (the first None) where the request asked for them.
-    prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_logprobs: list[dict[int, logprobs.Logprob] | None] | None = None
 
 
 class StandInLLM:
@@ -72,6 +75,8 @@ class StandInLLM:
         self.costs, self.max_num_seqs, self.weights = costs, max_num_seqs, weights
         self.max_loras, self.max_lora_rank = spec.max_loras or 0, spec.max_lora_rank or 0
         self.lora_enabled = bool(spec.enable_lora)
+        # A variant build (lorabench.config.variants), and the draft tokens an n-gram one proposed.
+        self.variant, self.drafted = spec.engine_variant, 0
         self.adapters = AdapterCache(costs, self.max_loras, spec.max_cpu_loras or 0)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -130,6 +135,10 @@ class StandInLLM:
     async def list_loras(self) -> set[int]:
         return set(self.adapters.cpu)
 
+    def draft_tokens(self) -> int:
+        """As vLLM's ``vllm:spec_decode_num_draft_tokens`` counts them (``Engine.draft_tokens``)."""
+        return self.drafted
+
     def get_num_unfinished_requests(self) -> int:
         """Waiting and running requests, aborted ones not yet dropped among them."""
         return len(self.waiting) + len(self.running)
@@ -163,12 +172,17 @@ class StandInLLM:
         padded = rank is not None and rank < self.max_lora_rank
         seen, seen_weights = planted.seen_as(self.costs, self.lora_enabled, lora_request, name, weights, prompt, params)
         seen_weights += planted.padding(self.costs, padded)
-        seed = hashlib.sha256(f"{seen}|{seen_weights}|{prompt}".encode()).digest()
+        seen_weights += planted.variant(self.costs, self.variant, lora_request, prompt)
+        if self.variant == SPEC_NGRAM:  # a draft of the most tokens after each sampled one
+            self.drafted += int(NGRAM["num_speculative_tokens"]) * (params.max_tokens - 1)
+        model = f"{seen}|{seen_weights}"
+        seed = hashlib.sha256(f"{model}|{prompt}".encode()).digest()
         if self.kv.blocks_for(len(prompt) + params.max_tokens) > self.kv.total:
             raise ValueError(f"{len(prompt)} + {params.max_tokens} tokens do not fit the stand-in's KV cache")
         request = Request(
             request_id, prompt, params, lora_request, seed, Metrics(clock.now()), owner=Owner(name, weights)
         )
+        request.model, request.prompt_model = model, planted.prompt_logprobs_model(self.costs, lora_request, model)
         if self.prefix_cache is not None:
             key = (lora_request.lora_name, lora_request.lora_path) if lora_request else None
             if key and self.costs.blocks_keyed_by_weights:
@@ -269,19 +283,11 @@ class StandInLLM:
                 output = Output(
                     request.id,
                     request.prompt,
-                    [Completion(tokens)],
+                    [Completion(tokens, logprobs.of_sampled(request, len(tokens)))],
                     request.finished,
                     request.metrics,
                     request.cached_tokens or 0,
-                    _prompt_logprobs(request) if request.finished else None,
+                    logprobs.of_prompt(request) if request.finished else None,
                 )
                 request.queue.put_nowait(output)
         return preempted
-
-
-def _prompt_logprobs(request: Request) -> list[dict[int, float] | None] | None:
-    """What vLLM's final output carries where the request asked for prompt logprobs: an entry a
-    prompt position, None for the first (no token before it), each the prompt's own token."""
-    if request.params.prompt_logprobs is None:
-        return None
-    return [None] + [{token: -1.0} for token in request.prompt[1:]]

@@ -17,13 +17,20 @@ planted bug changes what goes into the hash:
   answers with what the slot held before: otherwise each time it comes back;
 - ``plant_prompt_logprobs_drop_lora``: a LoRA request that asks for prompt logprobs loses its
   LoRA and answers as the base model does, as a path that computes them apart would;
+- ``plant_prompt_logprobs_wrong_lora``: a LoRA request's prompt logprobs are the base model's,
+  while its answer and its sampled tokens' logprobs are its own: the LoRA mapping of the
+  prompt-logprobs path is wrong, and only that (vLLM #16668, #51594);
 - ``plant_rank_padding``: an adapter of a rank below ``max_lora_rank`` is loaded into its slot
   wrongly, as a load that scales it by the padded rank instead of its own, or copies its rows
   to an offset, would: it answers otherwise than its copy padded by lorabench
   (``lorabench.load.padded``), which has nothing to pad and which a clean stand-in answers as
   the adapter it copies;
 - ``plant_stale_rows``: an adapter moved into a slot that held one of a higher rank keeps the
-  rows above its own rank that the last occupant left (a slot not reset before a load).
+  rows above its own rank that the last occupant left (a slot not reset before a load);
+- ``plant_spec_decode``: on an n-gram speculation build, a LoRA request's drafts are verified
+  without its LoRA, and it answers otherwise than with plain decoding;
+- ``plant_chunked_prefill``: on a chunked build, a LoRA request whose prompt is longer than one
+  chunk loses its LoRA in the later chunks, and answers otherwise than prefilled whole.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from lorabench.config.variants import CHUNK_TOKENS, CHUNKED, SPEC_NGRAM
 from lorabench.targets.standin.scheduler import BLOCK_SIZE, LoraRef, Params, Request
 
 if TYPE_CHECKING:
@@ -59,6 +67,15 @@ def seen_as(
     return name, weights
 
 
+def prompt_logprobs_model(costs: Costs, lora: LoraRef | None, model: str) -> str:
+    """The model a request's prompt logprobs come from: ``model``, its sampled tokens' own,
+    unless ``plant_prompt_logprobs_wrong_lora`` computes a LoRA request's as the base model's
+    (``None|base``: the name and weights ``llm.StandInLLM.generate`` keys a request of no adapter by)."""
+    if lora is not None and costs.plant_prompt_logprobs_wrong_lora:
+        return "None|base"
+    return model
+
+
 def padding(costs: Costs, padded: bool) -> str:
     """What ``plant_rank_padding`` adds to the weights of an adapter whose rank is below the
     engine's ``max_lora_rank``: a load that pads it wrongly (module docstring)."""
@@ -80,3 +97,15 @@ def taint(costs: Costs, request: Request, running: Sequence[Request], slots: Ada
     if costs.plant_stale_after_eviction and moved_in > 1:
         added += b"stale%d" % moved_in
     return added
+
+
+def variant(costs: Costs, variant: str, lora: LoraRef | None, prompt: Sequence[int]) -> str:
+    """What ``plant_spec_decode`` and ``plant_chunked_prefill`` add to the weights a LoRA request
+    answers with on the variant build they break (module docstring)."""
+    if lora is None:
+        return ""
+    if costs.plant_spec_decode and variant == SPEC_NGRAM:
+        return "+drafts verified without LoRA"
+    if costs.plant_chunked_prefill and variant == CHUNKED and len(prompt) > CHUNK_TOKENS:
+        return "+later chunks without LoRA"
+    return ""

@@ -55,6 +55,7 @@ class Params:
     stream: bool
     greedy: bool
     prompt_logprobs: int | None = None
+    logprobs: int | None = None
 
 
 @dataclass
@@ -86,6 +87,10 @@ class Request:
     reused_from: Owner | None = None
     # Of its prompt, found cached when first scheduled (vLLM's RequestOutput.num_cached_tokens).
     cached_tokens: int | None = None
+    # The models its sampled tokens' and its prompt's log probabilities come from
+    # (lorabench.targets.standin.logprobs): the same one, unless a planted bug says otherwise.
+    model: str = ""
+    prompt_model: str = ""
 
     @property
     def lora_name(self) -> str | None:
