@@ -105,7 +105,9 @@ class NoisyStandIn(StandIn):
     def engine(self, config: Any, spec: Any, device_type: str, log_path: Path | None) -> StandInEngine:
         weights = {a.name: "" for a in config.adapters}
         engine = NoisyEngine(config, spec, device_type, log_path, costs=self.costs, weights=weights, virtual_clock=True)
-        engine.noise, engine.rng = self.noise, np.random.default_rng(self.seed)
+        # Each build its own stream of noise, as real builds differ (build 0's is the seed's own).
+        seed = self.seed if spec.build == 0 else [self.seed, spec.build]
+        engine.noise, engine.rng = self.noise, np.random.default_rng(seed)
         self.engines.append(engine)
         return engine
 

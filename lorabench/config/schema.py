@@ -93,6 +93,9 @@ class Matrix(Strict):
     # code settle at speeds that differ more than rounds within one build do, and
     # `lorabench compare` needs at least two a side to tell that noise from a change.
     builds: PositiveInt = 2
+    # With a precision target: a batch case's builds go on past `builds` until its builds' 95 %
+    # intervals are within it, or max_builds were built (docs/metrics.md#sequential-stopping).
+    max_builds: int | None = Field(default=None, ge=2)
     seed: Seed = 0
     # The Zipf exponent of the skewed workload (Punica's default).
     skew_alpha: PositiveFloat = 1.5
@@ -114,6 +117,14 @@ class Matrix(Strict):
         rounds = info.data.get("rounds")
         if value is not None and rounds is not None and value < rounds:
             raise ValueError(f"rounds = {rounds} is the minimum a case runs: give {rounds} or more")
+        return value
+
+    @field_validator("max_builds")
+    @classmethod
+    def _at_least_the_builds(cls, value: int | None, info: ValidationInfo) -> int | None:
+        builds = info.data.get("builds")
+        if value is not None and builds is not None and value < builds:
+            raise ValueError(f"builds = {builds} is the least a configuration is built: give {builds} or more")
         return value
 
     @property

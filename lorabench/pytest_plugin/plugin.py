@@ -23,8 +23,9 @@ import pytest
 from lorabench.config import BenchConfig, ConfigError, ConfigFile, engine_specs, resolve_config
 from lorabench.config.target import URL
 from lorabench.host.device import DEVICE_TYPES
-from lorabench.pytest_plugin import fleet_worker, hooks, options
+from lorabench.pytest_plugin import build_stops, fleet_worker, hooks, options
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE, device_skip, scenario_of
+from lorabench.pytest_plugin.build_stops import pytest_runtest_setup  # noqa: F401 - pytest finds hooks here
 from lorabench.pytest_plugin.fixtures import engine, lorabench  # noqa: F401 - pytest finds fixtures in the plugin's namespace
 from lorabench.pytest_plugin.session import STATE, BenchState
 from lorabench.pytest_plugin.session_end import compare_problems, finish_session
@@ -120,6 +121,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # One build per configuration and build index, shared by every scenario's tests:
     # pytest keys session-scoped parameters by value, so equal specs share one engine.
     builds = state.builds or scenario.builds(file) or file.matrix.builds
+    if scenario.sequential_builds:  # optional builds past the minimum (build_stops)
+        builds = build_stops.builds_at_most(options.with_precision(metafunc.config, file).matrix, builds)
     # A URL's server runs with LoRA as it was started: no LoRA-disabled engine there.
     with_lora_off = scenario.with_lora_off and state.target.kind != URL
     variants = scenario.variants_for(file) if state.target.kind != URL else ()

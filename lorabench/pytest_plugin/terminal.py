@@ -44,6 +44,12 @@ def summary_lines(state: BenchState) -> list[str]:
         lines.append(state.clock.line("connections" if at_url else BUILDS))
         if state.writer is not None and state.config is not None:  # what sequential stopping spent
             lines += filter(None, [cost_line(state.writer.rows, state.config.matrix.rounds)])
+        if state.build_stops:
+            unbuilt = state.progress.builds - len(state.built)
+            lines.append(
+                f"sequential builds: {len(state.build_stops)} cases precise before matrix.max_builds, skipped on "
+                f"the builds after; {unbuilt} of {state.progress.builds} builds not needed"
+            )
     if state.rss_after_teardown and not at_url:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 class MultiLora(Scenario):
     name = "multilora"
+    sequential_builds = True
     columns = COLUMNS | LORA_COLUMNS
     maybe_columns = (
         MIXED_COLUMNS | SKEWED_COLUMNS | PREFIX_COLUMNS | COUNTED_COLUMNS | PRECISION_COLUMNS | INTERVAL_COLUMNS

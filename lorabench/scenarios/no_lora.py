@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 class NoLora(Scenario):
     name = "no_lora"
+    sequential_builds = True
     with_lora_off = True
     needs_adapters = False
     needs = ("engine",)
