@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from lorabench.config import EngineSpec
 from lorabench.measure.sequential import HEADLINE, Design
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE, scenario_of
 from lorabench.pytest_plugin.session import STATE
@@ -27,7 +28,6 @@ from lorabench.pytest_plugin.session import STATE
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from lorabench.config import EngineSpec
     from lorabench.config.schema import Matrix
     from lorabench.results.schema import ResultRow
 
@@ -82,7 +82,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Skip a batch case on an optional build where its earlier builds are precise enough."""
     params = getattr(getattr(item, "callspec", None), "params", {})
     spec, scenario = params.get(ENGINE_FIXTURE), scenario_of(item) if ENGINE_FIXTURE in params else None
-    if scenario is None or not scenario.sequential_builds:
+    if scenario is None or not scenario.sequential_builds or not isinstance(spec, EngineSpec):
         return
     state = item.config.stash[STATE]
     if state.file is None or state.writer is None:

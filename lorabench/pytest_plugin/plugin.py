@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from lorabench.config import BenchConfig, ConfigError, ConfigFile, engine_specs, resolve_config
+from lorabench.config import BenchConfig, ConfigError, ConfigFile, EngineSpec, engine_specs, resolve_config
 from lorabench.config.target import URL
 from lorabench.host.device import DEVICE_TYPES
 from lorabench.pytest_plugin import build_stops, fleet_worker, hooks, options
@@ -148,11 +148,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected items
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[STATE]
+    if state.problems:
+        options.refuse(state.problems)
     bench_items = _runs_on_its_build(
         config, [i for i in items if ENGINE_FIXTURE in getattr(i, "fixturenames", ())], items
     )
-    if state.problems:
-        options.refuse(state.problems)
     marked = [i for i in items if any(i.get_closest_marker(d) for d in DEVICE_TYPES)]
     if not bench_items and not marked:
         return
@@ -192,7 +192,9 @@ def _runs_on_its_build(config: pytest.Config, bench_items: list[pytest.Item], it
     left = {
         i
         for i in bench_items
-        if (s := scenario_of(i)) and not s.runs_on(i.callspec.params[ENGINE_FIXTURE], i.callspec.params)
+        if isinstance(spec := i.callspec.params.get(ENGINE_FIXTURE), EngineSpec)
+        and (s := scenario_of(i))
+        and not s.runs_on(spec, i.callspec.params)
     }
     if left:
         config.hook.pytest_deselected(items=[i for i in items if i in left])
