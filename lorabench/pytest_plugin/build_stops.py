@@ -22,8 +22,9 @@ import pytest
 
 from lorabench.config import EngineSpec
 from lorabench.measure.sequential import HEADLINE, Design
+from lorabench.measure.wallclock import MEASURED, WARMUPS
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE, scenario_of
-from lorabench.pytest_plugin.session import STATE
+from lorabench.pytest_plugin.session import STATE, BenchState
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -95,3 +96,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if reason:
         state.build_stops.append(item.nodeid)
         pytest.skip(reason)
+
+
+def saved_line(state: BenchState) -> str:
+    """What stopping across builds saved: the cases skipped, the builds never built, and about
+    how long they would have taken at this run's mean build and its mean case (its measured
+    and warm-up seconds over its rows)."""
+    unbuilt = state.progress.builds - len(state.built)
+    build_s = sum(s for _, s in state.built) / len(state.built) if state.built else 0.0
+    rows = len(state.writer.rows) if state.writer is not None else 0
+    case_s = (state.clock.spent[MEASURED] + state.clock.spent[WARMUPS]) / rows if rows else 0.0
+    about = unbuilt * build_s + len(state.build_stops) * case_s
+    return (
+        f"sequential builds: {len(state.build_stops)} cases precise before matrix.max_builds, skipped on the "
+        f"builds after; {unbuilt} of {state.progress.builds} builds not needed: about {about:.0f} s saved"
+    )

@@ -10,6 +10,7 @@ import pytest
 from lorabench.config.target import URL
 from lorabench.measure.sequential import cost_line
 from lorabench.measure.wallclock import BUILDS
+from lorabench.pytest_plugin import build_stops
 from lorabench.pytest_plugin.session import BenchState
 from lorabench.results.files import format_rank_summary, format_summary
 
@@ -45,11 +46,7 @@ def summary_lines(state: BenchState) -> list[str]:
         if state.writer is not None and state.config is not None:  # what sequential stopping spent
             lines += filter(None, [cost_line(state.writer.rows, state.config.matrix.rounds)])
         if state.build_stops:
-            unbuilt = state.progress.builds - len(state.built)
-            lines.append(
-                f"sequential builds: {len(state.build_stops)} cases precise before matrix.max_builds, skipped on "
-                f"the builds after; {unbuilt} of {state.progress.builds} builds not needed"
-            )
+            lines.append(build_stops.saved_line(state))
     if state.rss_after_teardown and not at_url:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)
         lines.append(f"process tree RSS after each engine shut down (MiB): {rss}")
