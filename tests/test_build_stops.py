@@ -72,8 +72,8 @@ def test_agreeing_builds_skip_the_optional_builds_and_leave_them_unbuilt(noisy):
     result.assert_outcomes(passed=6, skipped=9)
     result.stdout.fnmatch_lines(
         [
-            "sequential builds: 9 cases precise before matrix.max_builds, skipped on the builds after; 6 of 10 builds "
-            "not needed: about * s saved",
+            "sequential builds: 3 cases precise before matrix.max_builds, 9 of their runs skipped, 6 builds not "
+            "needed: about * s saved",
             "SKIPPED [[]3[]] *: precise after 2 builds: the builds' 95% intervals (e2e_ms ±*%, ttft_ms ±*%, "
             "decode_ms ±*%) are within 5%",
         ]

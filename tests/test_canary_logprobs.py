@@ -16,7 +16,7 @@ import pytest
 from lorabench.measure import canary
 from lorabench.measure.canary import ALONE, BASE_FORCED, FORCED, LOGPROBS_TOLERANCE
 from lorabench.measure.canary_judge import FAILS, PASSES, judge_prompt_logprobs
-from lorabench.measure.canary_logprobs import NOISE_FACTOR, apart, floats, judge_values
+from lorabench.measure.canary_logprobs import FAR, NOISE_FACTOR, apart, floats, judge_values
 from lorabench.measure.canary_records import BASE, CanaryRecord
 from lorabench.results.records import CANARY_COLUMNS
 from lorabench.targets.standin import Costs
@@ -74,7 +74,7 @@ def test_a_finding_names_the_adapter_prompt_position_both_values_and_the_base_mo
         "matches instead"
     )
     clean, _ = sent(config, Costs(), 0)
-    (line,) = judge_prompt_logprobs(moved(clean, FORCED, "a0", 0, 1.0), []).failed
+    (line,) = judge_prompt_logprobs(moved(clean, FORCED, "a0", 0, 1.5 * FAR), []).failed
     assert line.startswith("a0 on prompt 0, answer position 3 ") and line.endswith("which it does not match either")
 
 
@@ -82,8 +82,14 @@ def test_the_tolerance_is_the_line_between_float_noise_and_a_finding(config):  #
     clean, _ = sent(config, Costs(), 0)
     within = moved(clean, FORCED, "a1", 1, 0.8 * LOGPROBS_TOLERANCE)
     assert judge_prompt_logprobs(within, []).word == PASSES
+    # Past it, matching no other value and less than FAR off (a float step of a large logit): not judged.
     past = moved(clean, FORCED, "a1", 1, 1.2 * LOGPROBS_TOLERANCE)
-    (line,) = judge_prompt_logprobs(past, []).failed
+    verdict = judge_prompt_logprobs(past, [])
+    assert (verdict.word, verdict.failed, verdict.checked) == (PASSES, [], 8 - 1)
+    (line,) = verdict.unjudged
+    assert line.startswith("a1's prompt logprobs on prompt 1: a1 on prompt 1, answer position 3 ")
+    assert line.endswith("which it does not match either: a float step, or another bug")
+    (line,) = judge_prompt_logprobs(moved(clean, FORCED, "a1", 1, 1.2 * FAR), []).failed
     assert line.startswith("a1 on prompt 1, answer position 3 ")
     assert apart([1.0, math.nan], [1.0]) == [0.0, math.inf], "a value missing is never within the tolerance"
 
@@ -95,9 +101,10 @@ def test_the_base_models_own_pairs_set_the_noise_and_a_missing_one_leaves_its_pr
     clean, raised = sent(config, Costs(), 0)
     noisy = moved(clean, FORCED, BASE, 0, 3 * LOGPROBS_TOLERANCE)
     wide = NOISE_FACTOR * 3 * LOGPROBS_TOLERANCE
-    assert judge_prompt_logprobs(moved(noisy, FORCED, "a1", 1, 0.9 * wide), raised).word == PASSES
-    (line,) = judge_prompt_logprobs(moved(noisy, FORCED, "a1", 1, 1.1 * wide), raised).failed
-    assert line.startswith("a1 on prompt 1, answer position 3 ") and f"(tolerance {wide:.3g})" in line, line
+    assert judge_prompt_logprobs(moved(noisy, FORCED, "a1", 1, 0.9 * wide), raised).unjudged == []
+    (line,) = judge_prompt_logprobs(moved(noisy, FORCED, "a1", 1, 1.1 * wide), raised).unjudged
+    assert line.startswith("a1's prompt logprobs on prompt 1: a1 on prompt 1, answer position 3 ")
+    assert f"(tolerance {wide:.3g})" in line, line
     blank = [replace(a, logprobs="") if (a.step, a.adapter, a.prompt) == (FORCED, BASE, 0) else a for a in clean]
     verdict = judge_prompt_logprobs(blank, raised)
     assert [line.split(":")[0] for line in verdict.unjudged] == [

@@ -33,8 +33,9 @@ ANSWERS = {
     "swap_eviction": 10,  # 2 first, 2 repeats, 4 evictors in 2 waves (2 slots), 2 after
     "prompt_logprobs": 22,  # the base model and 2 adapters on 2 prompts, without and with, and teacher-forced
     "rank_padding": 26,  # on 2 prompts: the base model; 2 adapters at 8 and at 16, each after 2 fillers
-    "spec_decode": 12,  # the base model and 2 adapters on 2 prompts, on the LoRA build and the n-gram one
-    "chunked_prefill": 12,  # the same on the LoRA build and the chunked one
+    # 2 fillers (one a slot), then the base model and 2 adapters on 2 prompts: on the LoRA build and the n-gram one
+    "spec_decode": 16,
+    "chunked_prefill": 16,  # the same on the LoRA build and the chunked one
 }
 VARIANT_BUILDS = {
     "spec_decode": "loras2-rank16-cpu4-ngram-build0",

@@ -14,6 +14,7 @@ from lorabench.config.variants import CHUNK_TOKENS, CHUNKED, SPEC_NGRAM, plain_c
 from lorabench.measure import canary_variants as variants
 from lorabench.measure.canary_records import Asker
 from lorabench.measure.canary_variants import CHUNKED_PREFILL, SPEC_DECODE, VARIANT_OF, judge_variant
+from lorabench.scenarios.canary_cases import scheduled_budget
 from lorabench.targets.standin import Costs, StandIn, write_config
 
 SEEDS = range(20)
@@ -29,20 +30,21 @@ def config(tmp_path_factory):
 
 def kept_on(config, costs, spec, check, seeds):
     """The check's answers for each seed on one stand-in build of ``spec``, as canary.csv keeps
-    them, and the draft tokens the build proposed for each. (A stand-in's answers do not depend
-    on what it served before unless a planted eviction bug says so: one build serves every seed.)"""
+    them, and whether its feature ran on each request. (A stand-in's answers do not depend on
+    what it served before unless a planted eviction bug says so: one build serves every seed.)"""
     found = []
+    adapters = list(config.adapters)
     with StandIn(costs, virtual_clock=True).engine(config, spec, "cpu", None) as engine:
+        budget = scheduled_budget(engine)
         for seed in seeds:
             ask = Asker(engine, variants.variant_prompts(check, engine.vocab_size, seed))
-            before = engine.draft_tokens()
-            variants.send(ask, list(config.adapters[: variants.VARIANT_ADAPTERS]))
+            drafts = variants.send(ask, adapters[:2], adapters[2:4], engine.draft_tokens)
             rows = [
                 {"engine_id": spec.id, "adapter": r.adapter, "prompt": str(r.prompt), "digest": r.digest}
-                | {"token_ids": r.token_ids}
+                | {"token_ids": r.token_ids, "step": r.step}
                 for r in ask.answers
             ]
-            found.append((rows, engine.draft_tokens() - before))
+            found.append((rows, variants.feature_ran(spec.engine_variant, budget, drafts)))
     return found
 
 
@@ -51,10 +53,7 @@ def judged(config, costs, check, seeds=SEEDS):
     variant = dataclasses.replace(PLAIN, engine_variant=VARIANT_OF[check])
     plain = kept_on(config, costs, PLAIN, check, seeds)
     mine = kept_on(config, costs, variant, check, seeds)
-    return [
-        judge_variant(p + m, variant.id, PLAIN.id, VARIANT_OF[check], drafted)
-        for (p, _), (m, drafted) in zip(plain, mine)
-    ]
+    return [judge_variant(p + m, variant.id, PLAIN.id, VARIANT_OF[check], ran) for (p, _), (m, ran) in zip(plain, mine)]
 
 
 @pytest.mark.parametrize("check", PLANTED)
@@ -75,15 +74,18 @@ def test_a_finding_names_the_adapter_prompt_both_builds_and_both_answers(config)
 
 def rows(engine_id, answers):
     return [
-        {"engine_id": engine_id, "adapter": a, "prompt": str(k), "digest": d, "token_ids": d}
+        {"engine_id": engine_id, "adapter": a, "prompt": str(k), "digest": d, "token_ids": d, "step": "alone"}
         for (a, k), d in answers.items()
     ]
+
+
+RAN = {("a", 0): ""}
 
 
 def test_a_base_model_that_answers_otherwise_on_the_variant_build_leaves_every_adapter_unjudged():
     plain = rows("p", {("", 0): "1", ("a", 0): "2"})
     moved = rows("v", {("", 0): "9", ("a", 0): "8"})
-    checked, failed, unjudged = judge_variant(plain + moved, "v", "p", CHUNKED, None)
+    checked, failed, unjudged = judge_variant(plain + moved, "v", "p", CHUNKED, RAN)
     assert (checked, failed) == (0, [])
     assert unjudged == [
         "the base model answers prompt 0 otherwise prefilled in chunks of 32 tokens ([9] against [1]): the feature "
@@ -91,21 +93,39 @@ def test_a_base_model_that_answers_otherwise_on_the_variant_build_leaves_every_a
     ]
 
 
-def test_no_drafts_or_no_reference_is_no_verdict():
+def test_a_request_the_feature_did_not_run_on_or_no_reference_is_no_verdict():
     plain = rows("p", {("", 0): "1", ("a", 0): "2"})
     changed = rows("v", {("", 0): "1", ("a", 0): "8"})
-    assert judge_variant(plain + changed, "v", "p", SPEC_NGRAM, 0)[2] == [
-        "v drafted no token over the check's requests: speculation never ran"
-    ]
-    assert judge_variant(plain + changed, "v", "p", SPEC_NGRAM, 3)[:2] == (
+    none = {("a", 0): "speculation drafted no token for it"}
+    assert judge_variant(plain + changed, "v", "p", SPEC_NGRAM, none) == (
+        0,
+        [],
+        ["a on prompt 0: speculation drafted no token for it"],
+    )
+    assert judge_variant(plain + changed, "v", "p", SPEC_NGRAM, RAN)[:2] == (
         1,
         ["a answers prompt 0 [8] on v (with n-gram speculation) and [2] on p"],
     )
-    assert judge_variant(changed, "v", "p", SPEC_NGRAM, 3) == (
+    assert judge_variant(changed, "v", "p", SPEC_NGRAM, RAN) == (
         0,
         [],
         ["the plain build p kept no answer in this run before v"],
     )
+
+
+def test_the_feature_ran_where_the_drafts_and_the_budget_say_so():
+    drafts = {("", 0): 9, ("a", 0): 0, ("b", 0): None, ("c", 0): 3}
+    assert variants.feature_ran(SPEC_NGRAM, None, drafts) == {
+        ("", 0): "",
+        ("a", 0): "speculation drafted no token for it",
+        ("b", 0): "the engine counts no drafts",
+        ("c", 0): "",
+    }
+    assert set(variants.feature_ran(CHUNKED, 32, drafts).values()) == {""}
+    assert set(variants.feature_ran(CHUNKED, 2048, drafts).values()) == {
+        "the build prefills 2048 tokens a step: the prompt of 80 is not split"
+    }
+    assert set(variants.feature_ran(CHUNKED, None, drafts).values()) == {"the build's scheduler settings are not known"}
 
 
 def test_the_prompts_repeat_for_the_n_gram_lookup_and_span_chunks_for_the_chunked_build():
@@ -124,6 +144,7 @@ def test_the_variant_builds_settings_and_what_keeps_a_config_from_being_their_re
     assert plain_conflict(SPEC_NGRAM, {"speculative_config": {"method": "ngram"}}, 32).startswith("the config's")
     assert plain_conflict(CHUNKED, {"max_num_batched_tokens": 64}, 80).startswith("the config's engine sets")
     assert plain_conflict(CHUNKED, {"max_num_batched_tokens": 2048}, 80) == ""
+    assert "enable_chunked_prefill off" in plain_conflict(CHUNKED, {"enable_chunked_prefill": False}, 80)
     path = write_config(tmp_path, adapters=2, engine={"max_loras": [2, 4]})
     file = read_config_file(path)
     specs = engine_specs(file, with_lora_off=True, builds=2, variants=(SPEC_NGRAM, CHUNKED))

@@ -44,6 +44,8 @@ def plain_conflict(variant: str, engine: dict[str, Any], prompt_len: int) -> str
         return (
             "the config's engine sets speculative_config: its own builds speculate, so none answers as plain decoding"
         )
+    if variant == CHUNKED and engine.get("enable_chunked_prefill") is False:
+        return "the config's engine turns enable_chunked_prefill off: vLLM builds no chunked variant of it"
     budget = engine.get("max_num_batched_tokens")
     if variant == CHUNKED and budget and int(budget) < prompt_len:
         return (

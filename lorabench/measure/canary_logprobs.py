@@ -30,6 +30,9 @@ from lorabench.measure.canary_records import BASE, CanaryRecord
 
 # The tolerance is at least this many times the base model's own largest gap (``_base_noise``).
 NOISE_FACTOR = 4
+# A teacher-forced value this far off its decoded one is a finding even where it matches no other
+# value: one bfloat16 step of a logit below 256 is at most 1.
+FAR = 1.0
 
 
 def floats(text: str) -> list[float]:
@@ -63,15 +66,19 @@ def judge_values(
         if why:
             unjudged.append(f"{name}'s prompt logprobs on prompt {k}: {why}")
             continue
-        checked += 1
         positions = len(mine.prompt_token_ids.split())
         if mine.prompt_logprobs not in ("", str(positions)):
+            checked += 1
             failed.append(
                 f"{name} asked for the prompt logprobs of prompt {k} and its answer (teacher-forced) and got "
                 f"{mine.prompt_logprobs} of its {positions} positions"
             )
             continue
-        finding = _off(decoded[(name, k)], mine, on_base[mine.prompt_token_ids], tolerance)
+        finding, signature = _off(decoded[(name, k)], mine, on_base[mine.prompt_token_ids], tolerance)
+        if finding and not signature:
+            unjudged.append(f"{name}'s prompt logprobs on prompt {k}: {finding}: a float step, or another bug")
+            continue
+        checked += 1
         if finding:
             failed.append(finding)
     return checked, failed, unjudged
@@ -120,22 +127,25 @@ def _cannot_tell(
     return None
 
 
-def _off(decoded: CanaryRecord, mine: CanaryRecord, base: CanaryRecord, tolerance: float) -> str | None:
-    """The finding where ``mine`` (teacher-forced) is off ``decoded`` past ``tolerance``, at the
-    first such answer position, with the base model's value there (``base``, on the same tokens)."""
+def _off(decoded: CanaryRecord, mine: CanaryRecord, base: CanaryRecord, tolerance: float) -> tuple[str | None, bool]:
+    """Where ``mine`` (teacher-forced) is off ``decoded`` past ``tolerance``: the line, at the
+    first such answer position, with the base model's value there (``base``, on the same tokens),
+    and whether it has the class's signature: the base model's value instead, or a value more
+    than ``FAR`` off, which no float step of a logit gives. (None, False) where nothing is off."""
     d, f, b = floats(decoded.logprobs), floats(mine.logprobs), floats(base.logprobs)
     off = apart(d, f)
     i = next((i for i, x in enumerate(off) if x > tolerance), None)
     if i is None:
-        return None
+        return None, False
     tokens = decoded.token_ids.split()
 
     def at(values: list[float]) -> str:
         return f"{values[i]:.6g}" if i < len(values) else "none"
 
     as_base = apart(f, b)[i] <= tolerance
-    return (
+    line = (
         f"{mine.adapter} on prompt {mine.prompt}, answer position {i} (token {tokens[i] if i < len(tokens) else '?'}): "
         f"teacher-forced prompt logprob {at(f)}, decoded {at(d)} (tolerance {tolerance:.3g}); the base model's on the "
         f"same tokens: {at(b)}, " + ("which it matches instead" if as_base else "which it does not match either")
     )
+    return line, as_base or off[i] > FAR

@@ -94,20 +94,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     reason = stop_reason(plan, earlier_rows(item, spec, state.writer.rows))
     if reason:
-        state.build_stops.append(item.nodeid)
+        state.build_stops.append((item.nodeid.replace(spec.id, replace(spec, build=0).id), spec.id))
         pytest.skip(reason)
 
 
 def saved_line(state: BenchState) -> str:
-    """What stopping across builds saved: the cases skipped, the builds never built, and about
-    how long they would have taken at this run's mean build and its mean case (its measured
-    and warm-up seconds over its rows)."""
-    unbuilt = state.progress.builds - len(state.built)
+    """What stopping across builds saved: the cases stopped, their runs skipped, the builds
+    never built (none of their cases ran, and none failed), and about how long those would have
+    taken at this run's mean build and its mean case (its measured and warm-up seconds over its rows)."""
+    cases = {case for case, _ in state.build_stops}
+    done = {build for build, _ in state.built} | set(state.failed_builds)
+    unbuilt = {build for _, build in state.build_stops} - done
     build_s = sum(s for _, s in state.built) / len(state.built) if state.built else 0.0
     rows = len(state.writer.rows) if state.writer is not None else 0
     case_s = (state.clock.spent[MEASURED] + state.clock.spent[WARMUPS]) / rows if rows else 0.0
-    about = unbuilt * build_s + len(state.build_stops) * case_s
+    about = len(unbuilt) * build_s + len(state.build_stops) * case_s
     return (
-        f"sequential builds: {len(state.build_stops)} cases precise before matrix.max_builds, skipped on the "
-        f"builds after; {unbuilt} of {state.progress.builds} builds not needed: about {about:.0f} s saved"
+        f"sequential builds: {len(cases)} cases precise before matrix.max_builds, {len(state.build_stops)} of their "
+        f"runs skipped, {len(unbuilt)} builds not needed: about {about:.0f} s saved"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,12 @@ def fleet_slots(config: pytest.Config, device_type: str, per_engine: int) -> tup
 
 
 def fleet_tasks(items: Sequence[pytest.Item]) -> list[Task]:
-    """One task per engine configuration x build, its cases in the session's order."""
+    """One task per engine configuration x build, its cases in the session's order; a variant
+    build's in its plain build's task (its canary reads the plain build's answers there)."""
     by_engine: dict[str, list[str]] = {}
     for item in items:
-        by_engine.setdefault(item.callspec.params[ENGINE_FIXTURE].id, []).append(item.nodeid)
+        spec = item.callspec.params[ENGINE_FIXTURE]
+        by_engine.setdefault(replace(spec, engine_variant="").id, []).append(item.nodeid)
     return [Task(engine_id, tuple(nodeids)) for engine_id, nodeids in by_engine.items()]
 
 

@@ -121,7 +121,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # One build per configuration and build index, shared by every scenario's tests:
     # pytest keys session-scoped parameters by value, so equal specs share one engine.
     builds = state.builds or scenario.builds(file) or file.matrix.builds
-    if scenario.sequential_builds:  # optional builds past the minimum (build_stops)
+    # Optional builds past the minimum (build_stops); not in a fleet, whose workers see their own rows only.
+    in_fleet = options.value(metafunc.config, "bench_fleet") or metafunc.config.getoption("bench_fleet_worker", None)
+    if scenario.sequential_builds and not in_fleet:
         builds = build_stops.builds_at_most(options.with_precision(metafunc.config, file).matrix, builds)
     # A URL's server runs with LoRA as it was started: no LoRA-disabled engine there.
     with_lora_off = scenario.with_lora_off and state.target.kind != URL

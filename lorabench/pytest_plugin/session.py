@@ -50,8 +50,9 @@ class BenchState:
     clock: WallClock = field(default_factory=WallClock)
     # A fleet worker's columns for every row (its run id, its devices; lorabench.pytest_plugin.fleet_worker).
     fleet_columns: dict[str, Any] = field(default_factory=dict)
-    # The cases skipped on optional builds, their earlier builds precise enough (build_stops).
-    build_stops: list[str] = field(default_factory=list)
+    # The cases skipped on optional builds, their earlier builds precise enough (build_stops): (test, build id).
+    build_stops: list[tuple[str, str]] = field(default_factory=list)
+    failed_builds: list[str] = field(default_factory=list)  # the engine builds that failed
     # A fleet driver's lines of the summary (lorabench.pytest_plugin.fleet_driver); empty in any other session.
     fleet: list[str] = field(default_factory=list)
 

@@ -45,7 +45,10 @@ class BenchCase:
     clock: WallClock = field(default_factory=WallClock)
 
     def _engine_died(self, engine: Engine, exc: BaseException) -> NoReturn:
-        engine.died = f"{self.test_id}: {type(exc).__name__}: {exc}"
+        log = f" (engine log: {engine.log_path})" if engine.log_path is not None else ""
+        engine.died = f"{self.test_id}: {type(exc).__name__}: {exc}{log}"
+        if engine.spec.engine_variant:  # as a variant build that fails to build (pytest_plugin.fixtures)
+            pytest.skip(f"engine {engine.id} died: {engine.died}: the variant build's check is not judged")
         pytest.fail(f"engine {engine.id} died: {engine.died}", pytrace=False)
 
     def _on_engine(self, engine: Engine, work: Callable[[], Any]) -> Any:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from lorabench.config import EngineSpec
-from lorabench.config.variants import NGRAM, SPEC_NGRAM
+from lorabench.config.variants import CHUNK_TOKENS, CHUNKED, NGRAM, SPEC_NGRAM
 from lorabench.targets import clock
 from lorabench.targets.failures import EngineDied
 from lorabench.targets.standin import logprobs, planted
@@ -93,10 +93,13 @@ class StandInLLM:
         self.sent = 0
         # As vLLM's front end reports its configuration: eager, or compiled with piecewise graphs.
         eager = bool(spec.enforce_eager)
+        # ... and its scheduler's token budget a step: the chunked variant's, else vLLM's in-process CPU default.
+        budget = CHUNK_TOKENS if self.variant == CHUNKED else 2048
         self.vllm_config = SimpleNamespace(
             compilation_config=SimpleNamespace(
                 mode="NONE" if eager else "VLLM_COMPILE", cudagraph_mode="NONE" if eager else "PIECEWISE"
-            )
+            ),
+            scheduler_config=SimpleNamespace(enable_chunked_prefill=True, max_num_batched_tokens=budget),
         )
         self._wake = asyncio.Event()
         # Held by a step and by a load from disk: one at a time, as in vLLM's engine core.
@@ -172,7 +175,8 @@ class StandInLLM:
         padded = rank is not None and rank < self.max_lora_rank
         seen, seen_weights = planted.seen_as(self.costs, self.lora_enabled, lora_request, name, weights, prompt, params)
         seen_weights += planted.padding(self.costs, padded)
-        seen_weights += planted.variant(self.costs, self.variant, lora_request, prompt)
+        budget = self.vllm_config.scheduler_config.max_num_batched_tokens
+        seen_weights += planted.variant(self.costs, self.variant, budget, lora_request, prompt)
         if self.variant == SPEC_NGRAM:  # a draft of the most tokens after each sampled one
             self.drafted += int(NGRAM["num_speculative_tokens"]) * (params.max_tokens - 1)
         model = f"{seen}|{seen_weights}"

@@ -29,8 +29,8 @@ planted bug changes what goes into the hash:
   rows above its own rank that the last occupant left (a slot not reset before a load);
 - ``plant_spec_decode``: on an n-gram speculation build, a LoRA request's drafts are verified
   without its LoRA, and it answers otherwise than with plain decoding;
-- ``plant_chunked_prefill``: on a chunked build, a LoRA request whose prompt is longer than one
-  chunk loses its LoRA in the later chunks, and answers otherwise than prefilled whole.
+- ``plant_chunked_prefill``: a LoRA request whose prompt is longer than the build's token budget
+  a step loses its LoRA in the later chunks, and answers otherwise than prefilled whole.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lorabench.config.variants import CHUNK_TOKENS, CHUNKED, SPEC_NGRAM
+from lorabench.config.variants import SPEC_NGRAM
 from lorabench.targets.standin.scheduler import BLOCK_SIZE, LoraRef, Params, Request
 
 if TYPE_CHECKING:
@@ -99,13 +99,14 @@ def taint(costs: Costs, request: Request, running: Sequence[Request], slots: Ada
     return added
 
 
-def variant(costs: Costs, variant: str, lora: LoraRef | None, prompt: Sequence[int]) -> str:
+def variant(costs: Costs, variant: str, budget: int, lora: LoraRef | None, prompt: Sequence[int]) -> str:
     """What ``plant_spec_decode`` and ``plant_chunked_prefill`` add to the weights a LoRA request
-    answers with on the variant build they break (module docstring)."""
+    answers with where they break it: speculation on, or a prompt past the token budget a step
+    (module docstring)."""
     if lora is None:
         return ""
     if costs.plant_spec_decode and variant == SPEC_NGRAM:
         return "+drafts verified without LoRA"
-    if costs.plant_chunked_prefill and variant == CHUNKED and len(prompt) > CHUNK_TOKENS:
+    if costs.plant_chunked_prefill and len(prompt) > budget:
         return "+later chunks without LoRA"
     return ""
