@@ -238,7 +238,10 @@ def test_a_search_on_the_stand_in_finds_its_service_rate_and_keeps_every_probe(p
     assert len(probes) == row["probes"] == row["rounds"] and probes["probe"].tolist() == list(range(len(probes)))
     # Kept as each finished, keyed as the row written after them.
     assert probes["timestamp"].unique().tolist() == [row["timestamp"]] and (probes["run_id"] == row["run_id"]).all()
-    assert (probes["decided"] == (probes["requests"] >= capacity.MIN_REQUESTS)).all()
+    # A probe stopped early is judged on the requests it planned (tests/test_probe_stop.py).
+    assert (probes["decided"] == (probes["planned"] >= capacity.MIN_REQUESTS)).all()
+    whole = probes[probes["stopped_early"].isna()]
+    assert (whole["requests"] == whole["planned"]).all() and (whole["sent"] == whole["planned"]).all()
     first = probes[probes["rate"] != probes["rate"].shift()]  # a rerun follows its probe at its rate
     assert np.isclose(first["duration_s"], CAPACITY["probe_duration_s"]).all() and (probes["busy_at_start"] == 0).all()
     passing = probes[probes["passed"]]
@@ -250,7 +253,7 @@ def test_a_search_on_the_stand_in_finds_its_service_rate_and_keeps_every_probe(p
     )
     samples = pd.read_csv(samples_path_for(csv))
     measured = samples[samples["arrival_s"] >= CAPACITY["warmup_s"]].groupby("round").size()
-    assert measured.tolist() == probes["requests"].tolist()
+    assert measured.tolist() == probes["sent"].tolist()
 
     page = write_report([csv], tmp_path / "report")
     assert 'src="capacity_knee.png"' in page.read_text() and (page.parent / "capacity_knee.png").is_file()
@@ -457,7 +460,16 @@ def test_a_small_search_on_the_real_cpu_engine_for_both_configurations(pytester,
         # The edge's interval is the decided probes' profile likelihood, as the probes file has them.
         decided = mine[mine["decided"]]
         kept = [
-            capacity.Probe(r.rate, r.requests, r.met, r.unfinished, row["slo_target"]) for r in decided.itertuples()
+            capacity.Probe(
+                r.rate,
+                r.requests,
+                r.met,
+                r.unfinished,
+                row["slo_target"],
+                stopped=r.stopped_early if isinstance(r.stopped_early, str) else "",
+                planned=r.planned,
+            )
+            for r in decided.itertuples()
         ]
         edge = tuple(math.nan if v is None else v for v in capacity.boundary_interval(kept))
         assert (row["capacity_ci_low_rps"], row["capacity_ci_high_rps"]) == pytest.approx(edge, nan_ok=True)

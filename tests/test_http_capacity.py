@@ -9,8 +9,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from lorabench.measure import capacity
+from lorabench.measure import capacity, probe_stop
 from lorabench.results.records import replays_path_for, samples_path_for
+from lorabench.scenarios import capacity_probes
 from lorabench.targets.standin import Costs, write_config
 from lorabench.targets.standin.server import StandInServer
 from tests.helpers import ROOT, result_files
@@ -65,7 +66,42 @@ def test_a_search_over_http_brackets_the_servers_rate_and_passes_no_probe_above_
     assert row["capacity_over_rps"] == failing["rate"].min()
     samples = pd.read_csv(samples_path_for(csv))
     measured = samples[samples["arrival_s"] >= CAPACITY["warmup_s"]].groupby("round").size()
-    assert measured.tolist() == probes["requests"].tolist(), "every probe's requests are in the samples"
+    assert measured.tolist() == probes["sent"].tolist(), "every probe's requests sent are in the samples"
+    early = probes[probes["stopped_early"].notna()]
+    assert early["decided"].all() and not early["passed"].any() and (early["sent"] < early["planned"]).all()
+
+
+@pytest.mark.realtime
+def test_over_http_a_probe_far_over_the_servers_rate_stops_early_and_one_under_it_does_not(pytester, monkeypatch):
+    """The estimate set at 3 times the server's rate: the first probe, at 1.5 times it, stops
+    well before its end, its streams closed; the search halves down to a pass, which ran whole.
+    Over HTTP a request's miss counts once it shows (a first token late): with one request
+    served at a time, after the warm-up's backlog, at the server's rate; much further over the
+    rate, the half of a probe's requests that it may stop within are sent before then."""
+    rate = service_rps(COSTS, 20, 4)
+
+    async def high_estimate(*_args):
+        return 3 * rate
+
+    monkeypatch.setattr(capacity_probes, "closed_loop", high_estimate)
+    pytester.makepyfile(test_bench_capacity=(ROOT / "bench" / "test_capacity.py").read_text())
+    config = write_config(pytester.path / "run", adapters=2, capacity={**CAPACITY, "max_probes": 3}, engine=ENGINE)
+    with StandInServer(["a0", "a1"], COSTS, max_num_seqs=1) as server:
+        result = pytester.runpytest(
+            "--bench-config", str(config), "-p", "no:cacheprovider", "--bench-target", server.url
+        )
+    result.assert_outcomes(passed=1)
+    (csv,) = result_files(pytester.path / "run" / "results")
+    probes = pd.read_csv(replays_path_for(csv, "probes"))
+    # The first probe, or its rerun where a busy host put its client behind (then it decides nothing).
+    first = probes[probes["decided"]].iloc[0]
+    passing = probes[probes["passed"]]
+    assert first["rate"] == pytest.approx(1.5 * rate) and first["stopped_early"].startswith(f"{probe_stop.SLO_LOST}: ")
+    # Over HTTP only the misses a request shows count (its tokens may be held unshown): later than in process.
+    assert first["stopped_at_s"] < 0.7 * first["duration_s"] and first["sent"] <= 0.5 * first["planned"]
+    assert not first["passed"]
+    assert not passing.empty and passing["stopped_early"].isna().all() and (passing["sent"] == passing["planned"]).all()
+    assert probes["idle_wait_s"].max() < capacity_probes.IDLE_TIMEOUT_S, "the server dropped the closed streams"
 
 
 def test_requests_the_server_fails_are_failures_not_an_overload(pytester):

@@ -4,7 +4,8 @@ both latency SLOs (DistServe's goodput definition), found by probing.
 A probe is one open-loop replay at one rate. It is *over* when its attainment is below
 the target, or when requests are still unfinished at the end of its drain (each request's
 SLO budget, twice, from its arrival: docs/capacity.md#the-drain): an engine whose queue
-grows is overloaded whatever the requests that did finish say. The search starts from a
+grows is overloaded whatever the requests that did finish say; one certainly over stops early
+(``lorabench.measure.probe_stop``) and fails as it would have. The search starts from a
 short closed-loop estimate of what the engine can serve, brackets the SLO edge by
 doubling and halving the rate, then bisects (on a log scale: the bracket is a ratio)
 until the lowest failing rate is within ``precision`` of the highest passing one. Only
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lorabench.config.trace_sections import MIN_REQUESTS
+from lorabench.measure.capacity_edge import boundary_interval as boundary_interval  # the search's, read here
 from lorabench.results.records import ProbeRecord
 from lorabench.results.search_stops import (  # the search writes them; tests read them here too
     ABOVE_RANGE,
@@ -54,10 +56,6 @@ MAX_STRETCH = 4.0
 # latency target, at the estimate's concurrency): capacity under a target is usually below it.
 FIRST_PROBE_SHARE = 0.5
 Z_95 = 1.959964
-# The edge's profile likelihood: the grid of edges (log rate) from this far below the lowest
-# probed rate to as far above the highest, and of attainment slopes; the chi-squared(1) cut.
-EDGE_SPAN, EDGE_GRID, SLOPE_GRID = 3.0, 601, 121
-CHI2_1_95 = 3.841459
 
 
 def wilson_interval(met: int, n: int, z: float = Z_95) -> tuple[float, float]:
@@ -88,6 +86,10 @@ class Probe:
     first_error: str = ""
     # Why its client fell behind its schedule (replay_summary.client_behind), or "".
     behind: str = ""
+    # Why it stopped early, certainly over (lorabench.measure.probe_stop), or "": then
+    # ``requests`` and ``met`` are those due by the stop, and ``planned`` what it would have measured.
+    stopped: str = ""
+    planned: int = 0
     # Goodput, engine state and latencies of the probe, as the probes file keeps them.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -115,6 +117,8 @@ class Probe:
             passed=self.passed,
             decided=self.decided,
             undecided_why=None if self.decided else self.void or TOO_FEW,
+            stopped_early=self.stopped or None,
+            planned=self.planned or None,
             **self.extra,
         )
 
@@ -128,14 +132,15 @@ class Probe:
 
     @property
     def decided(self) -> bool:
-        """Measured enough requests for a verdict, and nothing voids it: otherwise it neither
-        passes nor fails."""
-        return self.requests >= MIN_REQUESTS and not self.void
+        """Measured enough requests for a verdict (a stopped probe: planned them), and nothing
+        voids it: otherwise it neither passes nor fails."""
+        return (self.planned if self.stopped else self.requests) >= MIN_REQUESTS and not self.void
 
     @property
     def passed(self) -> bool:
-        """At or above the target with nothing left unfinished: an overload never passes."""
-        return self.decided and self.unfinished == 0 and self.attainment >= self.target
+        """At or above the target with nothing left unfinished: an overload never passes, nor
+        does a probe stopped with its SLO lost."""
+        return self.decided and not self.stopped and self.unfinished == 0 and self.attainment >= self.target
 
     @property
     def failed(self) -> bool:
@@ -182,39 +187,6 @@ class Search:
         """The lowest failing probe."""
         failed = [p for p in self.probes if p.failed]
         return min(failed, key=lambda p: p.rate) if failed else None
-
-
-def boundary_interval(probes: list[Probe]) -> tuple[float | None, float | None]:
-    """The SLO edge's 95 % profile-likelihood interval over the decided probes' requests.
-
-    Attainment is taken to fall with the rate as ``logit p(r) = logit(target) - b * log(r /
-    edge)``, b > 0: the edge is where it meets the target, and every probe's requests weigh in,
-    each a Bernoulli trial at its probe's rate. The interval is the edges whose likelihood,
-    maximised over b, is within ``chi2(1, 0.95) / 2`` of the best. A probe that left requests
-    unfinished (a queue that grew) bounds the edge from above, whatever its attainment. A side
-    the probes do not bound (every probe passed, or none did) is None."""
-    decided = [p for p in probes if p.decided]
-    counted = [p for p in decided if p.unfinished == 0]
-    overloaded = [p.rate for p in decided if p.unfinished > 0]
-    if not counted:
-        return None, (min(overloaded) if overloaded else None)
-    import numpy as np
-
-    rates = np.log([p.rate for p in counted])
-    met, n = np.array([p.met for p in counted], float), np.array([p.requests for p in counted], float)
-    edges = np.linspace(rates.min() - EDGE_SPAN, rates.max() + EDGE_SPAN, EDGE_GRID)
-    slopes = np.exp(np.linspace(math.log(0.05), math.log(200.0), SLOPE_GRID))
-    logit = math.log(counted[0].target / (1 - counted[0].target))
-    eta = logit - slopes[None, :, None] * (rates[None, None, :] - edges[:, None, None])
-    loglik = (met * -np.logaddexp(0, -eta) + (n - met) * -np.logaddexp(0, eta)).sum(axis=2).max(axis=1)
-    inside = edges[loglik >= loglik.max() - CHI2_1_95 / 2]
-    low = None if inside.min() <= edges[0] else float(math.exp(inside.min()))
-    high = None if inside.max() >= edges[-1] else float(math.exp(inside.max()))
-    if overloaded:
-        high = min(high if high is not None else math.inf, min(overloaded))
-    if low is not None and high is not None and low > high:  # the overload bound cuts it away
-        low = None
-    return low, high
 
 
 def next_rate(search: Search, limits: Limits) -> float | None:

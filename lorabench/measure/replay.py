@@ -30,6 +30,7 @@ from lorabench.load.adapters import Adapter
 from lorabench.load.traces import prefixes
 from lorabench.load.traces.synthetic import TraceRequest
 from lorabench.load.workload import synthetic_prompt
+from lorabench.measure.replay_tasks import InFlight, Stop, until_stopped
 from lorabench.targets import clock
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ async def replay(
     drain_timeout_s: float = 60.0,
     progress: Callable[[int, int, float | None], None] | None = None,
     timeline: Recorder | None = None,
+    stop: Stop | None = None,
 ) -> list[ReplayedRequest]:
     """Send ``requests`` to ``engine`` on schedule, each with the adapter its trace names.
 
@@ -128,7 +130,8 @@ async def replay(
     After the last arrival, requests still running get ``drain_timeout_s`` to finish
     (``drain_s`` says how long a replay judged against SLOs should give them); the rest
     are aborted and reported unfinished. A stream the engine ends unfinished (HTTP targets)
-    is reported failed.
+    is reported failed. ``stop`` may end the replay sooner (``replay_tasks.Stop``): then what
+    runs is aborted as at the drain's end, and only the requests sent are returned.
     """
     records = _records(engine, requests)
     # With prefix caching on, each replay's requests are salted apart from everything cached
@@ -142,27 +145,42 @@ async def replay(
     sender = _Sender(engine, adapters, seed, start, early_wake_s, requests, salt)
     if timeline is not None:
         timeline.start(start)
-    in_flight = _InFlight()
+    in_flight = InFlight()
     try:
         with _frozen_heap(freeze):
-            for sent, record in enumerate(records, 1):
-                # The event loop's timers wake up to a millisecond late: sleep to just before the
-                # send, and hand the request to its task, which yields to the loop until it is due.
-                wait = start + record.scheduled_s - early_wake_s - clock.now()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                in_flight.add(asyncio.create_task(sender.serve(record)))
-                if progress is not None:
-                    progress(sent, sender.finished, clock.now() - start)
-            if progress is not None and records:
-                progress(len(records), sender.finished, None)
-            await in_flight.drain(drain_timeout_s)
+            work = _send(records, sender, in_flight, progress, drain_timeout_s)
+            await until_stopped(work, stop, records, start, in_flight)
         if timeline is not None:
             await timeline.flush()
     finally:
         if timeline is not None:
             timeline.stop()
+    if stop is not None and stop.at_s is not None:
+        return [r for r in records if r.sent_s == r.sent_s]  # the unsent's sent_s is still NaN
     return records
+
+
+async def _send(
+    records: Sequence[ReplayedRequest],
+    sender: _Sender,
+    in_flight: InFlight,
+    progress: Callable[[int, int, float | None], None] | None,
+    drain_timeout_s: float,
+) -> None:
+    """Each request sent when due, then the drain."""
+    start, early_wake_s = sender.start, sender.early_wake_s
+    for sent, record in enumerate(records, 1):
+        # The event loop's timers wake up to a millisecond late: sleep to just before the
+        # send, and hand the request to its task, which yields to the loop until it is due.
+        wait = start + record.scheduled_s - early_wake_s - clock.now()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        in_flight.add(asyncio.create_task(sender.serve(record)))
+        if progress is not None:
+            progress(sent, sender.finished, clock.now() - start)
+    if progress is not None and records:
+        progress(len(records), sender.finished, None)
+    await in_flight.drain(drain_timeout_s)
 
 
 def _records(engine: Engine, requests: Sequence[TraceRequest]) -> list[ReplayedRequest]:
@@ -228,35 +246,6 @@ class _Sender:
                     record.queue_ms = (metrics.scheduled_ts - metrics.queued_ts) * 1000.0
         # A stream cancelled at the drain never gets here; one that ended unfinished was failed.
         record.failed = not record.finished
-
-
-class _InFlight:
-    """The requests' tasks still running, and the errors they raised: a finished request's
-    task is let go, so a long trace does not hold every task, coroutine and context to its end."""
-
-    def __init__(self) -> None:
-        self.tasks: set[asyncio.Task] = set()
-        self.errors: list[BaseException] = []
-
-    def add(self, task: asyncio.Task) -> None:
-        self.tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task) -> None:
-        self.tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.errors.append(task.exception())
-
-    async def drain(self, timeout_s: float) -> None:
-        """Wait for the requests still running; abort those past the timeout (so they are
-        reported unfinished rather than holding the engine), and raise the first real error."""
-        if self.tasks:
-            _, pending = await asyncio.wait(set(self.tasks), timeout=timeout_s)
-            for task in pending:
-                task.cancel()  # vLLM aborts a request whose stream is cancelled
-            await asyncio.gather(*pending, return_exceptions=True)
-        if self.errors:
-            raise self.errors[0]
 
 
 @contextmanager

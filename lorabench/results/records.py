@@ -116,6 +116,14 @@ class ProbeRecord:
     # Why an undecided probe decided nothing: too few requests, its client fell behind, or
     # requests failed (docs/capacity.md); blank for a decided one.
     undecided_why: str | None = None
+    # Why it stopped before its end, certainly over (lorabench.measure.probe_stop), and when, in
+    # seconds from its start; blank when it ran whole. Then requests and met are those whose SLO
+    # verdict was due by the stop; planned, sent and finished count its measured requests.
+    stopped_early: str | None = None
+    stopped_at_s: float | None = None
+    planned: int | None = None
+    sent: int | None = None
+    finished: int | None = None
     duration_s: float | None = None  # its arrivals, warm-up included: probe_duration_s, longer when rerun
     # Waited before it for the engine to have no unfinished request (the last probe's aborted
     # leftovers), and the requests still unfinished when it started; blank where the engine cannot tell.

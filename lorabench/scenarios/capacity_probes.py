@@ -5,21 +5,20 @@ finishes, and the row the search makes."""
 
 from __future__ import annotations
 
-import asyncio
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lorabench.config.online_cases import ImportedCase, OnlineCase
+from lorabench.config.target import INPROCESS
 from lorabench.load.traces import prefixes, transforms
-from lorabench.load.workload import synthetic_prompt
-from lorabench.measure import capacity, replay, replay_summary
+from lorabench.measure import capacity, probe_stop, replay, replay_summary
+from lorabench.measure.closed_loop import closed_loop
 from lorabench.results.files import SAMPLES
 from lorabench.results.records import ProbeRecord
 from lorabench.scenarios.base import Context, Outcome
 from lorabench.targets import timeline
-from lorabench.targets.clock import now
 from lorabench.targets.failures import EngineDied, is_engine_dead
 
 if TYPE_CHECKING:
@@ -92,6 +91,8 @@ class Prober:
         self.slo_target = {"slo_ttft_ms": block.slo_ttft_ms, "slo_tpot_ms": block.slo_tpot_ms, "target": block.target}
         self.timelines: list[list[Any]] = []
         self.kept: list[ProbeRecord] = []
+        # Of each probe stopped early: its arrivals left unsent, and those with its drain's bound.
+        self.saved: list[tuple[float, float]] = []
         self.kept_in: Path | None = None
         # The row's fields known before the search, its key among them: each probe kept is keyed by it.
         self.fields: dict[str, Any] = {
@@ -150,9 +151,14 @@ class Prober:
         one = self.slice_n / rate
         return prefixes.copies(self.shape.at(rate, one).requests(list(self.adapters)), one, round(duration / one))
 
-    def replay_at(self, rate: float, duration: float) -> tuple[list[replay.ReplayedRequest], float]:
-        """One probe's replay, once the engine is idle and alive; its records and seconds."""
-        requests = self.requests_at(rate, duration)
+    def replay_at(self, rate: float, duration: float) -> tuple[list[replay.ReplayedRequest], float, probe_stop.SloLost]:
+        """One probe's replay, once the engine is idle and alive, stopped once its SLO is lost
+        (``probe_stop``); its records, its seconds, and whether and why it stopped."""
+        requests, block = self.requests_at(rate, duration), self.block
+        planned = sum(r.arrival_s >= block.warmup_s for r in requests)
+        live = self.engine.target == INPROCESS
+        stop = probe_stop.SloLost(planned, block.target, self.slos, block.warmup_s, live=live)
+        drain = replay.drain_s(requests, block.drain_s, *self.slos)
         started = self.engine.loop.time()
         records = self.engine.run(
             replay.replay(
@@ -161,29 +167,32 @@ class Prober:
                 self.adapters,
                 # Prompts of their own per probe: a server target may cache what it has seen.
                 seed=self.shape.seed + len(self.timelines) + 1,
-                drain_timeout_s=replay.drain_s(requests, self.block.drain_s, *self.slos),
+                drain_timeout_s=drain,
                 timeline=self.engine.timeline,
+                stop=stop,
             )
         )
-        return records, self.engine.loop.time() - started
+        seconds = self.engine.loop.time() - started
+        if stop.at_s is not None:
+            self.saved.append((max(duration - stop.at_s, 0.0), duration + drain - seconds))
+        return records, seconds, stop
 
     def probe(self, rate: float, stretch: float) -> capacity.Probe:
         block, (duration, stretch) = self.block, self.span(rate, stretch)
         idle_wait_s, busy = self.engine.run(self.engine.wait_idle(IDLE_TIMEOUT_S))
         self.engine.check_alive()
         errors_before = len(getattr(self.engine, "failures", ()))
-        records, seconds = self.replay_at(rate, duration)
+        records, seconds, stop = self.replay_at(rate, duration)
         # A probe the engine died in measured nothing: its requests would read as an overload.
         self.engine.check_alive()
         metrics, _ = replay_summary.summarize_online(records, **self.judged)
         steps = timeline.summarize(self.engine.timeline.rows, block.warmup_s, self.engine.timeline.counts_until_t)
         self.timelines.append(list(self.engine.timeline.rows))
         measured = [r for r in records if r.scheduled_s >= block.warmup_s]
+        counts, sent = probe_stop.judged(measured, stop, *self.slos)
         found = capacity.Probe(
             rate=rate,
-            requests=len(measured),
-            met=round(metrics["slo_attainment"] * len(measured)) if measured else 0,
-            unfinished=sum(not r.finished and not r.failed for r in measured),
+            **counts,
             target=block.target,
             stretch=stretch,
             failed_requests=sum(r.failed for r in records),
@@ -194,6 +203,7 @@ class Prober:
                 "idle_wait_s": idle_wait_s,
                 "busy_at_start": busy,
                 "seconds": seconds,
+                **sent,
                 **{k: metrics[k] for k in PROBE_METRICS},
                 **{k: steps.get(k) for k in PROBE_STEPS},
                 **{k: metrics.get(k) for k in PROBE_HIT_RATES},
@@ -218,6 +228,8 @@ class Prober:
         self.kept.append(record)
         if self.ctx.progress:
             verdict = "passes" if found.passed else "over" if found.failed else f"undecided, {record.undecided_why}"
+            if found.stopped:
+                verdict += f", stopped at {record.stopped_at_s:.3g} s ({found.stopped}; {record.sent} sent)"
             self.ctx.progress(
                 f"capacity {self.shape.shape_id}: {found.rate:.3g} req/s for {record.duration_s:.3g} s {verdict} "
                 f"(SLO met by {found.met}/{found.requests}, {found.unfinished} unfinished, "
@@ -239,6 +251,13 @@ class Prober:
         edge_low, edge_high = capacity.boundary_interval(found.probes)
         if self.ctx.progress and found.probes and found.probes[-1].void:
             self.ctx.progress(f"capacity {self.shape.shape_id}: search stopped, {found.stop}: no verdict at that rate")
+        saved = {"probes_stopped": len(self.saved), "stopped_saved_s": [sum(s) for s in zip(*self.saved)] or [0, 0]}
+        if self.ctx.progress and self.saved:
+            low, high = saved["stopped_saved_s"]
+            self.ctx.progress(
+                f"capacity {self.shape.shape_id}: {len(self.saved)} of {len(found.probes)} probes stopped early, "
+                f"saving {low:.1f} s of arrivals, {high:.1f} s with their drains at most"
+            )
         fields: dict[str, Any] = {
             **self.fields,
             "rounds": len(found.probes),
@@ -264,31 +283,9 @@ class Prober:
         # The probes and their samples are on disk already (``keep``); the passing probe's
         # timeline goes with the row.
         kept = {"timeline": self.timelines[found.probes.index(at)]} if at is not None else {}
-        return Outcome(fields, [], extra_info={"search_stop": found.stop}, records=kept)
+        return Outcome(fields, [], extra_info={"search_stop": found.stop, **saved}, records=kept)
 
 
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else ""
-
-
-async def closed_loop(
-    engine: Engine, requests: Sequence[TraceRequest], adapters: Mapping[str, Adapter], concurrency: int
-) -> float:
-    """Requests per second with ``concurrency`` in flight, each sent as soon as one finishes:
-    what the engine serves with no latency target, the upper bound the search starts under."""
-    queue = list(enumerate(requests))[::-1]
-    vocab = engine.vocab_size
-
-    async def worker() -> None:
-        while queue:
-            index, r = queue.pop()
-            prompt = synthetic_prompt(index, r.input_len, vocab, seed=0)
-            async for _ in engine.stream(
-                prompt, engine.sampling_params(r.output_len, stream=True), adapters[r.adapter]
-            ):
-                pass
-
-    started = now()
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)))))
-    return len(requests) / (now() - started)
