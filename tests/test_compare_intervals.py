@@ -1,15 +1,19 @@
-"""compare shows each side's own interval beside its figure (issue 52): the widest build's
-± on e2e, TTFT and decode, the hull of the builds' SLO edge intervals on a capacity; nothing
-for files written before the columns, or where a build lacks its interval; and no verdict
-changes with them."""
+"""compare shows each side's own 95 % interval beside its figure (issue 52), as its two ends:
+over the side's builds where it has 2 or more (the t interval of their geometric mean, df =
+builds - 1; pooled runs: over the runs' means), the one build's rounds interval where it has
+one, the hull of the builds' SLO edge intervals on a capacity; nothing for files written
+before the columns, or a lone build without its interval; and no verdict changes with them."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from lorabench.analysis.compare import compare, load_run
 from lorabench.cli import main as cli
@@ -21,21 +25,21 @@ CI = ("e2e_ms_ci_pct", "ttft_ms_ci_pct", "decode_ms_ci_pct")
 EDGE = ("capacity_ci_low_rps", "capacity_ci_high_rps")
 
 
-def batch(e2e: float, ci: list[dict], batch_size: int = 2) -> list:
-    """One multi-LoRA case, a build per entry of ``ci`` (its interval columns), ``e2e`` ms on each."""
+def batch(builds: list[dict], batch_size: int = 2) -> list:
+    """One multi-LoRA case, a build per entry of ``builds`` (its figures and interval columns)."""
     return [
-        make_row(batch_size=batch_size, e2e_ms=e2e, engine_id=f"loras2-rank16-cpu4-build{b}", build=b, **values)
-        for b, values in enumerate(ci)
+        make_row(batch_size=batch_size, engine_id=f"loras2-rank16-cpu4-build{b}", build=b, **values)
+        for b, values in enumerate(builds)
     ]
 
 
 def sides(tmp_path, *, drop: tuple[str, ...] = ()):
-    """Base at 100 ms, new at 130 ms; base's builds ±2.5 % and ±3.4 % on e2e, new's ±1.7 % and
-    ±1.2 %; TTFT only on base's; a bs4 case where one new build has no interval."""
-    base = batch(100.0, [{"e2e_ms_ci_pct": 2.5, "ttft_ms_ci_pct": 6.0}, {"e2e_ms_ci_pct": 3.4, "ttft_ms_ci_pct": 4.0}])
-    new = batch(130.0, [{"e2e_ms_ci_pct": 1.7}, {"e2e_ms_ci_pct": 1.2}])
-    base += batch(50.0, [{"e2e_ms_ci_pct": 5.0}, {"e2e_ms_ci_pct": 5.0}], batch_size=4)
-    new += batch(50.0, [{"e2e_ms_ci_pct": 7.0}, {"e2e_ms_ci_pct": None}], batch_size=4)
+    """bs2: base's builds at 100 and 120 ms (rounds ±2.5 % and ±3.4 %), new's at 128 and 132;
+    bs4, one build a side at 50 ms: base's rounds interval w = 0.88, new's blank (one round)."""
+    base = batch([{"e2e_ms": 100.0, "e2e_ms_ci_pct": 2.5}, {"e2e_ms": 120.0, "e2e_ms_ci_pct": 3.4}])
+    new = batch([{"e2e_ms": 128.0, "e2e_ms_ci_pct": 1.7}, {"e2e_ms": 132.0, "e2e_ms_ci_pct": 1.2}])
+    base += batch([{"e2e_ms": 50.0, "e2e_ms_ci_pct": 88.0}], batch_size=4)
+    new += batch([{"e2e_ms": 50.0, "e2e_ms_ci_pct": None}], batch_size=4)
     paths = []
     for name, rows in (("base", base), ("new", new)):
         path = write_rows(tmp_path / f"{name}.csv", rows)
@@ -50,41 +54,65 @@ def line_of(out: str, case: str, metric: str) -> list[str]:
     return re.split(r"\s{2,}", line.strip())
 
 
-def test_each_side_shows_its_widest_builds_interval_beside_its_figure(tmp_path, capsys):
+def ends(cell: str) -> tuple[float, float]:
+    low, high = re.fullmatch(r"\[(\S+), (\S+)\]", cell).groups()
+    return float(low), float(high)
+
+
+def t_interval(values: list[float]) -> tuple[float, float]:
+    """docs/metrics.md#intervals's construction on ``values``: exp(m) / (1 + w) .. exp(m) · (1 + w)."""
+    logs = np.log(values)
+    w = math.expm1(stats.t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
+    return math.exp(logs.mean()) / (1 + w), math.exp(logs.mean()) * (1 + w)
+
+
+def test_a_side_of_several_builds_shows_the_interval_over_its_builds(tmp_path, capsys):
     base, new = sides(tmp_path)
     cli.main(["compare", base, new])
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("case "))
-    assert re.split(r"\s{2,}", header.strip())[2:6] == ["base", "±", "new", "±"]
-    assert line_of(out, " bs2 ", "e2e_ms")[2:7] == ["100.00", "±3.4%", "130.00", "±1.7%", "1.300"]
-    # TTFT: base's builds have ±6.0 and ±4.0, new's none: the new side's cell is blank.
-    assert line_of(out, " bs2 ", "ttft_ms")[2:6] == ["1.50", "±6.0%", "1.50", "1.000"]
-    # bs4: one new build has no interval, so the new side shows none (the other's 7 % could be too narrow).
-    assert line_of(out, " bs4 ", "e2e_ms")[2:6] == ["50.00", "±5.0%", "50.00", "1.000"]
+    assert re.split(r"\s{2,}", header.strip())[2:6] == ["base", "95% CI", "new", "95% CI"]
+    figure, interval, *_ = line_of(out, " bs2 ", "e2e_ms")[2:]
+    assert figure == "110.00" and interval == "[34.40, 348.85]"  # t with 1 df: 12.7 standard errors
+    low, high = ends(interval)
+    assert (low, high) == tuple(round(v, 2) for v in t_interval([100.0, 120.0]))
+    # Not the builds' rounds (±3.4 %): it holds both builds and their geometric mean, and is wide.
+    assert low < 100.0 < math.sqrt(100.0 * 120.0) < 120.0 < high and high / low > 10
+    assert line_of(out, " bs2 ", "e2e_ms")[4:6] == ["130.00", "[106.90, 158.05]"]
     # Metrics with no interval column show none.
     assert line_of(out, " bs2 ", "prefill_ms")[2:5] == ["1.50", "1.50", "1.000"]
-    assert "nan" not in out.lower()
+    assert "±" not in out and "nan" not in out.lower()
     assert "smallest change flagged at this noise" in out, "the minimum detectable change is still stated"
     cli.main(["compare", base, new, "--format", "markdown"])
     markdown = capsys.readouterr().out
-    assert "| base | ± | new | ± | ratio |" in markdown
-    assert "| 100.00 | ±3.4% | 130.00 | ±1.7% | 1.300 |" in markdown
+    assert "| base | 95% CI | new | 95% CI | ratio |" in markdown
+    assert "| 110.00 | [34.40, 348.85] | 130.00 | [106.90, 158.05] | 1.187 |" in markdown
 
 
-def test_pooled_runs_show_the_widest_over_every_runs_builds(tmp_path, capsys):
+def test_a_side_of_one_build_shows_its_rounds_interval_with_its_true_low_end(tmp_path, capsys):
     base, new = sides(tmp_path)
-    wider = tmp_path / "base2.csv"
+    cli.main(["compare", base, new])
+    # w = 0.88: 50 / 1.88 and 50 · 1.88, not 50 · (1 - 0.88); new's build has none (one round): blank.
+    assert line_of(capsys.readouterr().out, " bs4 ", "e2e_ms")[2:6] == ["50.00", "[26.60, 94.00]", "50.00", "1.000"]
+
+
+def test_pooled_runs_show_the_interval_over_the_runs_means(tmp_path, capsys):
+    base, new = sides(tmp_path)
+    second = tmp_path / "base2.csv"
     rows = pd.read_csv(base)
-    rows.assign(run_id="run-2", e2e_ms_ci_pct=rows["e2e_ms_ci_pct"] * 2).to_csv(wider, index=False)
-    cli.main(["compare", f"{base},{wider}", new])
-    assert line_of(capsys.readouterr().out, " bs2 ", "e2e_ms")[2:4] == ["100.00", "±6.8%"]
+    rows.assign(run_id="run-2", e2e_ms=rows["e2e_ms"] * 1.03).to_csv(second, index=False)
+    cli.main(["compare", f"{base},{second}", new])
+    # Each run's geometric mean is one draw (drift between runs is noise), as the test counts them.
+    means = [math.sqrt(100.0 * 120.0), math.sqrt(103.0 * 123.6)]
+    expected = "[{:.2f}, {:.2f}]".format(*t_interval(means))
+    assert line_of(capsys.readouterr().out, " bs2 ", "e2e_ms")[3] == expected == "[92.14, 134.14]"
 
 
 def test_files_without_the_columns_show_no_interval_and_the_old_table(tmp_path, capsys):
     base, new = sides(tmp_path, drop=(*CI, *EDGE))
     assert cli.main(["compare", base, new]) in (0, 1)
     out = capsys.readouterr().out
-    assert "±" not in out and "nan" not in out.lower()
+    assert "[" not in out and "nan" not in out.lower()
     header = next(line for line in out.splitlines() if line.startswith("case "))
     assert re.split(r"\s{2,}", header.strip())[2:5] == ["base", "new", "ratio"]
     cli.main(["compare", base, new, "--format", "markdown"])
@@ -135,5 +163,6 @@ def test_the_comparison_page_shows_the_intervals(tmp_path):
     base, new = sides(tmp_path)
     cli.main(["compare", base, new, "--report", str(tmp_path / "page")])
     page = (tmp_path / "page" / "index.html").read_text()
-    assert "<th>base</th><th>±</th><th>new</th><th>±</th>" in page
-    assert "<td>100.00</td><td>±3.4%</td><td>130.00</td><td>±1.7%</td>" in page
+    assert "<th>base</th><th>95% CI</th><th>new</th><th>95% CI</th>" in page
+    assert "<td>110.00</td><td>[34.40, 348.85]</td><td>130.00</td><td>[106.90, 158.05]</td>" in page
+    assert "<td>50.00</td><td>[26.60, 94.00]</td><td>50.00</td><td></td>" in page

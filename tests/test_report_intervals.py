@@ -1,6 +1,7 @@
-"""The report shows each headline figure's interval (issue 52): a batch case's e2e, TTFT and
-decode with the widest build's ±, a capacity search's SLO edge interval in a table and on the
-capacity figure; and says plainly where a run recorded none."""
+"""The report shows each headline figure's interval (issue 52), as its two ends: a batch
+case's e2e, TTFT and decode with the interval over its builds (one build: over its rounds),
+a capacity search's SLO edge interval in a table and on the capacity figure; and says
+plainly where a run recorded none."""
 
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ def section(tmp_path, *paths) -> str:
 
 
 def batch_rows() -> list:
-    """Two builds: e2e 100 and 120 ms (±2.5 % and ±3.4 %), TTFT ±6.0 % and ±4.0 %, decode
-    on one build only (so none shown)."""
+    """Two builds: e2e 100 and 120 ms (rounds ±2.5 % and ±3.4 %), TTFT 1.4 and 1.6 ms, decode
+    1.5 ms on each (its rounds interval on one build only: the builds' interval needs none)."""
     builds = [
-        {"e2e_ms": 100.0, "e2e_ms_ci_pct": 2.5, "ttft_ms_ci_pct": 6.0, "decode_ms_ci_pct": 1.1},
-        {"e2e_ms": 120.0, "e2e_ms_ci_pct": 3.4, "ttft_ms_ci_pct": 4.0},
+        {"e2e_ms": 100.0, "e2e_ms_ci_pct": 2.5, "ttft_ms": 1.4, "ttft_ms_ci_pct": 6.0, "decode_ms_ci_pct": 1.1},
+        {"e2e_ms": 120.0, "e2e_ms_ci_pct": 3.4, "ttft_ms": 1.6, "ttft_ms_ci_pct": 4.0},
     ]
     return [make_row(engine_id=f"loras2-rank16-cpu4-build{b}", build=b, **values) for b, values in enumerate(builds)]
 
@@ -40,11 +41,21 @@ def edged(rows: list, edges: list) -> list:
     return [replace(r, capacity_ci_low_rps=low, capacity_ci_high_rps=high) for r, (low, high) in zip(rows, edges)]
 
 
-def test_a_batch_case_shows_its_mean_with_the_widest_builds_interval(tmp_path):
+def test_a_batch_case_shows_its_mean_with_the_interval_over_its_builds(tmp_path):
     html = section(tmp_path, write_rows(tmp_path / "run.csv", batch_rows()))
-    row = f"<tr><td>distinct</td><td>{CASE}</td><td>110.00 ±3.4%</td><td>1.50 ±6.0%</td><td>1.50</td></tr>"
-    assert row in html
+    # exp(mean log) ∓ t(0.975, 1 df) · sd / √2 of the builds' logs, not the builds' ±3.4 % over rounds:
+    # it holds both builds (100, 120) and their geometric mean (109.5), and is wide.
+    cells = "<td>110.00 [34.40, 348.85]</td><td>1.50 [0.64, 3.50]</td><td>1.50 [1.50, 1.50]</td>"
+    assert f"<tr><td>distinct</td><td>{CASE}</td>{cells}</tr>" in html
     assert "<th>e2e ms</th><th>TTFT ms (mean)</th><th>decode ms (mean)</th>" in html
+    assert "±" not in html
+
+
+def test_a_case_of_one_build_shows_its_rounds_interval_with_its_true_low_end(tmp_path):
+    row = make_row(engine_id="loras2-rank16-cpu4-build0", e2e_ms=100.0, e2e_ms_ci_pct=88.0)
+    html = section(tmp_path, write_rows(tmp_path / "run.csv", [row]))
+    # w = 0.88: 100 / 1.88 .. 100 · 1.88, not 12 .. 188; TTFT and decode record no interval: blank.
+    assert f"<tr><td>distinct</td><td>{CASE}</td><td>100.00 [53.19, 188.00]</td><td>1.50</td><td>1.50</td></tr>" in html
 
 
 def test_a_run_without_intervals_says_none_were_recorded(tmp_path):
@@ -56,7 +67,7 @@ def test_runs_side_by_side_each_get_their_own_tables(tmp_path):
     planted = write_rows(tmp_path / "run.csv", batch_rows())
     html = section(tmp_path, planted, ROOT / "tests" / "data" / "default-run.csv")
     first, second = html.split("<h3>")[1:]
-    assert "110.00 ±3.4%" in first and "none recorded" in second
+    assert "110.00 [34.40, 348.85]" in first and "none recorded" in second
 
 
 def capacity_run(tmp_path) -> str:

@@ -1,22 +1,28 @@
 """Each side's own interval beside its figure in a comparison's lines and the report's tables
 (the definitions: docs/metrics.md#intervals, docs/capacity.md#rows-probes-and-samples).
 
-A batch row carries its headline metrics' 95 % half-width over its build's rounds
-(``<metric>_ci_pct``); a capacity row its SLO edge's interval (``capacity_ci_low_rps``,
-``capacity_ci_high_rps``). A side's figure is the mean over its builds (and pooled runs, or
-A/B pairs), each with an interval of its own; the side shows the widest: the largest
-half-width, the hull of the edges. Why the widest:
+Which interval. A side's figure is a mean over its builds, and builds, not rounds, are the
+replicates that differ (a build's rounds interval says nothing of the next build). So a side
+with 2 or more builds shows the 95 % t interval of the mean of its builds' log values (df =
+builds - 1), exp(m) / (1 + w) .. exp(m) · (1 + w): docs/metrics.md#intervals's construction
+applied to one value a build. Pooled runs (and A/B pairs) count each run's mean as one draw,
+as the test does: drift between runs is noise too. A side of one build shows that build's
+rounds interval (``<metric>_ci_pct``), around the row's figure: the row keeps the rounds'
+arithmetic mean, not the geometric mean the interval is centred on, which it exceeds by about
+half the rounds' variance of log, small beside w. A capacity shows the hull of its builds'
+SLO edge intervals (``capacity_ci_low_rps``, ``capacity_ci_high_rps``).
 
-- a mean of figures, each within a factor 1 + w_i of its own centre, is within 1 + max w_i of
-  theirs: the widest never claims a precision that some build lacked;
-- the builds' spread, the other candidate, is what the verdict tests against, and the header
-  states it already (the noise, the smallest change flagged); on every line it would repeat
-  one pooled figure per metric rather than each side's own, and it would appear for files
-  that recorded no interval.
+How it is printed: its two ends, ``[34.40, 348.85]`` (builds at 100 and 120 ms), never
+``±w%`` nor a factor (``×÷``):
 
-Where a build that measured the metric has no interval (a file from before the columns, a
-single round), the side shows nothing: the widest of the others could be too narrow. Display
-only: no verdict reads these.
+- the interval is not symmetric: ``±88%`` reads as a low end of 0.12× where it is 1/1.88;
+- the figure beside it is the arithmetic mean over builds, the interval is centred on their
+  geometric mean: any form relative to a centre would be read around the printed figure;
+- the capacity's SLO edge, in the same column, is printed as its ends already.
+
+Nothing is shown where there is no interval: a file from before the interval columns (as
+before them: its table unchanged), one build without its rounds interval (one round), a
+capacity row with neither edge. Display only: no verdict reads these.
 """
 
 from __future__ import annotations
@@ -28,23 +34,45 @@ import pandas as pd
 
 from lorabench.analysis.cases import KEY_SEP, MATCH_KEY
 from lorabench.analysis.compare.load import Run
+from lorabench.analysis.compare.noise import t_ppf
 
 CI_PCT = {metric: f"{metric}_ci_pct" for metric in ("e2e_ms", "ttft_ms", "decode_ms")}
 EDGE = ("capacity_ci_low_rps", "capacity_ci_high_rps")
 CAPACITY = "capacity_rps"
+LEVEL = 0.95
 
 
-def widest_pct(rows: pd.DataFrame, metric: str) -> float | None:
-    """The largest half-width, %, over the rows that measured ``metric``; None where the
-    metric has no interval column, or some such row lacks its interval."""
+def over_draws(logs: np.ndarray) -> tuple[float, float] | None:
+    """The 95 % t interval of the geometric mean of the draws whose logs are ``logs``: exp of
+    their mean ∓ t · sd / √n; None under 2 draws."""
+    n = len(logs)
+    if n < 2:
+        return None
+    centre, spread = float(logs.mean()), t_ppf(0.5 + LEVEL / 2, n - 1) * float(logs.std(ddof=1)) / math.sqrt(n)
+    return math.exp(centre - spread), math.exp(centre + spread)
+
+
+def side_interval(rows: pd.DataFrame, metric: str) -> tuple[float, float] | None:
+    """One side's interval of ``metric`` over ``rows`` (one case's builds, of one run or
+    several, ``_run``): over its draws (builds, or runs' means) where it has 2 or more, else
+    the one build's rounds interval around its figure. None where the metric has no interval
+    column, the side's rows lack it (an older file), or the one build has no interval."""
     column = CI_PCT.get(metric)
-    if column not in rows or metric not in rows:
+    if column is None or column not in rows or metric not in rows:
         return None
-    measured = pd.to_numeric(rows[metric], errors="coerce") > 0
-    pct = pd.to_numeric(rows.loc[measured, column], errors="coerce")
-    if pct.empty or not np.isfinite(pct.to_numpy(dtype=float)).all():
+    values = pd.to_numeric(rows[metric], errors="coerce")
+    measured = (values > 0).to_numpy()
+    if not measured.any():
         return None
-    return float(pct.max())
+    logs = pd.Series(np.log(values.to_numpy(dtype=float)[measured]))
+    runs = rows["_run"].to_numpy()[measured] if "_run" in rows else np.zeros(len(logs))
+    if len(set(runs)) > 1:  # several runs: each run's mean is one draw
+        logs = logs.groupby(runs).mean()
+    if len(logs) >= 2:
+        return over_draws(logs.to_numpy())
+    figure = float(values.to_numpy(dtype=float)[measured][0])
+    pct = float(pd.to_numeric(rows[column], errors="coerce").to_numpy(dtype=float)[measured][0])
+    return (figure / (1 + pct / 100), figure * (1 + pct / 100)) if math.isfinite(pct) else None
 
 
 def edge_hull(rows: pd.DataFrame) -> tuple[float, float] | None:
@@ -60,9 +88,9 @@ def edge_hull(rows: pd.DataFrame) -> tuple[float, float] | None:
     return None if hull[0] <= 0 and math.isinf(hull[1]) else hull
 
 
-def pct_text(pct: float | None) -> str:
-    """``±3.1%``, or "" where there is no interval."""
-    return "" if pct is None else f"±{pct:.1f}%"
+def ends_text(interval: tuple[float, float] | None) -> str:
+    """``[95.12, 127.04]``, as the figures are printed; "" where there is no interval."""
+    return "" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
 def edge_text(hull: tuple[float, float] | None) -> str:
@@ -79,7 +107,7 @@ def interval_text(rows: pd.DataFrame | None, metric: str) -> str:
     """One side's interval of ``metric`` over ``rows`` (one case's builds), as a line shows it."""
     if rows is None:
         return ""
-    return edge_text(edge_hull(rows)) if metric == CAPACITY else pct_text(widest_pct(rows, metric))
+    return edge_text(edge_hull(rows)) if metric == CAPACITY else ends_text(side_interval(rows, metric))
 
 
 class SideIntervals:
@@ -97,5 +125,5 @@ class SideIntervals:
 
 
 def _by_case(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    read = [c for c in (*CI_PCT, *CI_PCT.values(), *EDGE) if c in rows]
+    read = [c for c in ("_run", *CI_PCT, *CI_PCT.values(), *EDGE) if c in rows]
     return dict(tuple(rows[["_key", *read]].groupby("_key", sort=False)))

@@ -48,7 +48,8 @@ MARKS = {
 
 
 def cells(f: Finding, shown: tuple[str, str] = ("", "")) -> list[str]:
-    """A finding's line; ``shown``: each side's own interval beside its figure (``intervals``)."""
+    """A finding's line; ``shown``: each side's own 95 % interval, its two ends, beside its
+    figure (``intervals``: over its builds, or one build's over its rounds)."""
     p = "" if f.p_adjusted is None else f"{f.p_adjusted:.3g}"
     return [
         case_label(f.case),
@@ -64,7 +65,7 @@ def cells(f: Finding, shown: tuple[str, str] = ("", "")) -> list[str]:
     ]
 
 
-HEADER = ["case", "metric", "base", "±", "new", "±", "ratio", "change", "p (BH)", "verdict"]
+HEADER = ["case", "metric", "base", "95% CI", "new", "95% CI", "ratio", "change", "p (BH)", "verdict"]
 INTERVALS = (3, 5)
 LEFT = (0, 1, *INTERVALS, 9)  # text, and each interval against its figure
 

@@ -101,7 +101,7 @@ def capacity_by_configuration(runs: Sequence[ReportRun]) -> Any | None:
 
 
 def _edges(ax: Any, at: np.ndarray, cases: Sequence[pd.DataFrame]) -> None:
-    """Each configuration's SLO edge interval (``intervals.edge_hull``: the widest over its
+    """Each configuration's SLO edge interval (``intervals.edge_hull``: the hull of its
     builds), a grey band beside its bar: the bar's error bars already span the builds. Drawn
     where the builds bound the edge above; an open low end is drawn from 0."""
     for x, case in zip(at, cases):

@@ -1,8 +1,9 @@
 """The report's headline figures with their intervals, as numbers: each batch case's e2e, TTFT
 and decode, and each capacity search's SLO edge. The figures draw the builds' spread as error
-bars; a round-level interval drawn on the same bars would read as one of them, so it is a
-table, with the figures as ``compare`` prints them: the mean over builds, ± the widest build's
-interval (``compare.intervals`` says why the widest; docs/metrics.md#intervals defines it).
+bars; the intervals are a table, with the figures as ``compare`` prints them: the mean over
+builds, then the 95 % interval's two ends, over the builds where there are 2 or more, else the
+one build's over its rounds (``compare.intervals`` says why, and why the ends;
+docs/metrics.md#intervals defines the construction).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from lorabench.analysis.cases import case_label, case_of
-from lorabench.analysis.compare.intervals import edge_hull, edge_text, pct_text, widest_pct
+from lorabench.analysis.compare.intervals import edge_hull, edge_text, ends_text, side_interval
 from lorabench.analysis.recommend import shapes
 from lorabench.analysis.report.runs import ReportRun
 
@@ -32,9 +33,9 @@ def _table(header: Sequence[str], lines: list[list[str]]) -> str:
 
 
 def _figure(builds: pd.DataFrame, metric: str) -> str:
-    """The mean over builds with the widest build's ± (none shown where a build has none)."""
+    """The mean over builds, then its interval's ends (none where it has none)."""
     values = pd.to_numeric(builds[metric], errors="coerce").dropna() if metric in builds else pd.Series(dtype=float)
-    return "" if values.empty else f"{values.mean():.2f} {pct_text(widest_pct(builds, metric))}".rstrip()
+    return "" if values.empty else f"{values.mean():.2f} {ends_text(side_interval(builds, metric))}".rstrip()
 
 
 def batch_lines(run: ReportRun) -> list[list[str]]:
@@ -45,7 +46,7 @@ def batch_lines(run: ReportRun) -> list[list[str]]:
     for key, builds in rows.groupby("_key", sort=False):
         case = case_of(str(key))
         lines.append([case["workload"], case_label(case), *(_figure(builds, m) for m, _ in HEADLINE)])
-    if not any("±" in cell for line in lines for cell in line[2:]):
+    if not any("[" in cell for line in lines for cell in line[2:]):
         return []
     return sorted(lines, key=lambda line: line[0])  # by workload, each in the run's order
 
@@ -77,11 +78,12 @@ def _run_tables(run: ReportRun) -> str:
 
 def intervals_section(runs: Sequence[ReportRun]) -> str:
     """The section, as HTML: for each run (headed by its label where there are several), its
-    batch cases' headline figures with their ± and its capacity searches' edge intervals."""
+    batch cases' headline figures with their intervals and its capacity searches' edge intervals."""
     parts = [
-        "<section id='intervals'><h2>Headline figures and their intervals</h2><p>Mean over builds, ± the widest "
-        "build's 95 % interval over its rounds, as a percent of the figure; capacity: the hull of the builds' "
-        "SLO edge intervals (definitions: docs/metrics.md, docs/capacity.md). Blank: a build has none.</p>"
+        "<section id='intervals'><h2>Headline figures and their intervals</h2><p>Mean over builds, then the ends of "
+        "its 95 % interval: over the builds where there are 2 or more, else over the one build's rounds; capacity: "
+        "the hull of the builds' SLO edge intervals (definitions: docs/metrics.md, docs/capacity.md). Blank: none "
+        "recorded.</p>"
     ]
     for run in runs:
         if len(runs) > 1:
