@@ -10,7 +10,8 @@ the rounds a fixed design (no looks, one 95 % t interval) needs for the same pre
 fewest that reach it in 90 % of sessions, with the noise known in advance, which a real run
 never knows. For contrast it also reports what the naive rule (a fixed-n t interval checked
 after every round) covers under the same noise, from a numpy simulation of the per-round
-values. The stand-in runs on a virtual clock: 1,000 sessions take seconds.
+values. The stand-in runs on a virtual clock: 1,000 sessions take seconds. Across builds
+(``matrix.max_builds``, each build a noise factor of its own): scripts/bench_build_coverage.py.
 
     python scripts/bench_sequential_coverage.py                     # 200 sessions per noise law
     python scripts/bench_sequential_coverage.py --sessions 50 --out coverage.json
@@ -78,13 +79,15 @@ LAWS = (
 class NoisyEngine(StandInEngine):
     """The stand-in whose every batch (one round) costs ``exp(noise.draw())`` times its costs:
     prefill, decode and LoRA steps alike, so on a virtual clock each headline value of a round
-    is the noise-free one times that factor, exactly."""
+    is the noise-free one times that factor, exactly. ``build_factor`` multiplies every round's
+    on top: the build's own (scripts/bench_build_coverage.py), 1 unless a build noise is set."""
 
     noise = Noise("none", 0.0)
     rng = np.random.default_rng(0)
+    build_factor = 1.0
 
     def generate(self, prompts: Any, adapters: Any, output_len: int, **how: Any) -> list[Any]:
-        factor = math.exp(float(self.noise.draws(self.rng)))
+        factor = math.exp(float(self.noise.draws(self.rng))) * self.build_factor
         c = self.costs
         self.llm.costs = replace(
             c,
@@ -96,11 +99,13 @@ class NoisyEngine(StandInEngine):
 
 
 class NoisyStandIn(StandIn):
-    """A backend for the plugin (``plugins=[NoisyStandIn(noise, seed)]``) that builds ``NoisyEngine``s."""
+    """A backend for the plugin (``plugins=[NoisyStandIn(noise, seed)]``) that builds ``NoisyEngine``s;
+    with ``builds`` (a law), each build's rounds all cost one factor of that law more, drawn
+    from a stream of the seed and the build's own (none drawn without it)."""
 
-    def __init__(self, noise: Noise, seed: int = 0, costs: Costs | None = None) -> None:
+    def __init__(self, noise: Noise, seed: int = 0, costs: Costs | None = None, builds: Noise | None = None) -> None:
         super().__init__(costs, virtual_clock=True)
-        self.noise, self.seed = noise, seed
+        self.noise, self.seed, self.builds = noise, seed, builds
 
     def engine(self, config: Any, spec: Any, device_type: str, log_path: Path | None) -> StandInEngine:
         weights = {a.name: "" for a in config.adapters}
@@ -108,6 +113,8 @@ class NoisyStandIn(StandIn):
         # Each build its own stream of noise, as real builds differ (build 0's is the seed's own).
         seed = self.seed if spec.build == 0 else [self.seed, spec.build]
         engine.noise, engine.rng = self.noise, np.random.default_rng(seed)
+        if self.builds is not None:  # [seed, build, 1]: apart from every build's rounds' stream
+            engine.build_factor = math.exp(float(self.builds.draws(np.random.default_rng([self.seed, spec.build, 1]))))
         self.engines.append(engine)
         return engine
 

@@ -1,16 +1,20 @@
 """Sequential stopping keeps its coverage: seeded sessions of one batch case on the noisy
 stand-in (scripts/bench_sequential_coverage.py), whose truth is known, each stopped by
-``--bench-precision``'s rule; and the script's own report."""
+``--bench-precision``'s rule; and the script's own report, and that of its builds mode
+(scripts/bench_build_coverage.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
 
 from lorabench.measure.sequential import HEADLINE
+from tests.helpers import ROOT
 from tests.test_sequential import load_script
 
 SESSIONS = 100
@@ -66,3 +70,37 @@ def test_the_script_reports_coverage_rounds_and_the_fixed_design(tmp_path, capsy
         assert law["sessions"] == 4 and set(law["coverage"]) == set(HEADLINE)
         assert 3 <= law["rounds_mean"] <= 12 and 0 <= law["naive_coverage"] <= 1
     assert math.isclose(figures["target_pct"], 5.0) and "wall" in capsys.readouterr().out
+
+
+def load_build_script():
+    """scripts/bench_build_coverage.py as a module, after the rounds' script it imports (registered first)."""
+    load_script()
+    name = "bench_build_coverage"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_the_builds_mode_reports_coverage_builds_and_the_fixed_design(tmp_path, capsys):
+    """Through the plugin: noise-free builds stop at the first look, 2 builds, their interval on
+    the truth; builds that differ by 10 % run to max_builds, short of a 5 % target."""
+    out = tmp_path / "builds.json"
+    argv = ["--sessions", "2", "--targets", "5", "--laws", "none", "normal 10 %", "--round-sigma", "0"]
+    assert load_build_script().main([*argv, "--out", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["cpu"] and figures["truth_ms"]["e2e_ms"] > 0 and (figures["builds"], figures["max_builds"]) == (2, 6)
+    free, noisy = figures["settings"]
+    assert free["build_noise"] == "none" and free["builds_min_median_max"] == [2, 2, 2] and free["reached"] == 1
+    assert free["coverage"] == dict.fromkeys([*HEADLINE, "all"], 1.0) and free["fixed_design_builds"] == 2
+    assert noisy["sd_log"] == 0.1 and noisy["fixed_design_builds"] > 6
+    for setting in (free, noisy):
+        assert setting["sessions"] == 2 and set(setting["coverage"]) == {*HEADLINE, "all"}
+        assert all(0 <= c <= 1 for c in setting["coverage"].values())
+        low, median, high = setting["builds_min_median_max"]
+        assert 2 <= low <= median <= high <= 6 and low <= setting["builds_mean"] <= high
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6 and lines[1].startswith("| target | build noise ") and lines[-1].startswith("wall ")
+    assert lines[3].startswith("| 5 %    | none ") and lines[3].count("|") == lines[1].count("|") == 14
