@@ -80,10 +80,25 @@ def test_agreeing_builds_skip_the_optional_builds_and_leave_them_unbuilt(noisy):
     )
 
 
-def test_noisy_builds_run_to_max_builds(noisy):  # noqa: F811
+def test_noisy_builds_run_to_max_builds_and_each_row_records_the_builds_interval_so_far(noisy):  # noqa: F811
     result, rows_, _ = noisy(0.3, "-k", "multilora", "--bench-precision", "1%", matrix=MATRIX)
     assert result.ret == 0 and sorted(rows_["build"].tolist()) == [0, 1, 2, 3, 4]
     assert "sequential builds:" not in result.stdout.str()
+    rows_ = rows_.sort_values("build")
+    plan = design(matrix(max_builds=5, precision_pct=1), 2)
+    for n in (2, 3, 4, 5):
+        values = rows_.head(n)[["e2e_ms", "ttft_ms", "decode_ms"]].to_dict("records")
+        widest = max(plan.interval([v[m] for v in values]).half_width for m in ("e2e_ms", "ttft_ms", "decode_ms"))
+        row = rows_.iloc[n - 1]
+        assert row["builds_precision_pct"] == pytest.approx(100 * widest) and not row["builds_precision_reached"]
+    assert math.isnan(rows_.iloc[0]["builds_precision_pct"]), "one build has no interval"
+
+
+def test_a_row_says_where_its_builds_reached_the_target(noisy):  # noqa: F811
+    _, rows_, _ = noisy(0.001, "-k", "multilora", "--bench-precision", "5%", matrix=MATRIX)
+    rows_ = rows_.sort_values("build")
+    assert rows_["builds_precision_reached"].tolist()[1] == True  # noqa: E712 - read from CSV
+    assert rows_["builds_precision_pct"].iloc[1] < 5
 
 
 @pytest.mark.parametrize(
@@ -92,3 +107,4 @@ def test_noisy_builds_run_to_max_builds(noisy):  # noqa: F811
 def test_without_a_target_or_with_a_minimum_past_the_maximum_every_build_runs(noisy, args, builds):  # noqa: F811
     result, rows_, _ = noisy(0.001, "-k", "multilora", *args, matrix=MATRIX)
     assert result.ret == 0 and sorted(rows_["build"].tolist()) == list(range(builds))
+    assert rows_["builds_precision_pct"].isna().all(), "no optional builds, no builds' verdict"

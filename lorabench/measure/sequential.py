@@ -151,6 +151,20 @@ class Design:
         return verdict is not None and (verdict.reached or verdict.rounds >= self.max_rounds)
 
 
+def builds_fields(plan: Design, rows: Sequence[Mapping[str, float | None]]) -> dict[str, float | bool | None]:
+    """A case's row on a build, given its builds' headline values so far (this one's last): the
+    widest half-width of the builds' intervals at the design's level, %, and whether the design
+    stops here (a look, every judged interval within the target). Blank before two builds."""
+    if len(rows) < 2:
+        return {}
+    values = [{m: math.nan if r.get(m) is None else float(r[m]) for m in HEADLINE} for r in rows]
+    widths = [i.half_width for m in HEADLINE if (i := plan.interval([v[m] for v in values])) is not None]
+    if not widths:
+        return {}
+    verdict = plan.judge(values)
+    return {"builds_precision_pct": 100.0 * max(widths), "builds_precision_reached": bool(verdict and verdict.reached)}
+
+
 def cost_line(rows: Sequence[ResultRow], fixed_rounds: int) -> str | None:
     """What sequential stopping spent against the fixed design the run would have run without a
     target (``matrix.rounds`` a case): the cases that reached it, the measured rounds and

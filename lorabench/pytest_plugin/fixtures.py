@@ -15,6 +15,7 @@ import pytest
 
 from lorabench.host.memory import MIB, DeviceNotReleased, tree_rss_bytes
 from lorabench.measure.wallclock import BUILDS
+from lorabench.pytest_plugin import build_stops
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE, scenario_of
 from lorabench.pytest_plugin.session import STATE, BenchState
 from lorabench.pytest_plugin.terminal import say
@@ -88,14 +89,19 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
 def lorabench(request: pytest.FixtureRequest, benchmark: Any) -> BenchCase:
     """Runs one case on the engine it is given and records it; see ``BenchCase.run``."""
     state = state_for_run(request.config)
+    scenario = scenario_of(request.node)
+    sequential = scenario is not None and scenario.sequential_builds and not state.fleet_columns
     return BenchCase(
         config=state.config,
         benchmark=benchmark,
         writer=state.writer,
         provenance=state.provenance,
-        scenario=scenario_of(request.node),
+        scenario=scenario,
         test_id=request.node.nodeid,
         digests=state.digests,
         progress=lambda line: say(request.config, line),
         clock=state.clock,
+        builds_design=build_stops.design(state.file.matrix, state.builds or state.file.matrix.builds)
+        if sequential
+        else None,
     )

@@ -47,8 +47,7 @@ class ResultRow:
     toolkit_version: str = column(PROVENANCE)
     driver_version: str = column(PROVENANCE)
     firmware_version: str = column(PROVENANCE)
-    # What a history bisects over besides the versions: the builds' commits ("unknown" where
-    # the package does not say) and the host (docs/history.md).
+    # What a history bisects over besides versions: builds' commits ("unknown": not said), the host (docs/history.md).
     vllm_commit: str | None = column(PROVENANCE, optional=True, by_engine=True, older="")
     vllm_ascend_commit: str | None = column(PROVENANCE, optional=True, by_engine=True, older="")
     cpu_model: str | None = column(PROVENANCE, optional=True, by_engine=True, older="")
@@ -62,8 +61,7 @@ class ResultRow:
     fleet_neighbours: str | None = column(PROVENANCE, optional=True, by_engine=True)
 
     scenario: str = column(PARAMETER, key=True)
-    # Where requests went (lorabench.config.target): inprocess, serve or url; a case measured
-    # through a server's front end is not the same case as one measured in process.
+    # Where requests went (lorabench.config.target): inprocess, serve or url, each a case of its own.
     target: str | None = column(PARAMETER, key=True, optional=True, by_engine=True, older="inprocess")
     workload: str = column(PARAMETER, key=True)
     batch_size: int | None = column(PARAMETER, key=True, optional=True)
@@ -89,6 +87,9 @@ class ResultRow:
     precision_target_pct: float | None = column(PARAMETER, optional=True)
     precision_pct: float | None = column(METRIC, optional=True)
     precision_reached: bool | None = column(METRIC, optional=True)
+    # Across builds, with matrix.max_builds: the same, over this build and the ones before (docs/metrics.md).
+    builds_precision_pct: float | None = column(METRIC, optional=True)
+    builds_precision_reached: bool | None = column(METRIC, optional=True)
     # A batch case's 95 % intervals, relative half-widths, % (docs/metrics.md#intervals); its measured rounds' seconds.
     e2e_ms_ci_pct: float | None = column(METRIC, optional=True)
     ttft_ms_ci_pct: float | None = column(METRIC, optional=True)

@@ -37,7 +37,9 @@ MIXED_COLUMNS = frozenset({"base_share", "base_ttft_ms", "lora_ttft_ms", "base_d
 SKEWED_COLUMNS = frozenset({"skew_alpha"})
 PREFIX_COLUMNS = frozenset({"shared_prefix_len", "shared_prefix_share"})
 # Sequential stopping (matrix.precision_pct, --bench-precision): blank without a target.
-PRECISION_COLUMNS = frozenset({"precision_target_pct", "precision_pct", "precision_reached"})
+PRECISION_COLUMNS = frozenset(
+    {"precision_target_pct", "precision_pct", "precision_reached", "builds_precision_pct", "builds_precision_reached"}
+)
 # Each headline metric's interval where it could be judged (2 rounds at least, all positive).
 INTERVAL_COLUMNS = frozenset({"e2e_ms_ci_pct", "ttft_ms_ci_pct", "decode_ms_ci_pct"})
 

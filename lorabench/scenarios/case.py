@@ -10,7 +10,7 @@ fails its test.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,6 +19,7 @@ import pytest
 from lorabench.config import BenchConfig
 from lorabench.config.target import INPROCESS
 from lorabench.measure.correctness import AdapterNotApplied, DigestBook
+from lorabench.measure.sequential import Design, builds_fields
 from lorabench.measure.wallclock import MEASURED, WallClock
 from lorabench.results.files import ResultWriter
 from lorabench.results.provenance import utc_now
@@ -43,6 +44,8 @@ class BenchCase:
     digests: DigestBook
     progress: Callable[[str], None] | None = None
     clock: WallClock = field(default_factory=WallClock)
+    # Stopping across builds (matrix.max_builds): its design, whose verdict each row records; None without.
+    builds_design: Design | None = None
 
     def _engine_died(self, engine: Engine, exc: BaseException) -> NoReturn:
         log = f" (engine log: {engine.log_path})" if engine.log_path is not None else ""
@@ -97,6 +100,8 @@ class BenchCase:
 
         failed = engine.failed_requests
         outcome = self._on_engine(engine, work)
+        if self.builds_design is not None:
+            outcome.fields.update(builds_fields(self.builds_design, [*self._earlier_builds(engine), outcome.fields]))
         row = self._row(engine, outcome, None if failed is None else engine.failed_requests - failed, keeper.stamp)
         self.writer.append(row, outcome.samples, outcome.records)
         self.benchmark.extra_info.update(
@@ -109,6 +114,14 @@ class BenchCase:
         if outcome.failure:
             pytest.fail(f"{outcome.failure} (the row and its records are in {self.writer.path})", pytrace=False)
         return row
+
+    def _earlier_builds(self, engine: Engine) -> list[dict[str, Any]]:
+        """This case's rows on the builds before this one, in build order (the same test id with
+        an earlier build's engine id)."""
+        spec = engine.spec
+        ids = {self.test_id.replace(spec.id, replace(spec, build=b).id): b for b in range(spec.build)}
+        found = {ids[r.test_id]: r for r in self.writer.rows if r.test_id in ids}
+        return [asdict(found[b]) for b in sorted(found)]
 
     def _row(self, engine: Engine, outcome: Outcome, failed: int | None, stamp: str | None) -> ResultRow:
         """``failed``: the case's requests that failed and were counted (HTTP targets);
