@@ -541,9 +541,14 @@ def test_a_real_ab_session_against_a_busy_interpreter_and_its_turns_as_nights_of
         sides += [f"--{side}-python", ROOT / "scripts" / "ab" / "busy-python", f"--{side}-env", "BUSY_LOOPS=0"]
         sides += [f"--{side}-env", f"BUSY_CORES={min(os.sched_getaffinity(0))}"]
         sides += [f"--{side}-env", f"LORABENCH_PYTHON={sys.executable}"]
-    sides += ["--config", config, "--out", out, "--pairs", 3]
+    # Sequential, at most 4 pairs: one look after pair 3, where the slowdown usually decides it.
+    sides += ["--config", config, "--out", out, "--pairs", 4, "--sequential"]
     done = run_ab(*sides, "--", "bench", "-k", "multilora and identical")
-    assert done.returncode in (0, 1) and "6 turns of 3 pairs to run" in done.stderr, done.stderr
+    assert done.returncode in (0, 1) and "8 turns of 4 pairs to run" in done.stderr, done.stderr
+    looked = json.loads((out / "ab.json").read_text())["sequential"]
+    assert looked["looks"][0]["pairs"] == 3, looked
+    pairs = looked.get("stopped_at", 4)
+    assert ("decided after 3 of 4 pairs" in done.stderr) == (pairs == 3) and len(looked["looks"]) == 1
     nights = []
     for side in (BASE, NEW):
         for pair, path in sorted(pair_files(out / side).items()):
@@ -554,7 +559,8 @@ def test_a_real_ab_session_against_a_busy_interpreter_and_its_turns_as_nights_of
             rows.assign(timestamp=f"2026-12-0{len(nights) + 1}T02:00:00Z").to_csv(night, index=False)
             nights.append((night, rows["run_id"].iloc[0], rows["decode_ms"].iloc[0]))
     text = (out / "comparison.txt").read_text()
-    assert "A/B: 3 complete pairs, run in the order ABBAAB" in text and "noise between A/B pairs" in text
+    assert f"A/B: {pairs} complete pairs, run in the order ABBAAB" in text and "noise between A/B pairs" in text
+    assert len(nights) == 2 * pairs
     assert ("REGRESSED" in text) == (done.returncode == 1)
     db = tmp_path / "history.db"
     assert cli.main(["history", "add", "--db", str(db), *(str(n) for n, _, _ in nights)]) == 0
@@ -564,4 +570,4 @@ def test_a_real_ab_session_against_a_busy_interpreter_and_its_turns_as_nights_of
         text=True,
     )
     decode = ", ".join(f"{ms:.1f}" for _, _, ms in nights)
-    assert gate.returncode == 1 and f"since run {nights[3][1]}" in gate.stdout, f"decode_ms {decode}\n{gate.stdout}"
+    assert gate.returncode == 1 and f"since run {nights[pairs][1]}" in gate.stdout, f"decode_ms {decode}\n{gate.stdout}"
