@@ -4,11 +4,12 @@ one chain of stand-in interpreters runs end to end through real ``lorabench ab``
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -82,39 +83,62 @@ def chain_of_fake_interpreters(folder, count, slow_from, slowdown=1.3, crashing=
     return envs
 
 
-def test_a_chain_of_interpreters_is_bisected_through_real_ab_sessions_and_resumed(tmp_path):
+def bisect_here(monkeypatch, capsys, *args, ab_in_process=True):
+    """``python -m lorabench bisect ARGS -- bench`` from the repository's root, run in this
+    process (an interpreter of its own imports pandas and scipy again: most of a second on a
+    slow host). Each step's ``lorabench ab`` session is the real one, on the command line
+    bisect built, its streams into the step's log and its status bisect's verdict; it runs in
+    this process too, as tests/test_ab.py runs its sessions, unless ``ab_in_process`` is false:
+    then as bisect starts it, a ``python -m lorabench ab`` process (the end-to-end test below).
+    Either way each turn is a stand-in interpreter's process. Returns the status and streams."""
+    from lorabench.cli.main import main
+
+    if ab_in_process:
+        import lorabench.ab.bisect as module
+
+        def run(command, stdout, stderr):
+            assert command[:4] == [sys.executable, "-m", "lorabench", "ab"], command
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                return subprocess.CompletedProcess(command, main(command[3:]))
+
+        monkeypatch.setattr(module, "subprocess", SimpleNamespace(run=run))  # bisect's alone, not the turns'
+    monkeypatch.chdir(ROOT)
+    status = main(["bisect", *map(str, args), "--", "bench"])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(args, status, out, err)
+
+
+def test_a_chain_of_interpreters_is_bisected_through_real_ab_sessions_and_resumed(tmp_path, monkeypatch, capsys):
     # Three environments, the last two slower: A/A of the first, the last against it, then
     # the middle one; a good middle one and longer chains are the search's tests above.
     envs, out = chain_of_fake_interpreters(tmp_path, 3, slow_from=1), tmp_path / "bisect"
-    command = [sys.executable, "-m", "lorabench", "bisect", "--envs", str(envs), "--out", str(out), "--pairs", "2"]
-    done = subprocess.run([*command, "--", "bench"], cwd=ROOT, capture_output=True, text=True, env=os.environ)
+    command = ["--envs", envs, "--out", out, "--pairs", "2"]
+    done = bisect_here(monkeypatch, capsys, *command, ab_in_process=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "first slower environment: nightly-1 (after nightly-0), 3 sessions" in done.stdout, done.stdout
     record = json.loads((out / "bisect.json").read_text())
     assert record["verdicts"] == {"0": GOOD, "2": BAD, "1": BAD}
     assert " 0 regressed, " not in (out / "step-001" / "comparison.txt").read_text()  # its evidence, kept
-    again = subprocess.run([*command, "--resume", "--", "bench"], cwd=ROOT, capture_output=True, text=True)
+    again = bisect_here(monkeypatch, capsys, *command, "--resume", ab_in_process=False)
     assert again.returncode == 1 and "against" not in again.stderr, again.stderr  # no session ran again
 
 
-def test_an_environment_whose_turn_fails_is_skipped_not_called_slower(tmp_path):
+def test_an_environment_whose_turn_fails_is_skipped_not_called_slower(tmp_path, monkeypatch, capsys):
     """nightly-1 crashes (ab exits 1 for that: a finding of its own); nightly-2 is slower.
     The crash is no slowdown: the answer is the range of both, nightly-1 marked skipped."""
     envs, out = chain_of_fake_interpreters(tmp_path, 3, slow_from=2, crashing={1}), tmp_path / "bisect"
-    command = [sys.executable, "-m", "lorabench", "bisect", "--envs", str(envs), "--out", str(out), "--pairs", "2"]
-    done = subprocess.run([*command, "--", "bench"], cwd=ROOT, capture_output=True, text=True)
+    done = bisect_here(monkeypatch, capsys, "--envs", envs, "--out", out, "--pairs", "2")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "first slower environment: one of nightly-1 (skip), nightly-2 (those between not told; " in done.stdout
     assert json.loads((out / "bisect.json").read_text())["verdicts"] == {"0": GOOD, "2": BAD, "1": SKIP}
 
 
-def test_a_step_whose_pairs_could_not_show_its_change_is_no_answer(tmp_path):
+def test_a_step_whose_pairs_could_not_show_its_change_is_no_answer(tmp_path, monkeypatch, capsys):
     """One pair a step: the last environment's 30 % is past the threshold but untestable
     ("too few builds"), and ab exits 0. That is no "no slowdown": the bisection says it
     cannot tell, exit 2."""
     envs, out = chain_of_fake_interpreters(tmp_path, 3, slow_from=1), tmp_path / "bisect"
-    command = [sys.executable, "-m", "lorabench", "bisect", "--envs", str(envs), "--out", str(out), "--pairs", "1"]
-    done = subprocess.run([*command, "--", "bench"], cwd=ROOT, capture_output=True, text=True)
+    done = bisect_here(monkeypatch, capsys, "--envs", envs, "--out", out, "--pairs", "1")
     assert done.returncode == 2 and "no slowdown" not in done.stdout, done.stdout + done.stderr
     assert "nightly-2 has changes past the threshold that its pairs could not show either way" in done.stderr
     assert json.loads((out / "bisect.json").read_text())["verdicts"]["2"] == UNCLEAR
@@ -394,12 +418,13 @@ def chain_with_outputs(folder, count, slow_from, changed_from):
     return folder / "envs.txt"
 
 
-def test_real_ab_sessions_record_what_they_found_and_a_changed_output_does_not_steer_a_slowdown(tmp_path):
+def test_real_ab_sessions_record_what_they_found_and_a_changed_output_does_not_steer_a_slowdown(
+    tmp_path, monkeypatch, capsys
+):
     """nightly-1 answers differently, nightly-2 also runs slower: through real ab sessions
     (each exits 1), the slowdown is nightly-2's."""
     envs, out = chain_with_outputs(tmp_path, 3, slow_from=2, changed_from=1), tmp_path / "bisect"
-    command = [sys.executable, "-m", "lorabench", "bisect", "--envs", str(envs), "--out", str(out), "--pairs", "2"]
-    done = subprocess.run([*command, "--", "bench"], cwd=ROOT, capture_output=True, text=True)
+    done = bisect_here(monkeypatch, capsys, "--envs", envs, "--out", out, "--pairs", "2")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "first slower environment: nightly-2 (after nightly-1), 3 sessions" in done.stdout, done.stdout
     assert json.loads((out / "bisect.json").read_text())["verdicts"] == {"0": GOOD, "2": BAD, "1": GOOD}

@@ -179,22 +179,16 @@ def test_a_second_run_into_one_fixed_file_merges_its_own_rows_only(pytester):
 
 
 @TWO_CORES
-def test_a_workers_session_takes_the_devices_of_the_ini_file(pytester):
+def test_a_workers_session_takes_the_ini_files_devices_and_the_tests_beside_its_cases_run_in_the_driver(pytester):
     """``bench_devices`` in the ini file reaches each worker's session too, without the
-    fleet's flags: the worker must not refuse it as an option given without a fleet."""
+    fleet's flags: the worker must not refuse it as an option given without a fleet (its
+    cases would not pass). And a selection that holds tests building no engine runs them
+    too, as a session without a fleet would: a failing one fails the session. One fleet of
+    one worker for both: each was a fleet of its own, a worker's start (a second here) apiece."""
     config = _fleet_dir(pytester, engine={"max_loras": 1}, matrix={"builds": 1, "batch_sizes": [2]})
     pytester.makeini(f"[pytest]\nbench_devices = {CORES[0]},{CORES[1]}\n")
-    result = pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", "-k", "multilora")
-    result.assert_outcomes(passed=2, deselected=2)
-
-
-@TWO_CORES
-def test_the_tests_beside_the_fleets_cases_run_in_the_driver(pytester):
-    """A selection that holds tests building no engine runs them too, as a session without
-    a fleet would: a failing one fails the session."""
-    config = _fleet_dir(pytester, engine={"max_loras": 1}, matrix={"builds": 1, "batch_sizes": [2]})
     pytester.makepyfile(test_plain="def test_passes():\n    pass\n\n\ndef test_fails():\n    assert False\n")
-    result = _fleet(pytester, config, "-k", "multilora or plain")
+    result = pytester.runpytest("--bench-config", str(config), "--bench-fleet", "local", "-k", "multilora or plain")
     result.assert_outcomes(passed=3, failed=1, deselected=2)
     result.stdout.fnmatch_lines(["FAILED test_plain.py::test_fails*"])
 

@@ -346,6 +346,9 @@ def test_a_cases_adapters_already_cached_are_not_evicted_by_loading_the_rest():
     cache = AdapterCache()
     cache.llm = StandInLLM(Costs(), EngineSpec(True, 2, 16, 12), 16, {})
     cache.run, cache._lora_ids = loop.run_until_complete, {f"a{i}": i + 1 for i in range(16)}
+    # The stand-in's request, as the stand-in engine makes it: vLLM's LoRARequest cost the quick
+    # loop's only import of vLLM (about 1.5 s) for the same three fields.
+    cache.lora_request = lambda a: LoraRef(a.name, cache._lora_ids[a.name], str(a.path))
     adapters = [Adapter(f"a{i}", Path(f"/a{i}")) for i in range(16)]
     try:
         cache.load_adapters(adapters[4:])
