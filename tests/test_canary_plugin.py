@@ -104,6 +104,7 @@ def test_a_planted_bug_fails_its_checks_case_only_with_every_answer_kept(pyteste
         [f"CANARY FAILS: {CLASSES[check]}: * (the row and its records are in *", f"FAILED *{build}-{check}]*"]
     )
     assert "LoRA was not applied" not in result.stdout.str(), "the digest probe did not see it: the canary did"
+    result.stdout.fnmatch_lines([f"{build} * canary * {check} * FAILS *"])  # the summary's verdict
     judged = rows.set_index(["engine_id", "workload"])
     assert judged.loc[(build, check), "canary_verdict"] == "FAILS"
     assert (judged["canary_verdict"] != "FAILS").sum() == PASSED - 1

@@ -145,7 +145,7 @@ def test_a_configuration_that_fails_to_build_is_not_counted_as_saved(pytester):
     # loras2 stops after 2 builds: 3 of its 5 never built; loras4's 5 failed, none of them saved.
     result.stdout.fnmatch_lines(
         [
-            "sequential builds: 1 cases precise before matrix.max_builds, 3 of their runs "
-            "skipped, 3 builds not needed: about * s saved"
+            "sequential builds: 1 case(s) precise before matrix.max_builds, 3 of their runs "
+            "skipped, 3 build(s) not needed: about * s saved"
         ]
     )

@@ -98,6 +98,14 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         pytest.skip(reason)
 
 
+def in_effect(state: BenchState) -> bool:
+    """Whether this session's batch cases could stop across builds (rows of one in it)."""
+    if state.file is None or state.writer is None or state.fleet_columns:
+        return False
+    rows = [r for r in state.writer.rows if r.scenario in ("multilora", "no_lora")]
+    return bool(rows) and design(state.file.matrix, state.builds or state.file.matrix.builds) is not None
+
+
 def saved_line(state: BenchState) -> str:
     """What stopping across builds saved: the cases stopped, their runs skipped, the builds
     never built (none of their cases ran, and none failed), and about how long those would have
@@ -109,7 +117,9 @@ def saved_line(state: BenchState) -> str:
     rows = len(state.writer.rows) if state.writer is not None else 0
     case_s = (state.clock.spent[MEASURED] + state.clock.spent[WARMUPS]) / rows if rows else 0.0
     about = len(unbuilt) * build_s + len(state.build_stops) * case_s
+    if not cases:
+        return "sequential builds: no case was precise before matrix.max_builds: every build ran"
     return (
-        f"sequential builds: {len(cases)} cases precise before matrix.max_builds, {len(state.build_stops)} of their "
-        f"runs skipped, {len(unbuilt)} builds not needed: about {about:.0f} s saved"
+        f"sequential builds: {len(cases)} case(s) precise before matrix.max_builds, {len(state.build_stops)} of "
+        f"their runs skipped, {len(unbuilt)} build(s) not needed: about {about:.0f} s saved"
     )

@@ -45,7 +45,7 @@ def summary_lines(state: BenchState) -> list[str]:
         lines.append(state.clock.line("connections" if at_url else BUILDS))
         if state.writer is not None and state.config is not None:  # what sequential stopping spent
             lines += filter(None, [cost_line(state.writer.rows, state.config.matrix.rounds)])
-        if state.build_stops:
+        if state.build_stops or build_stops.in_effect(state):
             lines.append(build_stops.saved_line(state))
     if state.rss_after_teardown and not at_url:
         rss = ", ".join(f"{mib:.0f}" for _, mib in state.rss_after_teardown)

@@ -222,6 +222,7 @@ SUMMARY_COLUMNS = (
     ("capacity_over_rps", "over rps"),
     ("send_lag_ms_p99", "lag p99 ms"),
     ("client_fell_behind", "client behind"),
+    ("canary_verdict", "canary"),
     ("digest_mismatches", "wrong out"),
 )
 
