@@ -117,6 +117,7 @@ class Scenario:
     maybe_columns: frozenset[str] = frozenset()
     # Whether its cases stop early across builds with a precision target (pytest_plugin.build_stops).
     sequential_builds: bool = False
+
     def parametrize(self, file: ConfigFile) -> list[Parametrization]:
         """The test arguments besides ``engine``, from the config."""
         raise NotImplementedError
