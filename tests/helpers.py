@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +67,15 @@ def write_tiny_config(folder: Path, **overrides: object) -> Path:
 
 
 def load_script(name: str) -> Any:
-    """``scripts/NAME.py`` as a module: the scripts are no package, and their tests call their functions."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """``scripts/NAME.py`` as a module: the scripts are no package, and their tests call their
+    functions. Registered once under its name (a script's dataclasses look their module up there,
+    and a script may import another)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def write_json(path: Path, data: object) -> Path:

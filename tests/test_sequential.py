@@ -4,10 +4,8 @@ stand-in whose rounds are noisy (scripts/bench_sequential_coverage.py's ``NoisyS
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 
 import pandas as pd
 import pytest
@@ -16,20 +14,15 @@ from scipy import stats
 from lorabench.measure.sequential import HEADLINE, Design, cost_line, looks
 from lorabench.pytest_plugin.options import parse_precision
 from lorabench.targets.standin import write_config
+from tests import helpers
 from tests.helpers import ROOT, make_row, result_files
 
 PRECISION = ("precision_target_pct", "precision_pct", "precision_reached")
 
 
 def load_script():
-    """scripts/bench_sequential_coverage.py as a module (registered first: its dataclasses need it)."""
-    name = "bench_sequential_coverage"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """scripts/bench_sequential_coverage.py as a module."""
+    return helpers.load_script("bench_sequential_coverage")
 
 
 @pytest.fixture

@@ -5,16 +5,14 @@ stand-in (scripts/bench_sequential_coverage.py), whose truth is known, each stop
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
 
 from lorabench.measure.sequential import HEADLINE
-from tests.helpers import ROOT
+from tests import helpers
 from tests.test_sequential import load_script
 
 SESSIONS = 100
@@ -73,15 +71,9 @@ def test_the_script_reports_coverage_rounds_and_the_fixed_design(tmp_path, capsy
 
 
 def load_build_script():
-    """scripts/bench_build_coverage.py as a module, after the rounds' script it imports (registered first)."""
+    """scripts/bench_build_coverage.py as a module, after the rounds' script it imports."""
     load_script()
-    name = "bench_build_coverage"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return helpers.load_script("bench_build_coverage")
 
 
 def test_the_builds_mode_reports_coverage_builds_and_the_fixed_design(tmp_path, capsys):
