@@ -25,6 +25,7 @@ from lorabench.measure.sequential import HEADLINE, Design
 from lorabench.measure.wallclock import MEASURED, WARMUPS
 from lorabench.pytest_plugin.bench_items import ENGINE_FIXTURE, scenario_of
 from lorabench.pytest_plugin.session import STATE, BenchState
+from lorabench.scenarios import SCENARIOS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -102,7 +103,7 @@ def in_effect(state: BenchState) -> bool:
     """Whether this session's batch cases could stop across builds (rows of one in it)."""
     if state.file is None or state.writer is None or state.fleet_columns:
         return False
-    rows = [r for r in state.writer.rows if r.scenario in ("multilora", "no_lora")]
+    rows = [r for r in state.writer.rows if SCENARIOS[r.scenario].sequential_builds]
     return bool(rows) and design(state.file.matrix, state.builds or state.file.matrix.builds) is not None
 
 
